@@ -1,0 +1,212 @@
+//! The protocol session contract: what a per-connection protocol parser is fed and what it emits.
+//!
+//! A session is a plain synchronous state machine. It never reads the clock (all time comes from
+//! the `ts_ns` arguments, nanoseconds since the Unix epoch taken from packet timestamps) and never
+//! does IO. It is fed the bytes of one TCP connection in order, per direction, by the flow layer.
+//! Untrusted bytes never make it panic: a malformed message is counted in [`Health`] and the
+//! session resynchronizes.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+pub mod mysql;
+
+/// Which way bytes travel on a connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Direction {
+    /// Client to server: requests.
+    ToServer,
+    /// Server to client: responses.
+    ToClient,
+}
+
+/// The database protocols dbtap understands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Protocol {
+    Mysql,
+    Postgres,
+    Mongodb,
+    Redis,
+}
+
+impl Protocol {
+    pub fn name(self) -> &'static str {
+        match self {
+            Protocol::Mysql => "mysql",
+            Protocol::Postgres => "postgres",
+            Protocol::Mongodb => "mongodb",
+            Protocol::Redis => "redis",
+        }
+    }
+}
+
+/// What the flow layer knows of a connection when it hands it to a session.
+#[derive(Clone, Debug)]
+pub struct ConnMeta {
+    /// Unique per run; stable for the life of the connection.
+    pub id: u64,
+    pub client: SocketAddr,
+    pub server: SocketAddr,
+    /// False when the capture began after the connection was opened (no SYN seen): the session
+    /// must pick up at the next plausible command boundary and cannot know the handshake.
+    pub saw_open: bool,
+}
+
+/// Limits a session must respect.
+#[derive(Clone, Debug)]
+pub struct SessionConfig {
+    /// Requests in flight per connection; beyond it, requests are counted in
+    /// [`Health::inflight_overflow`] and dropped.
+    pub max_inflight: usize,
+    /// The longest request text kept for fingerprinting, in bytes. Longer text is cut at a char
+    /// boundary (and the event says so); the byte counts stay exact.
+    pub max_text: usize,
+}
+
+impl Default for SessionConfig {
+    fn default() -> Self {
+        SessionConfig { max_inflight: 1024, max_text: 16 << 20 }
+    }
+}
+
+/// The outcome of a request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// A complete success response was seen.
+    Ok,
+    /// The server answered with an error ([`QueryEvent::error`] says which).
+    Error,
+    /// The connection ended (or the capture did) before any response byte.
+    NoResponse,
+    /// Bytes of the response were lost in a capture gap; latency and rows may be incomplete.
+    Incomplete,
+    /// The request expects no response (e.g. MySQL COM_QUIT, COM_STMT_CLOSE).
+    NoReplyExpected,
+}
+
+/// A server error.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DbError {
+    /// Numeric code where the protocol has one (MySQL 1064, MongoDB 11000); 0 otherwise.
+    pub code: u32,
+    /// SQLSTATE for MySQL/PostgreSQL ("42S02"), error prefix for Redis ("WRONGTYPE").
+    pub state: Option<Box<str>>,
+    pub message: Box<str>,
+}
+
+/// One request paired with its response. The unit everything downstream counts.
+#[derive(Clone, Debug)]
+pub struct QueryEvent {
+    pub protocol: Protocol,
+    pub conn: u64,
+    pub client: SocketAddr,
+    pub server: SocketAddr,
+    /// Timestamp of the packet that carried the first byte of the request.
+    pub start_ns: u64,
+    /// Timestamp of the packet that carried the first byte of the response.
+    pub first_response_ns: Option<u64>,
+    /// Timestamp of the packet that carried the last byte of the response.
+    pub end_ns: Option<u64>,
+    pub user: Option<Arc<str>>,
+    pub database: Option<Arc<str>>,
+    /// Command kind, lower case, stable across releases: "query", "execute", "prepare", "close",
+    /// "init_db", "ping", ... (protocol specific; listed in docs/json-format.md).
+    pub command: &'static str,
+    /// The statement text (SQL, or for an `execute` the prepared statement's SQL when known).
+    /// Shared so that every execution of a prepared statement points at one allocation.
+    pub text: Option<Arc<str>>,
+    /// True when `text` was cut at [`SessionConfig::max_text`].
+    pub text_truncated: bool,
+    /// Prepared statement id (MySQL) when the command refers to one.
+    pub statement_id: Option<u32>,
+    /// Request bytes on the wire (protocol framing included, TCP/IP excluded).
+    pub bytes_in: u64,
+    /// Response bytes on the wire.
+    pub bytes_out: u64,
+    /// Rows returned by the server.
+    pub rows_sent: u64,
+    /// Rows the server reports as changed (MySQL affected rows, PostgreSQL tag counts, ...).
+    pub rows_affected: u64,
+    pub outcome: Outcome,
+    pub error: Option<DbError>,
+}
+
+impl QueryEvent {
+    /// Response time: request start to last response byte, in nanoseconds.
+    pub fn latency_ns(&self) -> Option<u64> {
+        self.end_ns.map(|e| e.saturating_sub(self.start_ns))
+    }
+}
+
+/// Counters a session bumps for what it could not read. Summed over all sessions into the
+/// capture-health report so a user sees when numbers are incomplete.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Health {
+    /// Bytes the session could not interpret and skipped.
+    pub unparsed_bytes: u64,
+    /// Response messages that matched no request.
+    pub responses_without_request: u64,
+    /// Requests dropped because [`SessionConfig::max_inflight`] was reached.
+    pub inflight_overflow: u64,
+    /// Times the session lost sync and searched for the next message boundary.
+    pub resyncs: u64,
+    /// Connections that switched to TLS (or another encryption) and were skipped.
+    pub encrypted_connections: u64,
+    /// Messages that failed to parse (malformed, or an unsupported variant).
+    pub malformed: u64,
+}
+
+impl Health {
+    pub fn merge(&mut self, o: &Health) {
+        self.unparsed_bytes += o.unparsed_bytes;
+        self.responses_without_request += o.responses_without_request;
+        self.inflight_overflow += o.inflight_overflow;
+        self.resyncs += o.resyncs;
+        self.encrypted_connections += o.encrypted_connections;
+        self.malformed += o.malformed;
+    }
+}
+
+/// Where a session puts its events and counts its trouble.
+pub trait Sink {
+    fn event(&mut self, ev: QueryEvent);
+    fn health(&mut self) -> &mut Health;
+}
+
+/// A simple sink that keeps everything: for tests, and for tools that want a `Vec`.
+#[derive(Default, Debug)]
+pub struct VecSink {
+    pub events: Vec<QueryEvent>,
+    pub health: Health,
+}
+
+impl Sink for VecSink {
+    fn event(&mut self, ev: QueryEvent) {
+        self.events.push(ev);
+    }
+    fn health(&mut self) -> &mut Health {
+        &mut self.health
+    }
+}
+
+/// Whether the caller should keep feeding this connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Progress {
+    Continue,
+    /// Nothing more can be learned (the connection went encrypted, or is not this protocol):
+    /// stop reassembling it and stop feeding it.
+    Stop,
+}
+
+/// The streaming session contract. One object per TCP connection.
+pub trait Session {
+    /// Bytes in stream order for one direction. A partial message is normal: the session keeps
+    /// what it needs and waits for more. `ts_ns` is the timestamp of the packet these bytes came in.
+    fn feed(&mut self, dir: Direction, data: &[u8], ts_ns: u64, sink: &mut dyn Sink) -> Progress;
+    /// Reassembly lost `len` bytes in `dir`. The session drops what it cannot trust, counts it,
+    /// and resynchronizes at the next plausible message boundary.
+    fn gap(&mut self, dir: Direction, len: u64, ts_ns: u64, sink: &mut dyn Sink);
+    /// The connection ended (FIN/RST, idle, or end of capture). Requests never answered are
+    /// emitted with [`Outcome::NoResponse`].
+    fn close(&mut self, ts_ns: u64, sink: &mut dyn Sink);
+}

@@ -1,0 +1,1 @@
+//! MySQL/MariaDB client/server protocol.
