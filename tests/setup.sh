@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Install what the integration tests, the benchmark and the sample generator need, on a fresh
+# Debian 12 machine, as root. Idempotent: when every package is already installed it does nothing
+# (no apt-get update), so a re-run is fast. Rust is preinstalled and is not touched here.
+set -euo pipefail
+
+PACKAGES=(
+  mariadb-server mariadb-client   # the real server and the `mariadb` CLI
+  sysbench                        # oltp_read_write, prepared statements
+  tcpdump                         # the capture, and `tcpdump -r` in the bench
+  percona-toolkit                 # pt-query-digest, the peer in the bench
+  tshark                          # the other peer in the bench
+  wireshark-common                # editcap (bench prefix cut)
+  python3 python3-pymysql python3-mysqldb python3-pytest
+  time                            # /usr/bin/time -f
+  openssl                         # self-signed certificate for the TLS test
+  gzip procps
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
+    missing+=("$p")
+  fi
+done
+
+if [ "${#missing[@]}" -eq 0 ]; then
+  echo "setup: all ${#PACKAGES[@]} packages already installed"
+else
+  echo "setup: installing ${missing[*]}"
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "setup: must run as root to install packages (missing: ${missing[*]})" >&2
+    exit 1
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  # tshark asks whether non-root users may capture; answer no without a prompt.
+  echo "wireshark-common wireshark-common/install-setuid boolean false" | debconf-set-selections
+  apt-get update -q
+  apt-get install -y -q --no-install-recommends "${PACKAGES[@]}" </dev/null
+fi
+
+# The Debian package may start its own server (port 3306); we never use it, and never stop it
+# either: the tests run private servers on their own ports and datadirs.
+for b in mariadbd mariadb-install-db mariadb tcpdump sysbench pt-query-digest tshark editcap; do
+  command -v "$b" >/dev/null || { echo "setup: $b not found after install" >&2; exit 1; }
+done
+/usr/bin/python3 -c 'import pymysql, MySQLdb, pytest' || { echo "setup: python modules missing" >&2; exit 1; }
+[ -x /usr/bin/time ] || { echo "setup: /usr/bin/time missing" >&2; exit 1; }
+echo "setup: ok"
