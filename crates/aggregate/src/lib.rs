@@ -1,0 +1,195 @@
+//! Per-fingerprint statistics of query events: exact counters, mergeable latency histograms and a
+//! bounded number of groups.
+//!
+//! The hot path ([`Aggregator::add`] for a group already seen) does not allocate: it hashes a small
+//! [`GroupKey`], bumps counters and records the latency. The fingerprint text and display id are
+//! asked for (through a closure) only when a group is created. Aggregators built over parts of a
+//! capture (per thread, per time window) [`merge`](Aggregator::merge) exactly.
+
+#![forbid(unsafe_code)]
+
+pub mod latency;
+pub mod stats;
+
+use std::collections::HashMap;
+
+pub use latency::{DECADE_LABELS, Latency};
+pub use stats::{
+    DIM_CAP, DIM_SHOW, ERROR_CAP, ErrorCounts, ErrorStat, Example, Stats, Summary, TopCounter,
+};
+
+/// What events are grouped by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct GroupKey {
+    pub protocol: proto::Protocol,
+    /// The event's command kind ("query", "execute", ...).
+    pub command: &'static str,
+    /// Hash of the normalized statement (from the fingerprint crate).
+    pub fingerprint_hash: u64,
+}
+
+/// Aggregation limits.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AggConfig {
+    /// Most groups tracked. Events of further new groups go to one overflow group named "other"
+    /// (see [`Totals::overflow_events`]).
+    pub max_groups: usize,
+    /// Keep the slowest event of each group (its text, client, database...).
+    pub keep_examples: bool,
+}
+
+impl Default for AggConfig {
+    fn default() -> Self {
+        AggConfig {
+            max_groups: 10_000,
+            keep_examples: true,
+        }
+    }
+}
+
+/// Name and id of the overflow group.
+pub const OVERFLOW_NAME: &str = "other";
+
+/// The events of one fingerprint (or the overflow group).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Group {
+    /// For the overflow group: the protocol of its first event, command "other", hash 0.
+    pub key: GroupKey,
+    /// Normalized statement text.
+    pub fingerprint: String,
+    /// Display Query ID.
+    pub id: String,
+    /// True for the overflow group that collects events beyond [`AggConfig::max_groups`].
+    pub overflow: bool,
+    pub stats: Stats,
+}
+
+/// Statistics over all events.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Totals {
+    pub stats: Stats,
+    /// Groups tracked (the overflow group not included).
+    pub unique_groups: u64,
+    /// Events counted in the overflow group.
+    pub overflow_events: u64,
+}
+
+/// Per-fingerprint statistics over a stream of events.
+#[derive(Clone, Debug)]
+pub struct Aggregator {
+    cfg: AggConfig,
+    index: HashMap<GroupKey, usize>,
+    groups: Vec<Group>,
+    overflow: Option<Group>,
+    totals: Totals,
+}
+
+impl Aggregator {
+    pub fn new(cfg: AggConfig) -> Self {
+        Aggregator {
+            cfg,
+            index: HashMap::new(),
+            groups: Vec::new(),
+            overflow: None,
+            totals: Totals::default(),
+        }
+    }
+
+    pub fn config(&self) -> &AggConfig {
+        &self.cfg
+    }
+
+    /// Adds one event. `describe` returns `(fingerprint, id)`; it is called only when the group
+    /// is new (and not for events that go to the overflow group).
+    pub fn add(
+        &mut self,
+        ev: &proto::QueryEvent,
+        key: GroupKey,
+        describe: impl FnOnce() -> (String, String),
+    ) {
+        let keep = self.cfg.keep_examples;
+        self.totals.stats.record(ev, keep);
+        if let Some(g) = self.index.get(&key).and_then(|&i| self.groups.get_mut(i)) {
+            g.stats.record(ev, keep);
+            return;
+        }
+        if self.groups.len() < self.cfg.max_groups {
+            let (fingerprint, id) = describe();
+            let mut g = Group {
+                key,
+                fingerprint,
+                id,
+                overflow: false,
+                stats: Stats::default(),
+            };
+            g.stats.record(ev, keep);
+            self.index.insert(key, self.groups.len());
+            self.groups.push(g);
+            self.totals.unique_groups = self.groups.len() as u64;
+        } else {
+            self.overflow_group(key.protocol).stats.record(ev, keep);
+            self.totals.overflow_events += 1;
+        }
+    }
+
+    fn overflow_group(&mut self, protocol: proto::Protocol) -> &mut Group {
+        self.overflow.get_or_insert_with(|| Group {
+            key: GroupKey {
+                protocol,
+                command: OVERFLOW_NAME,
+                fingerprint_hash: 0,
+            },
+            fingerprint: OVERFLOW_NAME.to_string(),
+            id: OVERFLOW_NAME.to_string(),
+            overflow: true,
+            stats: Stats::default(),
+        })
+    }
+
+    /// Adds everything `other` counted. Exact: merging aggregators built over two event sets gives
+    /// the same statistics as adding all events to one (while [`AggConfig::max_groups`] is not
+    /// reached; past it, which groups overflow depends on the order groups were first seen).
+    /// `self`'s configuration applies.
+    pub fn merge(&mut self, other: &Aggregator) {
+        self.totals.stats.merge(&other.totals.stats);
+        for og in &other.groups {
+            if let Some(g) = self
+                .index
+                .get(&og.key)
+                .and_then(|&i| self.groups.get_mut(i))
+            {
+                g.stats.merge(&og.stats);
+            } else if self.groups.len() < self.cfg.max_groups {
+                self.index.insert(og.key, self.groups.len());
+                self.groups.push(og.clone());
+            } else {
+                self.overflow_group(og.key.protocol).stats.merge(&og.stats);
+                self.totals.overflow_events += og.stats.count;
+            }
+        }
+        if let Some(oo) = &other.overflow {
+            self.overflow_group(oo.key.protocol).stats.merge(&oo.stats);
+            self.totals.overflow_events += oo.stats.count;
+        }
+        self.totals.unique_groups = self.groups.len() as u64;
+    }
+
+    /// All groups in the order they were first seen, the overflow group (if any) last.
+    pub fn groups(&self) -> impl Iterator<Item = &Group> {
+        self.groups.iter().chain(self.overflow.iter())
+    }
+
+    /// The group of `key`, if tracked.
+    pub fn group(&self, key: &GroupKey) -> Option<&Group> {
+        self.index.get(key).and_then(|&i| self.groups.get(i))
+    }
+
+    /// The overflow group, if any event went there.
+    pub fn overflow(&self) -> Option<&Group> {
+        self.overflow.as_ref()
+    }
+
+    pub fn totals(&self) -> &Totals {
+        &self.totals
+    }
+}

@@ -1,0 +1,382 @@
+//! The statistics kept for one group of events (and for all events): exact counters, summaries,
+//! bounded per-dimension counts, error codes and the slowest example.
+
+use std::collections::HashMap;
+use std::hash::Hash;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+
+use proto::{Outcome, QueryEvent};
+
+use crate::latency::Latency;
+
+/// Count, sum, min and max of a non-negative quantity. Exact and mergeable.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Summary {
+    pub count: u64,
+    pub sum: u128,
+    min: u64,
+    max: u64,
+}
+
+impl Default for Summary {
+    fn default() -> Self {
+        Summary {
+            count: 0,
+            sum: 0,
+            min: u64::MAX,
+            max: 0,
+        }
+    }
+}
+
+impl Summary {
+    pub fn record(&mut self, v: u64) {
+        self.count += 1;
+        self.sum += u128::from(v);
+        self.min = self.min.min(v);
+        self.max = self.max.max(v);
+    }
+
+    pub fn merge(&mut self, o: &Summary) {
+        if o.count == 0 {
+            return;
+        }
+        self.count += o.count;
+        self.sum += o.sum;
+        self.min = self.min.min(o.min);
+        self.max = self.max.max(o.max);
+    }
+
+    pub fn min(&self) -> Option<u64> {
+        (self.count > 0).then_some(self.min)
+    }
+
+    pub fn max(&self) -> Option<u64> {
+        (self.count > 0).then_some(self.max)
+    }
+
+    pub fn mean(&self) -> Option<f64> {
+        (self.count > 0).then(|| self.sum as f64 / self.count as f64)
+    }
+}
+
+/// Distinct values counted exactly per dimension (database, user, client host) before later new
+/// values go to `other`.
+pub const DIM_CAP: usize = 64;
+/// How many values per dimension reports show (the rest is summed as "other").
+pub const DIM_SHOW: usize = 16;
+
+/// Bounded exact counts per value. The first [`DIM_CAP`] distinct values are counted exactly;
+/// events with a value first seen after that are counted in [`TopCounter::other`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TopCounter<K: Hash + Eq> {
+    map: HashMap<K, u64>,
+    other: u64,
+}
+
+impl<K: Hash + Eq> Default for TopCounter<K> {
+    fn default() -> Self {
+        TopCounter {
+            map: HashMap::new(),
+            other: 0,
+        }
+    }
+}
+
+impl<K: Hash + Eq + Clone + Ord> TopCounter<K> {
+    /// Counts one occurrence (clones the key only the first time it is seen).
+    pub fn record(&mut self, k: &K) {
+        self.add(k, 1);
+    }
+
+    fn add(&mut self, k: &K, n: u64) {
+        if let Some(c) = self.map.get_mut(k) {
+            *c += n;
+        } else if self.map.len() < DIM_CAP {
+            self.map.insert(k.clone(), n);
+        } else {
+            self.other += n;
+        }
+    }
+
+    pub fn merge(&mut self, o: &TopCounter<K>) {
+        // Deterministic: insert the other side's values in (count desc, key) order.
+        for (k, n) in o.sorted() {
+            self.add(k, n);
+        }
+        self.other += o.other;
+    }
+
+    /// All counted values, by count descending then value ascending.
+    pub fn sorted(&self) -> Vec<(&K, u64)> {
+        let mut v: Vec<(&K, u64)> = self.map.iter().map(|(k, n)| (k, *n)).collect();
+        v.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(b.0)));
+        v
+    }
+
+    /// The `n` most frequent values and the count of everything else (including
+    /// [`TopCounter::other`]).
+    pub fn top(&self, n: usize) -> (Vec<(&K, u64)>, u64) {
+        let mut v = self.sorted();
+        let rest: u64 = v.iter().skip(n).map(|x| x.1).sum::<u64>() + self.other;
+        v.truncate(n);
+        (v, rest)
+    }
+
+    /// Events whose value was first seen after [`DIM_CAP`] distinct values.
+    pub fn other(&self) -> u64 {
+        self.other
+    }
+
+    /// Distinct values counted exactly.
+    pub fn distinct(&self) -> usize {
+        self.map.len()
+    }
+}
+
+/// Distinct error (code, state) pairs kept per group; later new pairs are counted in `other`.
+pub const ERROR_CAP: usize = 32;
+
+/// Errors of one (code, state) pair.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ErrorStat {
+    pub code: u32,
+    pub state: Option<Box<str>>,
+    pub count: u64,
+    /// The first message seen for this code (in merge order).
+    pub message: Box<str>,
+    /// Start time of the event that carried `message`.
+    pub first_ns: u64,
+}
+
+/// Errors by code, bounded at [`ERROR_CAP`] pairs.
+#[derive(Clone, Debug, Default)]
+pub struct ErrorCounts {
+    stats: Vec<ErrorStat>,
+    other: u64,
+}
+
+impl ErrorCounts {
+    fn add(&mut self, code: u32, state: Option<&str>, n: u64, message: &str, first_ns: u64) {
+        if let Some(s) = self
+            .stats
+            .iter_mut()
+            .find(|s| s.code == code && s.state.as_deref() == state)
+        {
+            s.count += n;
+            // Keep the message of the earliest event so that merging is order independent.
+            if first_ns < s.first_ns {
+                s.first_ns = first_ns;
+                s.message = message.into();
+            }
+        } else if self.stats.len() < ERROR_CAP {
+            self.stats.push(ErrorStat {
+                code,
+                state: state.map(Into::into),
+                count: n,
+                message: message.into(),
+                first_ns,
+            });
+        } else {
+            self.other += n;
+        }
+    }
+
+    pub fn record(&mut self, e: &proto::DbError, ts_ns: u64) {
+        self.add(e.code, e.state.as_deref(), 1, &e.message, ts_ns);
+    }
+
+    pub fn merge(&mut self, o: &ErrorCounts) {
+        for s in o.sorted() {
+            self.add(s.code, s.state.as_deref(), s.count, &s.message, s.first_ns);
+        }
+        self.other += o.other;
+    }
+
+    /// By count descending, then code, then state.
+    pub fn sorted(&self) -> Vec<&ErrorStat> {
+        let mut v: Vec<&ErrorStat> = self.stats.iter().collect();
+        v.sort_by(|a, b| {
+            b.count
+                .cmp(&a.count)
+                .then(a.code.cmp(&b.code))
+                .then_with(|| a.state.cmp(&b.state))
+        });
+        v
+    }
+
+    /// Errors whose (code, state) was first seen after [`ERROR_CAP`] distinct pairs.
+    pub fn other(&self) -> u64 {
+        self.other
+    }
+}
+
+impl PartialEq for ErrorCounts {
+    /// Equal when they hold the same pairs, whatever the order they were first seen in.
+    fn eq(&self, o: &Self) -> bool {
+        self.other == o.other && self.sorted() == o.sorted()
+    }
+}
+
+/// The slowest event of a group, kept when [`crate::AggConfig::keep_examples`] is set. Cheap to
+/// keep: text and names are shared `Arc`s.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Example {
+    pub text: Option<Arc<str>>,
+    pub text_truncated: bool,
+    pub start_ns: u64,
+    pub latency_ns: Option<u64>,
+    pub client: SocketAddr,
+    pub server: SocketAddr,
+    pub database: Option<Arc<str>>,
+    pub user: Option<Arc<str>>,
+    pub statement_id: Option<u32>,
+}
+
+impl Example {
+    fn from_event(ev: &QueryEvent) -> Self {
+        Example {
+            text: ev.text.clone(),
+            text_truncated: ev.text_truncated,
+            start_ns: ev.start_ns,
+            latency_ns: ev.latency_ns(),
+            client: ev.client,
+            server: ev.server,
+            database: ev.database.clone(),
+            user: ev.user.clone(),
+            statement_id: ev.statement_id,
+        }
+    }
+
+    /// True when an event with `(latency_ns, start_ns, client)` should replace this example:
+    /// slower wins; among equals the earlier one, then the lower client address.
+    fn loses_to(&self, latency_ns: Option<u64>, start_ns: u64, client: &SocketAddr) -> bool {
+        latency_ns
+            .cmp(&self.latency_ns)
+            .then_with(|| self.start_ns.cmp(&start_ns))
+            .then_with(|| self.client.cmp(client))
+            .is_gt()
+    }
+}
+
+/// Everything counted for a set of events.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Stats {
+    /// Events.
+    pub count: u64,
+    /// Events with [`Outcome::Ok`].
+    pub ok: u64,
+    /// Events with [`Outcome::Error`] or carrying a [`proto::DbError`].
+    pub errors: u64,
+    /// Events with [`Outcome::NoResponse`] (never answered: no latency).
+    pub no_response: u64,
+    /// Events with [`Outcome::Incomplete`] (response partly lost in a capture gap).
+    pub incomplete: u64,
+    /// Events with [`Outcome::NoReplyExpected`].
+    pub no_reply_expected: u64,
+    pub errors_by_code: ErrorCounts,
+    /// Response time (request start to last response byte) of events that have one, ns.
+    pub latency: Latency,
+    /// Time to first response byte, ns.
+    pub ttfb: Summary,
+    pub bytes_in: Summary,
+    pub bytes_out: Summary,
+    pub rows_sent: Summary,
+    pub rows_affected: Summary,
+    /// Earliest request start, ns since the epoch.
+    pub first_seen_ns: Option<u64>,
+    /// Latest event end (last response byte, or request start when unanswered), ns.
+    pub last_seen_ns: Option<u64>,
+    /// Events per database (schema); `None` when the session did not know it.
+    pub databases: TopCounter<Option<Arc<str>>>,
+    /// Events per user; `None` when unknown.
+    pub users: TopCounter<Option<Arc<str>>>,
+    /// Events per client host.
+    pub clients: TopCounter<IpAddr>,
+    /// The slowest event (only with `keep_examples`).
+    pub example: Option<Example>,
+}
+
+impl Stats {
+    /// Counts one event.
+    pub fn record(&mut self, ev: &QueryEvent, keep_example: bool) {
+        self.count += 1;
+        match ev.outcome {
+            Outcome::Ok => self.ok += 1,
+            Outcome::Error => {}
+            Outcome::NoResponse => self.no_response += 1,
+            Outcome::Incomplete => self.incomplete += 1,
+            Outcome::NoReplyExpected => self.no_reply_expected += 1,
+        }
+        if ev.outcome == Outcome::Error || ev.error.is_some() {
+            self.errors += 1;
+        }
+        if let Some(e) = &ev.error {
+            self.errors_by_code.record(e, ev.start_ns);
+        }
+        let latency = ev.latency_ns();
+        if let Some(l) = latency {
+            self.latency.record(l);
+        }
+        if let Some(f) = ev.first_response_ns {
+            self.ttfb.record(f.saturating_sub(ev.start_ns));
+        }
+        self.bytes_in.record(ev.bytes_in);
+        self.bytes_out.record(ev.bytes_out);
+        self.rows_sent.record(ev.rows_sent);
+        self.rows_affected.record(ev.rows_affected);
+        let end = ev.end_ns.unwrap_or(ev.start_ns).max(ev.start_ns);
+        self.first_seen_ns = Some(
+            self.first_seen_ns
+                .map_or(ev.start_ns, |f| f.min(ev.start_ns)),
+        );
+        self.last_seen_ns = Some(self.last_seen_ns.map_or(end, |l| l.max(end)));
+        self.databases.record(&ev.database);
+        self.users.record(&ev.user);
+        self.clients.record(&ev.client.ip());
+        if keep_example {
+            match &self.example {
+                Some(ex) if !ex.loses_to(latency, ev.start_ns, &ev.client) => {}
+                _ => self.example = Some(Example::from_event(ev)),
+            }
+        }
+    }
+
+    /// Adds another set's statistics. Exact: equals recording both event sets (except that
+    /// bounded counters may put different values in "other" once their bound is reached).
+    pub fn merge(&mut self, o: &Stats) {
+        self.count += o.count;
+        self.ok += o.ok;
+        self.errors += o.errors;
+        self.no_response += o.no_response;
+        self.incomplete += o.incomplete;
+        self.no_reply_expected += o.no_reply_expected;
+        self.errors_by_code.merge(&o.errors_by_code);
+        self.latency.merge(&o.latency);
+        self.ttfb.merge(&o.ttfb);
+        self.bytes_in.merge(&o.bytes_in);
+        self.bytes_out.merge(&o.bytes_out);
+        self.rows_sent.merge(&o.rows_sent);
+        self.rows_affected.merge(&o.rows_affected);
+        self.first_seen_ns = min_opt(self.first_seen_ns, o.first_seen_ns);
+        self.last_seen_ns = self.last_seen_ns.max(o.last_seen_ns);
+        self.databases.merge(&o.databases);
+        self.users.merge(&o.users);
+        self.clients.merge(&o.clients);
+        if let Some(oe) = &o.example {
+            match &self.example {
+                Some(ex) if !ex.loses_to(oe.latency_ns, oe.start_ns, &oe.client) => {}
+                _ => self.example = Some(oe.clone()),
+            }
+        }
+    }
+}
+
+fn min_opt(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, None) => a,
+        (None, b) => b,
+    }
+}

@@ -1,0 +1,371 @@
+//! The JSON report (`--format json`): one document, schema version [`SCHEMA_VERSION`], documented
+//! field by field in docs/json-format.md. The structs here are that schema; they deserialize too,
+//! so tests and tools in Rust can read reports back.
+
+use std::hash::Hash;
+use std::io::{self, Write};
+use std::sync::Arc;
+
+use aggregate::{Aggregator, DECADE_LABELS, DIM_SHOW, Stats, TopCounter};
+use serde::{Deserialize, Serialize};
+
+use crate::fmt::{rfc3339, us};
+use crate::{CaptureHealth, ReportOptions, concurrency, ranked, rate, span_ns};
+
+/// Bumped on any change that can break a reader (a field removed, renamed or re-typed). Adding
+/// fields does not bump it.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// The whole document.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    pub version: u32,
+    pub capture: Capture,
+    pub totals: Totals,
+    /// The ranking of `queries[]`: "total", "count", "p99" or "errors".
+    pub order_by: String,
+    /// Most groups in `queries[]`; null when unlimited.
+    pub limit: Option<usize>,
+    /// Groups in the aggregate (the overflow group "other" included when present).
+    pub groups_total: u64,
+    /// Groups left out of `queries[]` by `limit`.
+    pub groups_omitted: u64,
+    /// Events in the groups left out.
+    pub queries_omitted: u64,
+    pub queries: Vec<Query>,
+}
+
+/// [`CaptureHealth`] plus the verdict.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Capture {
+    #[serde(flatten)]
+    pub health: CaptureHealth,
+    /// False when any loss counter is non-zero: the numbers undercount.
+    pub complete: bool,
+    pub first_ts: Option<String>,
+    pub last_ts: Option<String>,
+}
+
+/// Statistics over all events.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Totals {
+    pub queries: u64,
+    /// Distinct groups tracked (the overflow group not counted).
+    pub unique: u64,
+    /// Events in the overflow group (beyond the group bound).
+    pub overflow_queries: u64,
+    #[serde(flatten)]
+    pub stats: StatsJson,
+    /// Seconds the rates are computed over (capture first to last packet, else first to last
+    /// event).
+    pub time_span_s: Option<f64>,
+    pub qps: Option<f64>,
+    /// Sum of latencies / time span: average requests in flight.
+    pub concurrency: Option<f64>,
+}
+
+/// One group.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Query {
+    /// 1-based position in the ranking.
+    pub rank: u64,
+    pub id: String,
+    pub protocol: String,
+    pub command: String,
+    pub fingerprint: String,
+    /// True for the overflow group "other".
+    pub overflow: bool,
+    pub count: u64,
+    /// This group's share of the total response time, percent.
+    pub response_time_pct: f64,
+    pub qps: Option<f64>,
+    pub concurrency: Option<f64>,
+    #[serde(flatten)]
+    pub stats: StatsJson,
+}
+
+/// The statistics shared by [`Totals`] and [`Query`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StatsJson {
+    pub errors: u64,
+    pub ok: u64,
+    pub no_response: u64,
+    pub incomplete: u64,
+    pub no_reply_expected: u64,
+    pub latency_us: LatencyUs,
+    pub ttfb_us: SummaryUs,
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+    /// Rows sent by the server.
+    pub rows: u64,
+    pub rows_affected: u64,
+    pub errors_by_code: Vec<ErrorCode>,
+    /// Errors not in `errors_by_code` (no code known, or beyond the per-group code bound).
+    pub errors_uncoded: u64,
+    pub first_seen: Option<String>,
+    pub last_seen: Option<String>,
+    pub databases: Dimension,
+    pub users: Dimension,
+    pub clients: Dimension,
+    pub latency_distribution: Vec<DistBucket>,
+    pub example: Option<Example>,
+}
+
+/// Response time statistics in microseconds (floats, ns precision). Null when no event had a
+/// latency.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LatencyUs {
+    /// Events with a latency (unanswered requests have none).
+    pub count: u64,
+    pub sum: f64,
+    pub min: Option<f64>,
+    pub max: Option<f64>,
+    pub mean: Option<f64>,
+    pub p50: Option<f64>,
+    pub p95: Option<f64>,
+    pub p99: Option<f64>,
+}
+
+/// Count, sum, min, max, mean in microseconds.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SummaryUs {
+    pub count: u64,
+    pub sum: f64,
+    pub min: Option<f64>,
+    pub max: Option<f64>,
+    pub mean: Option<f64>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ErrorCode {
+    pub code: u32,
+    pub state: Option<String>,
+    pub count: u64,
+    /// The message of the earliest event with this code.
+    pub message: String,
+}
+
+/// Counts per value of a dimension: the top 16, the rest summed in `other`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Dimension {
+    pub values: Vec<NamedCount>,
+    pub other: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct NamedCount {
+    /// Null when the value was unknown (e.g. no database selected, or not seen at connect).
+    pub name: Option<String>,
+    pub count: u64,
+}
+
+/// One log10 latency bucket: `[ge_us, lt_us)`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DistBucket {
+    pub label: String,
+    pub ge_us: f64,
+    /// Null for the last, open bucket.
+    pub lt_us: Option<f64>,
+    pub count: u64,
+}
+
+/// The slowest event of the group.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Example {
+    pub ts: String,
+    pub start_ns: u64,
+    pub latency_us: Option<f64>,
+    pub client: String,
+    pub server: String,
+    pub database: Option<String>,
+    pub user: Option<String>,
+    pub statement_id: Option<u32>,
+    /// Null when the event carried no text.
+    pub text: Option<String>,
+    pub text_truncated: bool,
+}
+
+fn sat(v: u128) -> u64 {
+    u64::try_from(v).unwrap_or(u64::MAX)
+}
+
+fn opt_us(v: Option<u64>) -> Option<f64> {
+    v.map(|n| us(n as f64))
+}
+
+fn dimension<K: Hash + Eq + Clone + Ord>(
+    c: &TopCounter<K>,
+    name: impl Fn(&K) -> Option<String>,
+) -> Dimension {
+    let (top, other) = c.top(DIM_SHOW);
+    Dimension {
+        values: top
+            .into_iter()
+            .map(|(k, n)| NamedCount {
+                name: name(k),
+                count: n,
+            })
+            .collect(),
+        other,
+    }
+}
+
+fn arc_name(k: &Option<Arc<str>>) -> Option<String> {
+    k.as_deref().map(str::to_string)
+}
+
+/// Builds the shared statistics block.
+pub fn stats_json(s: &Stats) -> StatsJson {
+    let l = &s.latency;
+    let [p50, p95, p99] = l.quantiles_ns([0.5, 0.95, 0.99]);
+    let errors_by_code: Vec<ErrorCode> = s
+        .errors_by_code
+        .sorted()
+        .into_iter()
+        .map(|e| ErrorCode {
+            code: e.code,
+            state: e.state.as_deref().map(str::to_string),
+            count: e.count,
+            message: e.message.to_string(),
+        })
+        .collect();
+    let coded: u64 = errors_by_code.iter().map(|e| e.count).sum();
+    let mut bound = 0.0;
+    let latency_distribution = DECADE_LABELS
+        .iter()
+        .zip(l.decades())
+        .enumerate()
+        .map(|(i, (label, &count))| {
+            let lt = (i + 1 < DECADE_LABELS.len()).then(|| 10f64.powi(i as i32 + 1));
+            let b = DistBucket {
+                label: (*label).to_string(),
+                ge_us: bound,
+                lt_us: lt,
+                count,
+            };
+            bound = lt.unwrap_or(bound);
+            b
+        })
+        .collect();
+    StatsJson {
+        errors: s.errors,
+        ok: s.ok,
+        no_response: s.no_response,
+        incomplete: s.incomplete,
+        no_reply_expected: s.no_reply_expected,
+        latency_us: LatencyUs {
+            count: l.count(),
+            sum: us(l.sum_ns() as f64),
+            min: opt_us(l.min_ns()),
+            max: opt_us(l.max_ns()),
+            mean: l.mean_ns().map(us),
+            p50: opt_us(p50),
+            p95: opt_us(p95),
+            p99: opt_us(p99),
+        },
+        ttfb_us: SummaryUs {
+            count: s.ttfb.count,
+            sum: us(s.ttfb.sum as f64),
+            min: opt_us(s.ttfb.min()),
+            max: opt_us(s.ttfb.max()),
+            mean: s.ttfb.mean().map(us),
+        },
+        bytes_in: sat(s.bytes_in.sum),
+        bytes_out: sat(s.bytes_out.sum),
+        rows: sat(s.rows_sent.sum),
+        rows_affected: sat(s.rows_affected.sum),
+        errors_uncoded: s.errors.saturating_sub(coded),
+        errors_by_code,
+        first_seen: s.first_seen_ns.map(rfc3339),
+        last_seen: s.last_seen_ns.map(rfc3339),
+        databases: dimension(&s.databases, arc_name),
+        users: dimension(&s.users, arc_name),
+        clients: dimension(&s.clients, |ip| Some(ip.to_string())),
+        latency_distribution,
+        example: s.example.as_ref().map(|e| Example {
+            ts: rfc3339(e.start_ns),
+            start_ns: e.start_ns,
+            latency_us: opt_us(e.latency_ns),
+            client: e.client.to_string(),
+            server: e.server.to_string(),
+            database: arc_name(&e.database),
+            user: arc_name(&e.user),
+            statement_id: e.statement_id,
+            text: e.text.as_deref().map(str::to_string),
+            text_truncated: e.text_truncated,
+        }),
+    }
+}
+
+fn round3(v: f64) -> f64 {
+    (v * 1e3).round() / 1e3
+}
+
+/// Builds the document (what [`render`] writes).
+pub fn build(agg: &Aggregator, health: &CaptureHealth, opts: &ReportOptions) -> Report {
+    let t = agg.totals();
+    let span = span_ns(agg, health);
+    let total_ns = t.stats.latency.sum_ns();
+    let ranked = ranked(agg, opts.order_by);
+    let groups_total = ranked.len() as u64;
+    let shown = ranked.len().min(opts.limit);
+    let queries_omitted = ranked.iter().skip(shown).map(|g| g.stats.count).sum();
+    let queries = ranked
+        .iter()
+        .take(shown)
+        .enumerate()
+        .map(|(i, g)| Query {
+            rank: i as u64 + 1,
+            id: g.id.clone(),
+            protocol: g.key.protocol.name().to_string(),
+            command: g.key.command.to_string(),
+            fingerprint: g.fingerprint.clone(),
+            overflow: g.overflow,
+            count: g.stats.count,
+            response_time_pct: if total_ns > 0 {
+                round3(g.stats.latency.sum_ns() as f64 * 100.0 / total_ns as f64)
+            } else {
+                0.0
+            },
+            qps: rate(g.stats.count, span).map(round3),
+            concurrency: concurrency(g.stats.latency.sum_ns(), span).map(round3),
+            stats: stats_json(&g.stats),
+        })
+        .collect();
+    Report {
+        version: SCHEMA_VERSION,
+        capture: Capture {
+            health: health.clone(),
+            complete: health.is_complete(),
+            first_ts: health.first_ts_ns.map(rfc3339),
+            last_ts: health.last_ts_ns.map(rfc3339),
+        },
+        totals: Totals {
+            queries: t.stats.count,
+            unique: t.unique_groups,
+            overflow_queries: t.overflow_events,
+            stats: stats_json(&t.stats),
+            time_span_s: span.map(|s| s as f64 / 1e9),
+            qps: rate(t.stats.count, span).map(round3),
+            concurrency: concurrency(total_ns, span).map(round3),
+        },
+        order_by: opts.order_by.name().to_string(),
+        limit: (opts.limit != usize::MAX).then_some(opts.limit),
+        groups_total,
+        groups_omitted: groups_total - shown as u64,
+        queries_omitted,
+        queries,
+    }
+}
+
+/// Writes the JSON report (pretty-printed, ending with a newline).
+pub fn render(
+    agg: &Aggregator,
+    health: &CaptureHealth,
+    opts: &ReportOptions,
+    out: &mut impl Write,
+) -> io::Result<()> {
+    let report = build(agg, health, opts);
+    serde_json::to_writer_pretty(&mut *out, &report)?;
+    out.write_all(b"\n")
+}

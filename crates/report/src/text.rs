@@ -1,0 +1,562 @@
+//! The text report, laid out like pt-query-digest's (overall summary, profile, one block per
+//! query) with percentiles, errors, and a capture-health block that says when numbers are
+//! incomplete. All wire text is sanitized so a query cannot send escape sequences to a terminal.
+
+use std::io::{self, Write};
+use std::sync::Arc;
+
+use aggregate::{Aggregator, DECADE_LABELS, DIM_SHOW, Group, Stats, TopCounter};
+
+use crate::fmt::{bytes, count, duration, rfc3339, sanitize, shorten, thousands};
+use crate::{CaptureHealth, ReportOptions, concurrency, ranked, rate, span_ns};
+
+const BAR_WIDTH: u64 = 64;
+const ATTR_WIDTH: usize = 13;
+
+struct Painter {
+    color: bool,
+}
+
+impl Painter {
+    fn paint(&self, code: &str, s: &str) -> String {
+        if self.color {
+            format!("\x1b[{code}m{s}\x1b[0m")
+        } else {
+            s.to_string()
+        }
+    }
+    fn bold(&self, s: &str) -> String {
+        self.paint("1", s)
+    }
+    fn red(&self, s: &str) -> String {
+        self.paint("1;31", s)
+    }
+    fn yellow(&self, s: &str) -> String {
+        self.paint("33", s)
+    }
+    fn green(&self, s: &str) -> String {
+        self.paint("32", s)
+    }
+}
+
+/// Writes the text report.
+pub fn render(
+    agg: &Aggregator,
+    health: &CaptureHealth,
+    opts: &ReportOptions,
+    out: &mut impl Write,
+) -> io::Result<()> {
+    let p = Painter { color: opts.color };
+    let span = span_ns(agg, health);
+    let ranked = ranked(agg, opts.order_by);
+    let totals = agg.totals();
+    let t = &totals.stats;
+
+    // Overall.
+    writeln!(out, "{}", p.bold("# dbtap query digest"))?;
+    if !health.files.is_empty() {
+        let files: Vec<String> = health.files.iter().map(|f| sanitize(f, false)).collect();
+        writeln!(out, "# Files: {}", files.join(", "))?;
+    }
+    let mut overall = format!(
+        "# Overall: {} queries, {} unique, {} errors",
+        thousands(t.count),
+        thousands(totals.unique_groups),
+        thousands(t.errors)
+    );
+    if let Some(qps) = rate(t.count, span) {
+        overall.push_str(&format!(", {qps:.2} QPS"));
+    }
+    if let Some(c) = concurrency(t.latency.sum_ns(), span) {
+        overall.push_str(&format!(", {c:.2}x concurrency"));
+    }
+    writeln!(out, "{overall}")?;
+    let (first, last) = match (health.first_ts_ns, health.last_ts_ns) {
+        (Some(a), Some(b)) => (Some(a), Some(b)),
+        _ => (t.first_seen_ns, t.last_seen_ns),
+    };
+    if let (Some(a), Some(b)) = (first, last) {
+        writeln!(
+            out,
+            "# Time range: {} to {} ({})",
+            rfc3339(a),
+            rfc3339(b),
+            duration(b.saturating_sub(a) as f64)
+        )?;
+    }
+    attribute_table(out, t, None)?;
+    writeln!(out, "{}", outcomes(t))?;
+    writeln!(out)?;
+
+    health_block(out, &p, health, agg)?;
+    writeln!(out)?;
+
+    profile(out, agg, &ranked, opts)?;
+
+    for (i, g) in ranked.iter().take(opts.limit).enumerate() {
+        writeln!(out)?;
+        details(out, &p, agg, g, i + 1, span)?;
+    }
+    Ok(())
+}
+
+fn outcomes(s: &Stats) -> String {
+    format!(
+        "# Outcomes: {} ok, {} error, {} no response, {} incomplete, {} no reply expected",
+        thousands(s.ok),
+        thousands(s.errors),
+        thousands(s.no_response),
+        thousands(s.incomplete),
+        thousands(s.no_reply_expected)
+    )
+}
+
+fn pct_of(part: u128, whole: u128) -> String {
+    part.saturating_mul(100)
+        .checked_div(whole)
+        .map_or(String::new(), |v| v.to_string())
+}
+
+/// The attribute table. With `whole` (the totals), a `pct` column gives this group's share.
+fn attribute_table(out: &mut impl Write, s: &Stats, whole: Option<&Stats>) -> io::Result<()> {
+    let with_pct = whole.is_some();
+    let head = ["total", "min", "max", "avg", "p50", "p95", "p99"];
+    let mut h = format!("# {:<ATTR_WIDTH$}", "Attribute");
+    let mut u = format!("# {}", "=".repeat(ATTR_WIDTH));
+    if with_pct {
+        h.push_str(" pct");
+        u.push_str(" ===");
+    }
+    for c in head {
+        h.push_str(&format!(" {c:>7}"));
+        u.push_str(" =======");
+    }
+    writeln!(out, "{h}")?;
+    writeln!(out, "{u}")?;
+
+    let row =
+        |out: &mut dyn Write, name: &str, pct: Option<String>, cols: &[String]| -> io::Result<()> {
+            let mut line = format!("# {name:<ATTR_WIDTH$}");
+            if with_pct {
+                line.push_str(&format!(" {:>3}", pct.unwrap_or_default()));
+            }
+            for c in cols {
+                line.push_str(&format!(" {c:>7}"));
+            }
+            writeln!(out, "{}", line.trim_end())
+        };
+
+    if let Some(w) = whole {
+        row(
+            out,
+            "Count",
+            Some(pct_of(s.count.into(), w.count.into())),
+            &[count(s.count as f64)],
+        )?;
+    }
+    let l = &s.latency;
+    let d = |v: Option<u64>| v.map_or("-".to_string(), |n| duration(n as f64));
+    let [p50, p95, p99] = l.quantiles_ns([0.5, 0.95, 0.99]);
+    row(
+        out,
+        "Exec time",
+        whole.map(|w| pct_of(l.sum_ns(), w.latency.sum_ns())),
+        &[
+            duration(l.sum_ns() as f64),
+            d(l.min_ns()),
+            d(l.max_ns()),
+            l.mean_ns().map_or("-".to_string(), duration),
+            d(p50),
+            d(p95),
+            d(p99),
+        ],
+    )?;
+    let f = &s.ttfb;
+    row(
+        out,
+        "Time to 1st B",
+        whole.map(|w| pct_of(f.sum, w.ttfb.sum)),
+        &[
+            duration(f.sum as f64),
+            d(f.min()),
+            d(f.max()),
+            f.mean().map_or("-".to_string(), duration),
+        ],
+    )?;
+    let sums = [
+        (
+            "Bytes in",
+            &s.bytes_in,
+            whole.map(|w| &w.bytes_in),
+            bytes as fn(f64) -> String,
+        ),
+        (
+            "Bytes out",
+            &s.bytes_out,
+            whole.map(|w| &w.bytes_out),
+            bytes,
+        ),
+        (
+            "Rows sent",
+            &s.rows_sent,
+            whole.map(|w| &w.rows_sent),
+            count,
+        ),
+        (
+            "Rows affected",
+            &s.rows_affected,
+            whole.map(|w| &w.rows_affected),
+            count,
+        ),
+    ];
+    for (name, v, w, f) in sums {
+        let o = |x: Option<u64>| x.map_or("-".to_string(), |n| f(n as f64));
+        row(
+            out,
+            name,
+            w.map(|w| pct_of(v.sum, w.sum)),
+            &[
+                f(v.sum as f64),
+                o(v.min()),
+                o(v.max()),
+                v.mean().map_or("-".to_string(), f),
+            ],
+        )?;
+    }
+    if let Some(w) = whole {
+        row(
+            out,
+            "Errors",
+            Some(pct_of(s.errors.into(), w.errors.into())),
+            &[count(s.errors as f64)],
+        )?;
+    }
+    Ok(())
+}
+
+fn health_block(
+    out: &mut impl Write,
+    p: &Painter,
+    h: &CaptureHealth,
+    agg: &Aggregator,
+) -> io::Result<()> {
+    let problems = h.problems();
+    if problems.is_empty() {
+        writeln!(
+            out,
+            "# Capture health: {}",
+            p.green("complete (nothing lost or skipped)")
+        )?;
+    } else {
+        writeln!(
+            out,
+            "# Capture health: {}",
+            p.red("INCOMPLETE: some traffic was lost or not understood; the numbers undercount")
+        )?;
+    }
+    writeln!(
+        out,
+        "#   {} packets ({} bytes), {} TCP segments, {} connections, {} non-TCP",
+        thousands(h.packets),
+        bytes(h.bytes as f64),
+        thousands(h.tcp_segments),
+        thousands(h.connections),
+        thousands(h.non_tcp)
+    )?;
+    if h.duplicates > 0 || h.out_of_order > 0 {
+        writeln!(
+            out,
+            "#   repaired: {} duplicate segments ({} bytes retransmitted), {} out of order",
+            thousands(h.duplicates),
+            bytes(h.retransmitted_bytes as f64),
+            thousands(h.out_of_order)
+        )?;
+    }
+    let w = problems.iter().map(|x| x.0.len()).max().unwrap_or(0);
+    let n = problems
+        .iter()
+        .map(|x| thousands(x.1).len())
+        .max()
+        .unwrap_or(0);
+    for (name, v, what) in &problems {
+        let line = format!("#   !! {name:<w$} {:>n$}  {what}", thousands(*v));
+        writeln!(out, "{}", p.yellow(&line))?;
+    }
+    let t = agg.totals();
+    if t.overflow_events > 0 {
+        let line = format!(
+            "#   !! {} queries of groups beyond the {}-group bound are counted in \"other\"",
+            thousands(t.overflow_events),
+            thousands(agg.config().max_groups as u64)
+        );
+        writeln!(out, "{}", p.yellow(&line))?;
+    }
+    for warning in &h.warnings {
+        writeln!(
+            out,
+            "{}",
+            p.yellow(&format!("#   warning: {}", sanitize(warning, false)))
+        )?;
+    }
+    Ok(())
+}
+
+fn profile(
+    out: &mut impl Write,
+    agg: &Aggregator,
+    ranked: &[&Group],
+    opts: &ReportOptions,
+) -> io::Result<()> {
+    let total = agg.totals().stats.latency.sum_ns();
+    let shown = &ranked[..ranked.len().min(opts.limit)];
+    let rest = &ranked[shown.len()..];
+    let cmd = |g: &Group| format!("{} {}", g.key.protocol.name(), g.key.command);
+    let id_w = shown
+        .iter()
+        .map(|g| sanitize(&g.id, false).chars().count())
+        .max()
+        .unwrap_or(0)
+        .max(8);
+    let cmd_w = shown.iter().map(|g| cmd(g).len()).max().unwrap_or(0).max(7);
+    let calls_w = ranked
+        .iter()
+        .map(|g| thousands(g.stats.count).len())
+        .max()
+        .unwrap_or(0)
+        .max(5);
+    let rt = |sum: u128| {
+        let pct = if total > 0 {
+            sum as f64 * 100.0 / total as f64
+        } else {
+            0.0
+        };
+        format!("{:>7} {:>5.1}%", duration(sum as f64), pct)
+    };
+    writeln!(out, "# Profile")?;
+    let head = format!(
+        "# Rank {:<id_w$} {:<14} {:>calls_w$} {:>7} {:>7} {:>6} {:<cmd_w$} Fingerprint",
+        "Query ID", "Response time", "Calls", "R/Call", "p99", "Errors", "Command"
+    );
+    let prefix_len = head.chars().count() - "Fingerprint".len();
+    let fp_w = if opts.width == 0 {
+        usize::MAX
+    } else {
+        opts.width.saturating_sub(prefix_len).max(20)
+    };
+    writeln!(out, "{head}")?;
+    writeln!(
+        out,
+        "# ==== {} {} {} ======= ======= ====== {} ===========",
+        "=".repeat(id_w),
+        "=".repeat(14),
+        "=".repeat(calls_w),
+        "=".repeat(cmd_w)
+    )?;
+    for (i, g) in shown.iter().enumerate() {
+        let s = &g.stats;
+        let r_call = s.latency.mean_ns().map_or("-".to_string(), duration);
+        let p99 = s
+            .latency
+            .quantile_ns(0.99)
+            .map_or("-".to_string(), |v| duration(v as f64));
+        let line = format!(
+            "# {:>4} {:<id_w$} {} {:>calls_w$} {:>7} {:>7} {:>6} {:<cmd_w$} {}",
+            i + 1,
+            sanitize(&g.id, false),
+            rt(s.latency.sum_ns()),
+            thousands(s.count),
+            r_call,
+            p99,
+            thousands(s.errors),
+            cmd(g),
+            shorten(&sanitize(&g.fingerprint, false), fp_w)
+        );
+        writeln!(out, "{}", line.trim_end())?;
+    }
+    if !rest.is_empty() {
+        let mut misc = Stats::default();
+        for g in rest {
+            misc.merge(&g.stats);
+        }
+        let r_call = misc.latency.mean_ns().map_or("-".to_string(), duration);
+        writeln!(
+            out,
+            "# MISC {:<id_w$} {} {:>calls_w$} {:>7} {:>7} {:>6} {:<cmd_w$} <{} ITEMS>",
+            "MISC",
+            rt(misc.latency.sum_ns()),
+            thousands(misc.count),
+            r_call,
+            "-",
+            thousands(misc.errors),
+            "",
+            rest.len()
+        )?;
+    }
+    Ok(())
+}
+
+fn dim_line<K: std::hash::Hash + Eq + Clone + Ord>(
+    name: &str,
+    c: &TopCounter<K>,
+    total: u64,
+    show: impl Fn(&K) -> String,
+) -> Option<String> {
+    let (top, other) = c.top(DIM_SHOW);
+    if top.is_empty() && other == 0 {
+        return None;
+    }
+    let pct = |n: u64| {
+        if total > 0 {
+            (n as f64 * 100.0 / total as f64).round() as u64
+        } else {
+            0
+        }
+    };
+    let mut parts: Vec<String> = Vec::new();
+    if top.len() == 1 && other == 0 {
+        parts.push(sanitize(&show(top[0].0), false));
+    } else {
+        for (k, n) in &top {
+            parts.push(format!(
+                "{} ({}/{}%)",
+                sanitize(&show(k), false),
+                thousands(*n),
+                pct(*n)
+            ));
+        }
+        if other > 0 {
+            parts.push(format!("other ({}/{}%)", thousands(other), pct(other)));
+        }
+    }
+    Some(format!("# {name:<ATTR_WIDTH$} {}", parts.join(", ")))
+}
+
+fn name_or_unknown(k: &Option<Arc<str>>) -> String {
+    k.as_deref().unwrap_or("(unknown)").to_string()
+}
+
+fn details(
+    out: &mut impl Write,
+    p: &Painter,
+    agg: &Aggregator,
+    g: &Group,
+    rank: usize,
+    span: Option<u64>,
+) -> io::Result<()> {
+    let s = &g.stats;
+    let mut head = format!("# Query {rank}:");
+    let mut rates = Vec::new();
+    if let Some(q) = rate(s.count, span) {
+        rates.push(format!("{q:.2} QPS"));
+    }
+    if let Some(c) = concurrency(s.latency.sum_ns(), span) {
+        rates.push(format!("{c:.2}x concurrency"));
+    }
+    if !rates.is_empty() {
+        head.push(' ');
+        head.push_str(&rates.join(", "));
+        head.push(',');
+    }
+    head.push_str(&format!(" ID {}", sanitize(&g.id, false)));
+    writeln!(out, "{}", p.bold(&head))?;
+    if g.overflow {
+        writeln!(
+            out,
+            "# Queries of groups beyond the {}-group bound, all fingerprints mixed",
+            thousands(agg.config().max_groups as u64)
+        )?;
+    } else {
+        writeln!(
+            out,
+            "# Protocol {}, command {}",
+            g.key.protocol.name(),
+            g.key.command
+        )?;
+    }
+    if let (Some(a), Some(b)) = (s.first_seen_ns, s.last_seen_ns) {
+        writeln!(out, "# Time range: {} to {}", rfc3339(a), rfc3339(b))?;
+    }
+    attribute_table(out, s, Some(&agg.totals().stats))?;
+    writeln!(out, "{}", outcomes(s))?;
+
+    let errs = s.errors_by_code.sorted();
+    if !errs.is_empty() || s.errors_by_code.other() > 0 {
+        writeln!(out, "# Errors by code")?;
+        for e in errs {
+            let code = match &e.state {
+                Some(st) => format!("{} ({})", e.code, sanitize(st, false)),
+                None => e.code.to_string(),
+            };
+            let line = format!(
+                "#   {code} x{}: {}",
+                thousands(e.count),
+                sanitize(&e.message, false)
+            );
+            writeln!(out, "{}", p.yellow(&line))?;
+        }
+        if s.errors_by_code.other() > 0 {
+            writeln!(
+                out,
+                "#   other codes x{}",
+                thousands(s.errors_by_code.other())
+            )?;
+        }
+    }
+    for line in [
+        dim_line("Databases", &s.databases, s.count, name_or_unknown),
+        dim_line("Users", &s.users, s.count, name_or_unknown),
+        dim_line("Clients", &s.clients, s.count, |ip| ip.to_string()),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        writeln!(out, "{line}")?;
+    }
+
+    writeln!(out, "# Exec time distribution")?;
+    let dec = s.latency.decades();
+    let max = dec.iter().copied().max().unwrap_or(0);
+    for (label, &n) in DECADE_LABELS.iter().zip(dec) {
+        let bar = if n == 0 || max == 0 {
+            0
+        } else {
+            (n * BAR_WIDTH).div_ceil(max)
+        };
+        let line = format!("# {label:>5}  {}", "#".repeat(bar as usize));
+        writeln!(out, "{}", line.trim_end())?;
+    }
+
+    writeln!(out, "# Fingerprint")?;
+    writeln!(out, "#    {}", sanitize(&g.fingerprint, false))?;
+
+    if let Some(ex) = &s.example {
+        let mut what = vec![
+            format!("at {}", rfc3339(ex.start_ns)),
+            format!("client {} -> {}", ex.client, ex.server),
+        ];
+        if let Some(db) = &ex.database {
+            what.push(format!("database {}", sanitize(db, false)));
+        }
+        if let Some(u) = &ex.user {
+            what.push(format!("user {}", sanitize(u, false)));
+        }
+        if let Some(id) = ex.statement_id {
+            what.push(format!("statement {id}"));
+        }
+        let lat = ex
+            .latency_ns
+            .map_or("no response".to_string(), |l| duration(l as f64));
+        writeln!(out, "# Slowest: {lat} {}", what.join(", "))?;
+        match &ex.text {
+            Some(text) => {
+                if ex.text_truncated {
+                    writeln!(out, "# (text truncated)")?;
+                }
+                let clean = sanitize(text, true);
+                writeln!(out, "{}", clean.trim_end_matches('\n'))?;
+            }
+            None => writeln!(out, "# (no text captured)")?,
+        }
+    }
+    Ok(())
+}

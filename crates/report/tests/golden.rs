@@ -1,0 +1,412 @@
+//! Golden-file tests of the text, JSON and NDJSON renderers. Re-bless with `BLESS=1 cargo test`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use aggregate::{AggConfig, Aggregator, GroupKey};
+use proto::{DbError, Outcome, Protocol, QueryEvent};
+use report::{CaptureHealth, OrderBy, ReportOptions, events, json, text};
+
+const T0: u64 = 1_704_067_200_000_000_000; // 2024-01-01T00:00:00Z
+
+fn addr(ip: [u8; 4], port: u16) -> SocketAddr {
+    SocketAddr::from((ip, port))
+}
+
+/// xorshift64*: deterministic input without a dependency.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+struct Spec {
+    hash: u64,
+    command: &'static str,
+    fingerprint: &'static str,
+    id: &'static str,
+    text: &'static str,
+}
+
+const SPECS: [Spec; 5] = [
+    Spec {
+        hash: 1,
+        command: "query",
+        fingerprint: "select * from sbtest? where id = ?",
+        id: "D356635DF7E95120",
+        text: "SELECT * FROM sbtest1 WHERE id = 191",
+    },
+    Spec {
+        hash: 2,
+        command: "query",
+        fingerprint: "update sbtest? set k=k+? where id=?",
+        id: "B2249CB854EE3C2A",
+        text: "UPDATE sbtest2 SET k=k+1 WHERE id=249",
+    },
+    Spec {
+        hash: 3,
+        command: "execute",
+        fingerprint: "select c from sbtest? where id between ? and ?",
+        id: "A729E7889F57828D",
+        text: "SELECT c FROM sbtest3 WHERE id BETWEEN ? AND ?",
+    },
+    Spec {
+        hash: 4,
+        command: "query",
+        fingerprint: "select * from t where a = ? and b in(?+) and c like ? and d > ? order by e limit ?",
+        id: "0C3A1F00D00DFEED",
+        text: "SELECT * FROM t WHERE a = 'x\u{1b}[31m' AND b IN (1,2,3) AND c LIKE '%y%' AND d > 5 ORDER BY e LIMIT 10",
+    },
+    Spec {
+        hash: 5,
+        command: "ping",
+        fingerprint: "ping",
+        id: "PING",
+        text: "",
+    },
+];
+
+fn events() -> Vec<(usize, QueryEvent)> {
+    let mut rng = Rng(42);
+    let mut out = Vec::new();
+    for i in 0..400u64 {
+        let which = match rng.below(100) {
+            0..=54 => 0,
+            55..=79 => 1,
+            80..=94 => 2,
+            95..=97 => 3,
+            _ => 4,
+        };
+        let spec = &SPECS[which];
+        let start = T0 + i * 50_000_000 + rng.below(1_000_000);
+        // Latency spread over decades, per group.
+        let base = [80_000u64, 900_000, 15_000_000, 250_000_000, 20_000][which];
+        let latency = base / 2 + rng.below(base * 3);
+        let host = rng.below(3) as u8;
+        let mut ev = QueryEvent {
+            protocol: Protocol::Mysql,
+            conn: u64::from(host) + 1,
+            client: addr([10, 0, 0, 10 + host], 40_000 + u16::from(host)),
+            server: addr([10, 0, 0, 1], 3306),
+            start_ns: start,
+            first_response_ns: Some(start + latency * 3 / 4),
+            end_ns: Some(start + latency),
+            user: Some(Arc::from(if host == 2 { "batch" } else { "app" })),
+            database: Some(Arc::from(if host == 1 { "shop_eu" } else { "shop" })),
+            command: spec.command,
+            text: (!spec.text.is_empty()).then(|| Arc::from(spec.text)),
+            text_truncated: false,
+            statement_id: (spec.command == "execute").then_some(7),
+            bytes_in: 20 + spec.text.len() as u64,
+            bytes_out: if which == 0 { 300 + rng.below(200) } else { 11 },
+            rows_sent: if which == 0 || which == 2 {
+                1 + rng.below(10)
+            } else {
+                0
+            },
+            rows_affected: if which == 1 { 1 } else { 0 },
+            outcome: Outcome::Ok,
+            error: None,
+        };
+        if which == 1 && rng.below(10) == 0 {
+            ev.outcome = Outcome::Error;
+            ev.error = Some(DbError {
+                code: 1213,
+                state: Some("40001".into()),
+                message: "Deadlock found when trying to get lock; try restarting transaction"
+                    .into(),
+            });
+            ev.rows_affected = 0;
+        }
+        if which == 3 && i % 2 == 0 {
+            ev.outcome = Outcome::Error;
+            ev.error = Some(DbError {
+                code: 1146,
+                state: Some("42S02".into()),
+                message: "Table 'shop.t' doesn't exist".into(),
+            });
+        }
+        if i == 399 {
+            ev.outcome = Outcome::NoResponse;
+            ev.first_response_ns = None;
+            ev.end_ns = None;
+            ev.bytes_out = 0;
+            ev.rows_sent = 0;
+        }
+        out.push((which, ev));
+    }
+    out
+}
+
+fn aggregate(max_groups: usize) -> Aggregator {
+    let mut agg = Aggregator::new(AggConfig {
+        max_groups,
+        keep_examples: true,
+    });
+    for (which, ev) in events() {
+        let s = &SPECS[which];
+        let key = GroupKey {
+            protocol: ev.protocol,
+            command: s.command,
+            fingerprint_hash: s.hash,
+        };
+        agg.add(&ev, key, || (s.fingerprint.to_string(), s.id.to_string()));
+    }
+    agg
+}
+
+fn complete_health() -> CaptureHealth {
+    CaptureHealth {
+        files: vec!["sysbench.pcap".into()],
+        packets: 1_650,
+        bytes: 412_345,
+        non_tcp: 4,
+        tcp_segments: 1_640,
+        connections: 3,
+        duplicates: 2,
+        retransmitted_bytes: 180,
+        out_of_order: 1,
+        first_ts_ns: Some(T0 - 5_000_000),
+        last_ts_ns: Some(T0 + 20_000_000_000),
+        ..CaptureHealth::default()
+    }
+}
+
+fn lossy_health() -> CaptureHealth {
+    CaptureHealth {
+        gaps: 3,
+        gap_bytes: 4_410,
+        unparsed_bytes: 1_200,
+        responses_without_request: 2,
+        unanswered: 1,
+        encrypted_connections: 1,
+        warnings: vec!["interface dropped 12 packets".into()],
+        ..complete_health()
+    }
+}
+
+fn golden(name: &str, actual: &str) {
+    let path: PathBuf = [env!("CARGO_MANIFEST_DIR"), "tests", "golden", name]
+        .iter()
+        .collect();
+    if std::env::var_os("BLESS").is_some() {
+        std::fs::write(&path, actual).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
+        return;
+    }
+    let expected = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "read {}: {e} (run with BLESS=1 to create it)",
+            path.display()
+        )
+    });
+    if expected != actual {
+        for (i, (a, b)) in expected.lines().zip(actual.lines()).enumerate() {
+            if a != b {
+                panic!(
+                    "{name} differs at line {}:\nexpected: {a}\nactual:   {b}\n(BLESS=1 to accept)",
+                    i + 1
+                );
+            }
+        }
+        panic!(
+            "{name} differs in length: {} vs {} lines (BLESS=1 to accept)",
+            expected.lines().count(),
+            actual.lines().count()
+        );
+    }
+}
+
+fn render_text(agg: &Aggregator, h: &CaptureHealth, o: &ReportOptions) -> String {
+    let mut buf = Vec::new();
+    text::render(agg, h, o, &mut buf).unwrap_or_else(|e| panic!("render: {e}"));
+    String::from_utf8(buf).unwrap_or_else(|e| panic!("utf8: {e}"))
+}
+
+fn render_json(agg: &Aggregator, h: &CaptureHealth, o: &ReportOptions) -> String {
+    let mut buf = Vec::new();
+    json::render(agg, h, o, &mut buf).unwrap_or_else(|e| panic!("render: {e}"));
+    String::from_utf8(buf).unwrap_or_else(|e| panic!("utf8: {e}"))
+}
+
+#[test]
+fn text_complete() {
+    let agg = aggregate(100);
+    golden(
+        "complete.txt",
+        &render_text(&agg, &complete_health(), &ReportOptions::default()),
+    );
+}
+
+#[test]
+fn text_lossy_overflow_limited() {
+    let agg = aggregate(3);
+    let opts = ReportOptions {
+        limit: 2,
+        order_by: OrderBy::Count,
+        color: false,
+        width: 100,
+    };
+    golden("lossy.txt", &render_text(&agg, &lossy_health(), &opts));
+}
+
+#[test]
+fn json_complete() {
+    let agg = aggregate(100);
+    golden(
+        "complete.json",
+        &render_json(&agg, &complete_health(), &ReportOptions::default()),
+    );
+}
+
+#[test]
+fn json_lossy_overflow_limited() {
+    let agg = aggregate(3);
+    let opts = ReportOptions {
+        limit: 2,
+        order_by: OrderBy::Count,
+        color: false,
+        width: 100,
+    };
+    golden("lossy.json", &render_json(&agg, &lossy_health(), &opts));
+}
+
+#[test]
+fn ndjson_events() {
+    let mut buf = Vec::new();
+    for (which, ev) in events().into_iter().filter(|(w, _)| *w >= 2).take(6) {
+        let s = &SPECS[which];
+        events::write_ndjson(&ev, s.fingerprint, s.id, &mut buf).unwrap_or_else(|e| panic!("{e}"));
+    }
+    let (which, mut last) = events().pop().unwrap_or_else(|| panic!("no events"));
+    last.text = None;
+    let s = &SPECS[which];
+    events::write_ndjson(&last, s.fingerprint, s.id, &mut buf).unwrap_or_else(|e| panic!("{e}"));
+    let s = String::from_utf8(buf).unwrap_or_else(|e| panic!("{e}"));
+    for line in s.lines() {
+        let v: serde_json::Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
+        for k in [
+            "ts",
+            "start_ns",
+            "protocol",
+            "command",
+            "id",
+            "fingerprint",
+            "client",
+            "server",
+            "outcome",
+        ] {
+            assert!(v.get(k).is_some(), "{k} missing in {line}");
+        }
+    }
+    golden("events.ndjson", &s);
+}
+
+#[test]
+fn json_round_trips_and_has_the_promised_fields() {
+    let agg = aggregate(3);
+    let opts = ReportOptions {
+        limit: 2,
+        order_by: OrderBy::Total,
+        color: false,
+        width: 0,
+    };
+    let s = render_json(&agg, &lossy_health(), &opts);
+    let back: json::Report = serde_json::from_str(&s).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(back, json::build(&agg, &lossy_health(), &opts));
+    assert_eq!(back.version, 1);
+    assert!(!back.capture.complete);
+    assert_eq!(back.queries.len(), 2);
+    assert_eq!(back.limit, Some(2));
+    assert_eq!(back.groups_total, 4);
+    assert_eq!(back.groups_omitted, 2);
+    let shown: u64 = back.queries.iter().map(|q| q.count).sum();
+    assert_eq!(shown + back.queries_omitted, back.totals.queries);
+
+    let v: serde_json::Value = serde_json::from_str(&s).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(v["totals"]["queries"], 400);
+    assert!(v["totals"]["errors"].as_u64().is_some());
+    let q = &v["queries"][0];
+    for k in [
+        "id",
+        "protocol",
+        "command",
+        "fingerprint",
+        "count",
+        "errors",
+        "bytes_in",
+        "bytes_out",
+        "rows",
+        "rows_affected",
+        "errors_by_code",
+        "first_seen",
+        "last_seen",
+        "databases",
+        "users",
+        "clients",
+        "example",
+    ] {
+        assert!(q.get(k).is_some(), "queries[0].{k} missing");
+    }
+    for k in ["sum", "min", "max", "mean", "p50", "p95", "p99"] {
+        assert!(
+            q["latency_us"][k].as_f64().is_some(),
+            "latency_us.{k} missing"
+        );
+    }
+    assert_eq!(q["protocol"], "mysql");
+    for k in ["packets", "gaps", "unanswered", "files", "warnings"] {
+        assert!(v["capture"].get(k).is_some(), "capture.{k} missing");
+    }
+}
+
+#[test]
+fn ranking_orders() {
+    let agg = aggregate(100);
+    for order in [
+        OrderBy::Total,
+        OrderBy::Count,
+        OrderBy::P99,
+        OrderBy::Errors,
+    ] {
+        let r = report::ranked(&agg, order);
+        assert_eq!(r.len(), 5);
+        for w in r.windows(2) {
+            let (a, b) = (&w[0].stats, &w[1].stats);
+            let ok = match order {
+                OrderBy::Total => a.latency.sum_ns() >= b.latency.sum_ns(),
+                OrderBy::Count => a.count >= b.count,
+                OrderBy::P99 => a.latency.quantile_ns(0.99) >= b.latency.quantile_ns(0.99),
+                OrderBy::Errors => a.errors >= b.errors,
+            };
+            assert!(ok, "{order:?} out of order");
+        }
+    }
+}
+
+#[test]
+fn color_and_empty_inputs_render() {
+    let agg = Aggregator::new(AggConfig::default());
+    let opts = ReportOptions {
+        color: true,
+        ..ReportOptions::default()
+    };
+    let t = render_text(&agg, &CaptureHealth::default(), &opts);
+    assert!(t.contains("0 queries"));
+    let j = render_json(&agg, &CaptureHealth::default(), &opts);
+    let back: json::Report = serde_json::from_str(&j).unwrap_or_else(|e| panic!("{e}"));
+    assert!(back.queries.is_empty());
+    assert!(back.capture.complete);
+    let agg = aggregate(100);
+    let t = render_text(&agg, &lossy_health(), &opts);
+    assert!(t.contains("\x1b[1;31mINCOMPLETE"));
+    assert!(!render_text(&agg, &lossy_health(), &ReportOptions::default()).contains('\x1b'));
+}
