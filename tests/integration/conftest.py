@@ -66,7 +66,7 @@ def sysbench_capture(server):
         anyc.start()
         before = server.status()
         sb = harness.sysbench_run(PORT, SYSBENCH_THREADS, SYSBENCH_SECONDS, SYSBENCH_TABLE_SIZE)
-        after = server.status()
+        after = server.status(threads=before["Threads_connected"])
     finally:
         lo_stats = lo.stop()
         any_stats = anyc.stop()
@@ -91,7 +91,8 @@ def scripted_capture(server, tmp_path_factory):
         cap.start()
         before = server.status()
         ledger = w.run()
-        after = server.status()
+        # every workload connection closed, the pre-existing one included
+        after = server.status(threads=before["Threads_connected"] - 1)
     finally:
         stats = cap.stop()
     _check_tcpdump(stats, "lo")

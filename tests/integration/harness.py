@@ -56,6 +56,8 @@ USER2, PASSWORD2 = "tap2", "tap2pw"
 #   COM_STMT_SEND_LONG_DATA, COM_INIT_DB, COM_CHANGE_USER and COM_QUIT. NOT for COM_PING,
 #   COM_STATISTICS, COM_STMT_PREPARE, COM_STMT_CLOSE, COM_STMT_RESET. (Queries = Questions + those
 #   three COM_STMT_* + statements inside stored programs.)
+# * Rows_sent: +1 per row sent in a result set (each result set of a multi-statement query, each
+#   COM_STMT_EXECUTE result), but NOT the rows sent in answer to COM_STMT_FETCH (cursor).
 # * Connections: +1 per TCP connection accepted (a bare connect that sends nothing included).
 #   Ssl_accepts: +1 per TLS handshake.
 # * Clients: pymysql with autocommit=True sends no statement at connect; MySQLdb with
@@ -69,7 +71,7 @@ USER2, PASSWORD2 = "tap2", "tap2pw"
 # ---------------------------------------------------------------------------------------------
 
 COUNTERS = [
-    "Questions", "Queries", "Connections", "Aborted_connects", "Ssl_accepts",
+    "Questions", "Queries", "Connections", "Aborted_connects", "Ssl_accepts", "Rows_sent",
     "Com_select", "Com_insert", "Com_update", "Com_delete", "Com_replace",
     "Com_begin", "Com_commit", "Com_rollback", "Com_set_option", "Com_show_status",
     "Com_stmt_prepare", "Com_stmt_execute", "Com_stmt_close", "Com_stmt_reset",
@@ -236,28 +238,53 @@ class Server:
         args.update(kw)
         return pymysql.connect(**args)
 
-    def status(self) -> dict[str, int]:
-        """SHOW GLOBAL STATUS over one persistent socket connection. Each call bumps Questions and
-        Com_show_status by exactly one (its own statement); delta() removes that."""
+    def status(self, threads: int | None = None, timeout: float = 30.0) -> dict[str, int]:
+        """SHOW GLOBAL STATUS over one persistent socket connection.
+
+        With `threads`, first wait until Threads_connected == threads (this connection included):
+        a client's COM_QUIT is handled by the server after the client's close() has returned, so
+        without the wait a snapshot can miss the last Questions of a workload. Every SHOW counts
+        itself in Questions/Com_show_status and its rows in Rows_sent; the snapshot records how
+        many so that delta() can take them back out."""
         if self._status_conn is None:
             self._status_conn = self.root()
-        with self._status_conn.cursor() as cur:
-            cur.execute("SHOW GLOBAL STATUS")
+        polls = extra_rows = 0
+        deadline = time.monotonic() + timeout
+        while True:
+            with self._status_conn.cursor() as cur:
+                cur.execute("SHOW GLOBAL STATUS")
+                rows = cur.fetchall()
+            polls += 1
             out = {}
-            for k, v in cur.fetchall():
+            for k, v in rows:
                 try:
                     out[k] = int(v)
                 except (TypeError, ValueError):
                     pass
+            if threads is None or out["Threads_connected"] == threads:
+                break
+            if time.monotonic() > deadline:
+                die(f"Threads_connected stayed {out['Threads_connected']}, expected {threads}")
+            extra_rows += len(rows)
+            time.sleep(0.05)
+        out["__statements"] = polls        # SHOW statements run by this call, counted in `out`
+        out["__rows_counted"] = extra_rows  # rows of the earlier polls, counted in Rows_sent
+        out["__rows_returned"] = len(rows)  # rows of the last one, counted after `out` was read
         return out
 
 
 def delta(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
-    """after - before for every numeric counter, less the one SHOW GLOBAL STATUS that took `after`."""
-    d = {k: after[k] - before.get(k, 0) for k in after if k in before}
+    """after - before for every numeric counter, less what the SHOW GLOBAL STATUS statements
+    themselves did: those run by the call that took `after` count in Questions/Queries/
+    Com_show_status, and the rows sent by the one that took `before` (and by the earlier polls of
+    the `after` call) count in Rows_sent. Rows sent through COM_STMT_FETCH are not counted in
+    Rows_sent by MariaDB 10.11 at all (see test_counters.py)."""
+    d = {k: after[k] - before.get(k, 0) for k in after if k in before and not k.startswith("__")}
     for k in ("Questions", "Queries", "Com_show_status"):
         if k in d:
-            d[k] -= 1
+            d[k] -= after["__statements"]
+    if "Rows_sent" in d:
+        d["Rows_sent"] -= before["__rows_returned"] + after["__rows_counted"]
     return d
 
 
@@ -287,6 +314,8 @@ class Tcpdump:
              "-n", self.filter],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
             text=True, start_new_session=True)
+        self.pidfile = self.out.with_name(self.out.name + ".pid")
+        self.pidfile.write_text(f"{self.proc.pid}\n")  # for tests/run.sh's cleanup after a kill
         threading.Thread(target=self._reader, daemon=True).start()
         deadline = time.monotonic() + timeout
         while not any("listening on" in l for l in self.stderr):
@@ -327,6 +356,7 @@ class Tcpdump:
                 self.proc.kill()
                 self.proc.wait()
         time.sleep(0.1)
+        self.pidfile.unlink(missing_ok=True)
         text = "".join(self.stderr)
         for key, pat in (("captured", r"(\d+) packets? captured"),
                          ("received", r"(\d+) packets? received by filter"),
@@ -447,7 +477,7 @@ def _cmd_sysbench_capture(a: argparse.Namespace) -> int:
         extra = {}
         if a.script:
             extra = scripted_sample_workload(srv)
-        after = srv.status()
+        after = srv.status(threads=1)
         stats = cap.stop()
     finally:
         cap.stop()

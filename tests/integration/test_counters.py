@@ -20,10 +20,11 @@ WATCH = ["Questions", "Com_select", "Com_insert", "Com_update", "Com_delete", "C
          "Connections", "Ssl_accepts"]
 
 
-def measure(server, fn):
+def measure(server, fn, threads=2):
+    """Counter deltas over fn(); `threads`: connections open once fn() is done (status + conn)."""
     b = server.status()
     fn()
-    d = delta(b, server.status())
+    d = delta(b, server.status(threads=threads))
     return {k: d.get(k, 0) for k in WATCH if d.get(k, 0)}
 
 
@@ -47,6 +48,32 @@ def q(c, sql):
                 pass
         except pymysql.err.MySQLError:
             pass
+
+
+def test_rows_sent(server, conn):
+    def run():
+        with conn.cursor() as cur:
+            cur.execute("SELECT seq FROM seq_1_to_100")
+            assert len(cur.fetchall()) == 100
+            cur.execute("SELECT 1; SELECT seq FROM seq_1_to_3")
+            while cur.nextset():
+                pass
+    b = server.status()
+    run()
+    assert delta(b, server.status())["Rows_sent"] == 104
+
+
+def test_rows_sent_excludes_cursor_fetch(server, conn):
+    bc = BinaryClient(conn)
+    st = bc.prepare("SELECT seq FROM seq_1_to_100 WHERE seq <= ?")
+    b = server.status()
+    bc.execute(st, [10])
+    assert delta(b, server.status())["Rows_sent"] == 10
+    b = server.status()
+    assert bc.execute(st, [40], cursor=True)["cursor"]
+    assert bc.fetch(st, 100) == (40, True)
+    assert delta(b, server.status())["Rows_sent"] == 0
+    bc.close(st)
 
 
 def test_text_query_counts_once(server, conn):
@@ -110,13 +137,13 @@ def test_admin_commands(server, conn):
     m = MySQLdb.connect(host="127.0.0.1", port=server.port, user=USER, password=PASSWORD,
                         database="dbtap_test", autocommit=True)
     try:
-        assert measure(server, lambda: m.change_user(USER2, PASSWORD2, "dbtap_other")) == {"Questions": 1, "Com_admin_commands": 1}
-        assert measure(server, lambda: m.stat()) == {"Com_show_status": 1}
+        assert measure(server, lambda: m.change_user(USER2, PASSWORD2, "dbtap_other"), threads=3) == {"Questions": 1, "Com_admin_commands": 1}
+        assert measure(server, lambda: m.stat(), threads=3) == {"Com_show_status": 1}
     finally:
         m.close()
 
 
-def test_client_connects(server):
+def test_client_connects(server, conn):
     assert measure(server, lambda: server.connect().close()) == {"Questions": 1, "Connections": 1}
     got = measure(server, lambda: MySQLdb.connect(host="127.0.0.1", port=server.port, user=USER,
                                                   password=PASSWORD, autocommit=True).close())
@@ -153,6 +180,7 @@ def test_sysbench_counts_agree_with_server(sysbench_capture):
     assert d["Connections"] == threads
     assert d["Questions"] == d["Com_stmt_execute"] + threads  # + one COM_QUIT per thread
     assert d["Ssl_accepts"] == 0
+    assert d["Rows_sent"] > d["Com_select"]  # the range selects return many rows each
 
 
 def test_scripted_ledger_agrees_with_server(scripted_capture):
@@ -178,3 +206,6 @@ def test_scripted_ledger_agrees_with_server(scripted_capture):
     expected = sum(all_counts.values()) - all_counts["ping"] - all_counts["prepare"] \
         - all_counts["close"] - all_counts["reset"] + 3 * 3 + 1
     assert d["Questions"] == expected
+    # Rows sent to clients: the ledger's rows, TLS connection included, cursor fetches excluded.
+    rows = sum(r.rows for c in L.conns.values() for r in c.reqs if r.command != "fetch")
+    assert d["Rows_sent"] == rows

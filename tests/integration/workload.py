@@ -374,7 +374,7 @@ class Workload:
             cur.execute("SHOW SESSION STATUS LIKE 'Ssl_cipher'")
             cipher = cur.fetchall()[0][1]
             assert cipher, "the TLS connection is not encrypted"
-            conn.add("query", "tls")
+            conn.add("query", "tls", rows=1)
             for i in range(10):
                 _q(conn, cur, "SELECT %s AS tls_marker", (i,), "tls_marker")
         c.close()

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# The whole test suite: what CI runs (.ci/run) and what the README tells you to run.
+#   bash tests/run.sh
+# Installs what it needs (tests/setup.sh, as root on Debian 12), checks formatting and lints,
+# runs the Rust tests, builds the release binary, then runs the real-server integration tests
+# (tests/integration: a private MariaDB on 127.0.0.1:33306 captured with tcpdump on lo).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+
+section() { printf '\n======== %s ========\n' "$*"; }
+
+# Stop any server or tcpdump that the integration tests started and left behind (pytest stops
+# them itself; this is for a run that was killed). Each is found by its pidfile under tests/out
+# and checked to be ours by its command line before it is signalled.
+cleanup() {
+  local rc=$?
+  local f pid cmd
+  while IFS= read -r -d '' f; do
+    pid=$(cat "$f" 2>/dev/null || true)
+    [[ "$pid" =~ ^[0-9]+$ ]] || continue
+    cmd=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null || true)
+    case "$cmd" in
+      *mariadbd*"$ROOT/tests/out/"*|*tcpdump*"$ROOT/tests/out/"*)
+        echo "cleanup: stopping leftover pid $pid: ${cmd:0:100}"
+        kill "$pid" 2>/dev/null || true
+        for _ in $(seq 50); do [ -e "/proc/$pid" ] || break; sleep 0.2; done
+        kill -9 "$pid" 2>/dev/null || true ;;
+    esac
+  done < <(find "$ROOT/tests/out" -name '*.pid' -print0 2>/dev/null)
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+export CARGO_TERM_COLOR=never
+export PYTHONDONTWRITEBYTECODE=1
+
+section "setup (tests/setup.sh)"
+bash tests/setup.sh
+
+section "cargo fmt --all --check"
+cargo fmt --all --check
+
+section "cargo clippy --workspace --all-targets -- -D warnings"
+cargo clippy --workspace --all-targets -- -D warnings
+
+section "cargo test --workspace"
+cargo test --workspace
+
+section "cargo build --release -p dbtap"
+cargo build --release -p dbtap
+
+section "integration tests (python3 -m pytest tests/integration)"
+# Debian's python3 on purpose: pymysql, MySQLdb and pytest come from apt (setup.sh), and a
+# python3 earlier on PATH (pyenv, venv) would not have them.
+/usr/bin/python3 -m pytest -q tests/integration
+
+section "all tests passed"
