@@ -1,0 +1,174 @@
+//! dbtap: database traffic digests from the wire. Thin glue: command line, pipeline, output.
+
+mod cli;
+mod fp;
+mod pipeline;
+
+use std::io::{BufWriter, Write};
+use std::process::ExitCode;
+
+use aggregate::{AggConfig, Aggregator, GroupKey};
+use clap::Parser;
+use proto::{Outcome, QueryEvent, SessionConfig};
+use report::{CaptureHealth, OrderBy, ReportOptions};
+
+use crate::cli::{Cli, Command, DigestArgs, DigestFormat, EventsArgs, InputArgs};
+use crate::fp::Fingerprinter;
+use crate::pipeline::{Consumer, Settings};
+
+/// Exit codes: 0 success (possibly with warnings about partial input), 1 unexpected failure,
+/// 2 bad input or usage (clap's own code for usage errors).
+const EXIT_BAD_INPUT: u8 = 2;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Digest(args) => digest(args),
+        Command::Events(args) => events(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            // A closed pipe (`dbtap events f | head`) is not an error worth a message.
+            if let Some(io) = e.downcast_ref::<std::io::Error>()
+                && io.kind() == std::io::ErrorKind::BrokenPipe
+            {
+                return ExitCode::SUCCESS;
+            }
+            eprintln!("dbtap: error: {e:#}");
+            if e.downcast_ref::<capture::CaptureError>().is_some() {
+                ExitCode::from(EXIT_BAD_INPUT)
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+    }
+}
+
+fn settings(input: &InputArgs) -> Settings {
+    let mut mysql_ports = vec![pipeline::MYSQL_PORT];
+    mysql_ports.extend(&input.ports);
+    Settings {
+        mysql_ports,
+        servers: input.servers.clone(),
+        session: SessionConfig::default(),
+        progress: !input.quiet,
+    }
+}
+
+fn warn(health: &CaptureHealth) {
+    for w in &health.warnings {
+        eprintln!("dbtap: warning: {w}");
+    }
+}
+
+/// Fingerprints and aggregates every event.
+struct DigestConsumer {
+    fp: Fingerprinter,
+    agg: Aggregator,
+    unanswered: u64,
+}
+
+impl Consumer for DigestConsumer {
+    fn event(&mut self, ev: QueryEvent) {
+        if ev.outcome == Outcome::NoResponse {
+            self.unanswered += 1;
+        }
+        let mode = self.fp.mode();
+        let group = self.fp.group(&ev);
+        let key = GroupKey {
+            protocol: ev.protocol,
+            command: ev.command,
+            fingerprint_hash: group.hash,
+        };
+        let text = group.text;
+        self.agg.add(&ev, key, || {
+            (text.to_string(), fp::query_id(mode, ev.command, text))
+        });
+    }
+}
+
+fn digest(args: DigestArgs) -> anyhow::Result<()> {
+    let settings = settings(&args.input);
+    let consumer = DigestConsumer {
+        fp: Fingerprinter::new(args.input.fingerprint),
+        agg: Aggregator::new(AggConfig {
+            keep_examples: !args.no_examples,
+            ..AggConfig::default()
+        }),
+        unanswered: 0,
+    };
+    let (consumer, mut health) = pipeline::run(&args.input.files, &settings, consumer)?;
+    health.unanswered = consumer.unanswered;
+    warn(&health);
+    let opts = ReportOptions {
+        limit: if args.limit == 0 {
+            usize::MAX
+        } else {
+            args.limit
+        },
+        order_by: match args.order_by {
+            cli::OrderBy::Total => OrderBy::Total,
+            cli::OrderBy::Count => OrderBy::Count,
+            cli::OrderBy::P99 => OrderBy::P99,
+            cli::OrderBy::Errors => OrderBy::Errors,
+        },
+        ..ReportOptions::default()
+    };
+    let stdout = std::io::stdout();
+    let mut out = BufWriter::new(stdout.lock());
+    match args.format {
+        DigestFormat::Text => report::text::render(&consumer.agg, &health, &opts, &mut out)?,
+        DigestFormat::Json => report::json::render(&consumer.agg, &health, &opts, &mut out)?,
+    }
+    out.flush()?;
+    Ok(())
+}
+
+/// Writes one NDJSON line per event as it comes.
+struct EventsConsumer<W: Write> {
+    fp: Fingerprinter,
+    out: W,
+    keep_text: bool,
+    ids: std::collections::HashMap<(u64, &'static str), String>,
+    error: Option<std::io::Error>,
+}
+
+impl<W: Write> Consumer for EventsConsumer<W> {
+    fn event(&mut self, mut ev: QueryEvent) {
+        if self.error.is_some() {
+            return;
+        }
+        let group = self.fp.group(&ev);
+        let (hash, text) = (group.hash, group.text.to_string());
+        let id = self
+            .ids
+            .entry((hash, ev.command))
+            .or_insert_with(|| fp::query_id(self.fp.mode(), ev.command, &text));
+        if !self.keep_text {
+            ev.text = None;
+        }
+        if let Err(e) = report::events::write_ndjson(&ev, &text, id, &mut self.out) {
+            self.error = Some(e);
+        }
+    }
+}
+
+fn events(args: EventsArgs) -> anyhow::Result<()> {
+    let settings = settings(&args.input);
+    let stdout = std::io::stdout();
+    let consumer = EventsConsumer {
+        fp: Fingerprinter::new(args.input.fingerprint),
+        out: BufWriter::new(stdout.lock()),
+        keep_text: args.text,
+        ids: Default::default(),
+        error: None,
+    };
+    let (mut consumer, health) = pipeline::run(&args.input.files, &settings, consumer)?;
+    if let Some(e) = consumer.error.take() {
+        return Err(e.into());
+    }
+    consumer.out.flush()?;
+    warn(&health);
+    Ok(())
+}

@@ -1,0 +1,340 @@
+//! The offline pipeline: capture frames → L2-L4 decode → TCP reassembly → protocol sessions →
+//! a consumer of query events. Single-threaded and deterministic: all time is packet time.
+
+use std::collections::HashMap;
+use std::io::IsTerminal;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use anyhow::Result;
+use capture::Reader;
+use flow::{Dir, FlowConfig, FlowTable, Segment};
+use proto::{ConnMeta, Direction, Health, Progress, QueryEvent, Session, SessionConfig};
+use report::CaptureHealth;
+use wire::{Decoded, Defragmenter};
+
+/// Whatever receives the query events.
+pub trait Consumer {
+    fn event(&mut self, ev: QueryEvent);
+}
+
+/// Where the pipeline looks for servers.
+pub struct Settings {
+    pub mysql_ports: Vec<u16>,
+    pub servers: Vec<SocketAddr>,
+    pub session: SessionConfig,
+    pub progress: bool,
+}
+
+/// Default server ports per protocol.
+pub const MYSQL_PORT: u16 = 3306;
+
+/// Expire idle connections every this much capture time.
+const EXPIRE_EVERY_NS: u64 = 1_000_000_000;
+
+enum Conn {
+    Mysql(Box<proto::mysql::MysqlSession>),
+    /// Orientation known from the SYN, protocol not yet: decided by the first server bytes.
+    Sniff(ConnMeta),
+}
+
+/// The per-connection side of the pipeline, driven by the flow table.
+struct Conns<C> {
+    conns: HashMap<u64, Conn, foldhash::fast::RandomState>,
+    consumer: C,
+    health: Health,
+    mysql_ports: Vec<u16>,
+    servers: Vec<SocketAddr>,
+    session_cfg: SessionConfig,
+    /// Connections sniffed and found to speak no protocol we know.
+    unknown_protocol: u64,
+}
+
+struct SinkRef<'a, C> {
+    consumer: &'a mut C,
+    health: &'a mut Health,
+}
+
+impl<C: Consumer> proto::Sink for SinkRef<'_, C> {
+    fn event(&mut self, ev: QueryEvent) {
+        self.consumer.event(ev);
+    }
+    fn health(&mut self) -> &mut Health {
+        self.health
+    }
+}
+
+fn direction(d: Dir) -> Direction {
+    match d {
+        Dir::ToServer => Direction::ToServer,
+        Dir::ToClient => Direction::ToClient,
+    }
+}
+
+impl<C: Consumer> Conns<C> {
+    fn is_mysql_server(&self, server: &SocketAddr) -> bool {
+        self.mysql_ports.contains(&server.port()) || self.servers.contains(server)
+    }
+}
+
+impl<C: Consumer> flow::Handler for Conns<C> {
+    fn open(
+        &mut self,
+        id: u64,
+        client: SocketAddr,
+        server: SocketAddr,
+        saw_syn: bool,
+        _ts_ns: u64,
+    ) -> bool {
+        let meta = ConnMeta {
+            id,
+            client,
+            server,
+            saw_open: saw_syn,
+        };
+        let conn = if self.is_mysql_server(&server) {
+            Conn::Mysql(Box::new(proto::mysql::new_session(
+                meta,
+                self.session_cfg.clone(),
+            )))
+        } else {
+            Conn::Sniff(meta)
+        };
+        self.conns.insert(id, conn);
+        true
+    }
+
+    fn data(&mut self, id: u64, dir: Dir, data: &[u8], ts_ns: u64) -> bool {
+        let Some(conn) = self.conns.get_mut(&id) else {
+            return false;
+        };
+        if let Conn::Sniff(meta) = conn {
+            if dir == Dir::ToClient && proto::mysql::looks_like_server_greeting(data) {
+                *conn = Conn::Mysql(Box::new(proto::mysql::new_session(
+                    meta.clone(),
+                    self.session_cfg.clone(),
+                )));
+            } else {
+                self.unknown_protocol += 1;
+                self.conns.remove(&id);
+                return false;
+            }
+        }
+        let mut sink = SinkRef {
+            consumer: &mut self.consumer,
+            health: &mut self.health,
+        };
+        match conn {
+            Conn::Mysql(s) => s.feed(direction(dir), data, ts_ns, &mut sink) == Progress::Continue,
+            Conn::Sniff(_) => false,
+        }
+    }
+
+    fn gap(&mut self, id: u64, dir: Dir, len: u64, ts_ns: u64) {
+        let mut sink = SinkRef {
+            consumer: &mut self.consumer,
+            health: &mut self.health,
+        };
+        if let Some(Conn::Mysql(s)) = self.conns.get_mut(&id) {
+            s.gap(direction(dir), len, ts_ns, &mut sink);
+        }
+    }
+
+    fn close(&mut self, id: u64, ts_ns: u64) {
+        let mut sink = SinkRef {
+            consumer: &mut self.consumer,
+            health: &mut self.health,
+        };
+        if let Some(Conn::Mysql(mut s)) = self.conns.remove(&id) {
+            s.close(ts_ns, &mut sink);
+        }
+    }
+}
+
+/// Counts of the frames that never reached TCP reassembly.
+#[derive(Default)]
+struct FrameCounts {
+    packets: u64,
+    bytes: u64,
+    non_tcp: u64,
+    truncated_headers: u64,
+    malformed: u64,
+    fragments: u64,
+    unsupported_link: u64,
+    first_ts: Option<u64>,
+    last_ts: Option<u64>,
+}
+
+/// Runs every capture through the pipeline and hands each query event to `consumer`.
+/// Returns the consumer and the capture health. Errors only for input that cannot be read at
+/// all (missing, empty, not a capture); a capture cut short yields a warning in the health.
+pub fn run<C: Consumer>(
+    files: &[PathBuf],
+    settings: &Settings,
+    consumer: C,
+) -> Result<(C, CaptureHealth)> {
+    // Open every file first so a typo in the last one fails before minutes of work.
+    let mut readers = Vec::with_capacity(files.len());
+    for f in files {
+        readers.push(Reader::open(f)?);
+    }
+
+    let mut ports = settings.mysql_ports.clone();
+    ports.sort_unstable();
+    ports.dedup();
+    let flow_cfg = FlowConfig {
+        server_ports: ports.clone(),
+        servers: settings.servers.clone(),
+        track_unknown_with_syn: true,
+        ..FlowConfig::default()
+    };
+    let mut table = FlowTable::new(flow_cfg);
+    let mut conns = Conns {
+        conns: HashMap::default(),
+        consumer,
+        health: Health::default(),
+        mysql_ports: ports,
+        servers: settings.servers.clone(),
+        session_cfg: settings.session.clone(),
+        unknown_protocol: 0,
+    };
+    let mut defrag = Defragmenter::new();
+    let mut counts = FrameCounts::default();
+    let mut warnings = Vec::new();
+    let mut names = Vec::new();
+    let mut last_expire = 0u64;
+    let mut truncated_frames = 0u64;
+
+    let total_len: u64 = readers.iter().filter_map(|r| r.input_len()).sum();
+    let bar = progress_bar(settings.progress, total_len);
+    let mut done_len = 0u64;
+
+    for mut reader in readers {
+        names.push(reader.name().to_string());
+        let mut since_tick = 0u32;
+        loop {
+            let frame = match reader.next_frame() {
+                Ok(Some(f)) => f,
+                Ok(None) => break,
+                Err(e) => {
+                    warnings.push(format!("{e}; the report covers what was read before it"));
+                    break;
+                }
+            };
+            counts.packets += 1;
+            counts.bytes += frame.data.len() as u64;
+            let ts = frame.ts_ns;
+            counts.first_ts.get_or_insert(ts);
+            counts.last_ts = Some(counts.last_ts.map_or(ts, |l| l.max(ts)));
+            match wire::decode(frame.linktype, frame.data) {
+                Decoded::Tcp(t) => feed_tcp(&mut table, &mut conns, &t, ts),
+                Decoded::Fragment(f) => {
+                    counts.fragments += 1;
+                    if let Some(dgram) = defrag.push(&f, ts) {
+                        match wire::decode_ip(&dgram) {
+                            Decoded::Tcp(t) => feed_tcp(&mut table, &mut conns, &t, ts),
+                            Decoded::NotTcp => counts.non_tcp += 1,
+                            _ => counts.malformed += 1,
+                        }
+                    }
+                }
+                Decoded::NotTcp => counts.non_tcp += 1,
+                Decoded::Truncated => counts.truncated_headers += 1,
+                Decoded::Malformed => counts.malformed += 1,
+                Decoded::UnsupportedLink(lt) => {
+                    if counts.unsupported_link == 0 {
+                        warnings.push(format!(
+                            "{}: link type {lt} is not supported; those packets were skipped",
+                            reader.name()
+                        ));
+                    }
+                    counts.unsupported_link += 1;
+                }
+            }
+            if ts >= last_expire.saturating_add(EXPIRE_EVERY_NS) {
+                if last_expire != 0 {
+                    table.expire(ts, &mut conns);
+                }
+                last_expire = ts;
+            }
+            since_tick += 1;
+            if since_tick >= 1 << 16 {
+                since_tick = 0;
+                if let Some(b) = &bar {
+                    b.set_position(done_len + reader.input_position());
+                }
+            }
+        }
+        truncated_frames += reader.stats().truncated_frames;
+        done_len += reader.input_len().unwrap_or(0);
+    }
+    table.finish(&mut conns);
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+
+    let fs = table.stats().clone();
+    let h = &conns.health;
+    let health = CaptureHealth {
+        files: names,
+        packets: counts.packets,
+        bytes: counts.bytes,
+        non_tcp: counts.non_tcp,
+        truncated_packets: truncated_frames + counts.truncated_headers,
+        ip_fragments: counts.fragments,
+        malformed_packets: counts.malformed + counts.unsupported_link,
+        tcp_segments: fs.segments,
+        connections: fs.connections,
+        duplicates: fs.duplicates,
+        retransmitted_bytes: fs.retransmitted_bytes,
+        out_of_order: fs.out_of_order,
+        gaps: fs.gaps,
+        gap_bytes: fs.gap_bytes,
+        not_tracked_segments: fs.not_tracked,
+        responses_without_request: h.responses_without_request,
+        unparsed_bytes: h.unparsed_bytes,
+        encrypted_connections: h.encrypted_connections,
+        malformed_messages: h.malformed,
+        inflight_overflow: h.inflight_overflow,
+        unanswered: 0,
+        resyncs: h.resyncs,
+        first_ts_ns: counts.first_ts,
+        last_ts_ns: counts.last_ts,
+        warnings,
+    };
+    Ok((conns.consumer, health))
+}
+
+fn feed_tcp<C: Consumer>(
+    table: &mut FlowTable,
+    conns: &mut Conns<C>,
+    t: &wire::TcpSegment<'_>,
+    ts_ns: u64,
+) {
+    let seg = Segment {
+        ts_ns,
+        src: SocketAddr::new(t.src, t.sport),
+        dst: SocketAddr::new(t.dst, t.dport),
+        seq: t.seq,
+        ack: t.ack,
+        flags: t.flags,
+        payload: t.payload,
+        missing: t.missing,
+    };
+    table.process(&seg, conns);
+}
+
+fn progress_bar(wanted: bool, total: u64) -> Option<indicatif::ProgressBar> {
+    // Small files finish before a bar is worth drawing.
+    if !wanted || total < (64 << 20) || !std::io::stderr().is_terminal() {
+        return None;
+    }
+    let bar = indicatif::ProgressBar::new(total);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{spinner} [{elapsed_precise}] {wide_bar} {bytes}/{total_bytes} ({bytes_per_sec}, eta {eta})",
+        )
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    Some(bar)
+}
