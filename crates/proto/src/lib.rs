@@ -10,6 +10,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 pub mod mysql;
+pub mod testing;
 
 /// Which way bytes travel on a connection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -65,7 +66,10 @@ pub struct SessionConfig {
 
 impl Default for SessionConfig {
     fn default() -> Self {
-        SessionConfig { max_inflight: 1024, max_text: 16 << 20 }
+        SessionConfig {
+            max_inflight: 1024,
+            max_text: 16 << 20,
+        }
     }
 }
 

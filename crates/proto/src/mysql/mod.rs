@@ -1,1 +1,102 @@
-//! MySQL/MariaDB client/server protocol.
+//! MySQL/MariaDB client/server protocol: framing, messages and the per-connection session.
+//!
+//! [`new_session`] builds a [`MysqlSession`] implementing [`crate::Session`]. It follows the
+//! handshake (user, schema, capabilities, TLS switch), pairs every command with its response,
+//! maps prepared statement ids to their SQL, decompresses the compressed protocol (zlib and
+//! zstd), and copes with captures that start mid-connection or lose bytes.
+//!
+//! # Command names
+//!
+//! [`crate::QueryEvent::command`] is one of (lower case, stable):
+//! `query`, `prepare`, `execute`, `bulk_execute` (MariaDB), `fetch`, `close`, `reset`,
+//! `send_long_data`, `init_db`, `ping`, `quit`, `change_user`, `field_list`, `statistics`,
+//! `process_kill`, `process_info`, `set_option`, `reset_connection`, `binlog_dump`,
+//! `binlog_dump_gtid`, `register_slave`, `create_db`, `drop_db`, `refresh`, `shutdown`, `debug`,
+//! and `unknown` for any other command byte.
+//!
+//! `close`, `send_long_data` and `quit` expect no reply and are emitted when sent with
+//! [`crate::Outcome::NoReplyExpected`]; so is `binlog_dump*`, after which the session stops (the
+//! connection carries a replication stream). The handshake itself emits no event.
+//!
+//! # What the events carry
+//!
+//! `text` is the SQL of `query` and `prepare`, and the prepared SQL for the statement
+//! commands (`execute`, `fetch`, `close`, ...), shared as one `Arc<str>` per statement.
+//! `rows_sent` sums rows over every result set of a multi-statement query or multi-result
+//! `CALL`; `rows_affected` sums the OK packets' affected rows. Byte counts are wire bytes
+//! including packet headers (compressed bytes when the compressed protocol is on; a
+//! compressed frame is counted for the first message that ends in it).
+//!
+//! # Picking up mid-stream and resynchronizing
+//!
+//! Without the handshake the session does not know the capabilities. It recognises a command
+//! at a boundary it can trust (the first client bytes, the first client bytes after the server
+//! spoke, the first bytes after a gap) when the packet has sequence id 0, a known command byte
+//! and a length that fits that command; a compressed frame (sequence 0, then a zlib or zstd
+//! header, or a raw inner command) is recognised the same way and switches both directions to
+//! the compressed protocol. Server bytes before the first recognised request are skipped.
+//!
+//! Whether result sets use `CLIENT_DEPRECATE_EOF` is read off their shape, which is
+//! unambiguous: after the column definitions, a 5-byte EOF means EOFs are in use; a row (a
+//! packet not headed 0xFE/0xFF) or an OK-shaped 0xFE packet (7 bytes or more) means they are
+//! not. A 0xFE packet shorter than 0xFFFFFF always ends the rows (a text row starting with 0xFE
+//! would be at least 16 MB). The one place shape cannot tell is the end of a
+//! `COM_STMT_PREPARE` response: the trailing EOF is then awaited and the response is
+//! considered complete when the client sends its next command.
+//!
+//! After a gap the damaged message is dropped; a request whose response lost bytes is
+//! emitted with [`crate::Outcome::Incomplete`]; a request that lost its own bytes is not
+//! invented, and its response is skipped. The server side resynchronizes at the first byte it
+//! sends after the next recognised request.
+
+pub mod message;
+pub mod session;
+pub mod wire;
+
+pub use session::MysqlSession;
+
+use crate::{ConnMeta, SessionConfig};
+
+/// A session for one MySQL/MariaDB connection.
+pub fn new_session(meta: ConnMeta, cfg: SessionConfig) -> MysqlSession {
+    MysqlSession::new(meta, cfg)
+}
+
+/// Whether the first bytes a server sent look like a MySQL/MariaDB greeting (protocol 10
+/// handshake, or an ERR packet refusing the connection), for detection on unknown ports.
+pub fn looks_like_server_greeting(first_server_bytes: &[u8]) -> bool {
+    let Some(h) = wire::PacketHeader::parse(first_server_bytes) else {
+        return false;
+    };
+    if h.seq != 0 || h.len < 5 || h.len > 4096 {
+        return false;
+    }
+    let payload = first_server_bytes.get(4..).unwrap_or(&[]);
+    let payload = payload.get(..h.len as usize).unwrap_or(payload);
+    match payload.first() {
+        Some(10) => {
+            // Version string: printable ASCII, NUL-terminated, then the fixed fields.
+            let Some(nul) = payload.iter().skip(1).position(|&b| b == 0) else {
+                return false;
+            };
+            let version = payload.get(1..1 + nul).unwrap_or(&[]);
+            !version.is_empty()
+                && version.len() < 100
+                && version.iter().all(|b| (0x20..0x7F).contains(b))
+                && version.first().is_some_and(u8::is_ascii_digit)
+                && (payload.len() < 1 + nul + 1 + 4 + 9
+                    || payload.get(1 + nul + 1 + 4 + 8) == Some(&0))
+        }
+        Some(0xFF) => {
+            let code = match payload.get(1..3) {
+                Some(&[a, b]) => Some(u16::from_le_bytes([a, b])),
+                _ => None,
+            };
+            let msg = payload.get(3..).unwrap_or(&[]);
+            code.is_some_and(|c| (1000..3000).contains(&c))
+                && !msg.is_empty()
+                && msg.iter().all(|b| *b >= 0x20 || *b == b'\n' || *b == b'\t')
+        }
+        _ => false,
+    }
+}
