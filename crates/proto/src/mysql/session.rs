@@ -1090,6 +1090,24 @@ impl MysqlSession {
     pub fn database(&self) -> Option<&Arc<str>> {
         self.conn.database.as_ref()
     }
+    /// Heap bytes this session holds in buffers and tables (decoder contexts excluded), for
+    /// checking that memory stays bounded: at most about two `max_text`-sized messages, plus
+    /// statement texts (capped at 32 MB) and in-flight requests (`max_inflight`).
+    pub fn buffered_bytes(&self) -> usize {
+        let dirs: usize = self
+            .dirs
+            .iter()
+            .map(|d| d.asm.buffered_bytes() + d.scratch.capacity() + d.probe.capacity() * 16)
+            .sum();
+        let inflight: usize = self
+            .conn
+            .inflight
+            .iter()
+            .map(|p| std::mem::size_of::<Pending>() + p.text.as_ref().map_or(0, |t| t.len()))
+            .sum();
+        dirs + inflight + self.conn.stmts.bytes + self.conn.stmts.map.len() * 48
+    }
+
     /// Whether the compressed protocol is in use (as negotiated or detected).
     pub fn compressed(&self) -> bool {
         self.dirs[CLIENT].compressed

@@ -338,6 +338,11 @@ impl Assembler {
         }
     }
 
+    /// Heap bytes held.
+    pub fn buffered_bytes(&self) -> usize {
+        self.head.capacity()
+    }
+
     /// The header of the first packet of the message in progress, once read.
     pub fn header(&self) -> Option<PacketHeader> {
         if self.active {
@@ -417,6 +422,10 @@ impl Assembler {
                     self.keep_set = false;
                     self.keep = 0;
                     self.head.clear();
+                    if self.head.capacity() > 256 * 1024 {
+                        // Do not hold on to the memory of one huge message.
+                        self.head = Vec::new();
+                    }
                 }
                 self.packets += 1;
                 self.consumed += HEADER_LEN as u64;
