@@ -305,3 +305,19 @@ fn real_transcripts_with_loss() {
     assert_eq!(r.events.len(), exp.len() - 1, "{:#?}", r.events);
     assert_eq!(r.health.responses_without_request, 0);
 }
+
+#[test]
+fn real_greetings_are_detected() {
+    for (name, text) in ALL {
+        let t = transcript(text);
+        let first = |d: Direction| t.iter().find(|x| x.0 == d).map(|x| x.1.clone()).unwrap();
+        assert!(
+            proto::mysql::looks_like_server_greeting(&first(Direction::ToClient)),
+            "{name}"
+        );
+        assert!(
+            !proto::mysql::looks_like_server_greeting(&first(Direction::ToServer)),
+            "{name}"
+        );
+    }
+}

@@ -952,16 +952,17 @@ pub fn parse_binary_row<'a>(payload: &'a [u8], types: &[u8]) -> Res<Vec<Option<&
 mod tests {
     use super::*;
 
-    // A MariaDB 10.11 greeting (captured), payload only.
-    const GREETING: &[u8] = b"\x0a11.8.3-MariaDB-0+deb13u1 from Debian\x00\x05\x00\x00\x00\
-ABCDEFGH\x00\xfe\xf7\x2d\x02\x00\xff\x81\x15\x00\x00\x00\x00\x00\x00\x1d\x00\x00\x00\
-IJKLMNOPQRST\x00mysql_native_password\x00";
+    // A MariaDB 10.11 greeting captured from a real server (payload only).
+    const GREETING: &[u8] =
+        b"\x0a5.5.5-10.11.19-MariaDB-0+deb12u1\x00\x08\x00\x00\x00!6*pv!;I\x00\xfe\xf7\x08\x02\
+\x00\xff\x81\x15\x00\x00\x00\x00\x00\x00\x1d\x00\x00\x00;.pkHeGox1)u\x00mysql_native\
+_password\x00";
 
     #[test]
     fn greeting_v10() {
         let h = Handshake::parse(GREETING).unwrap();
-        assert_eq!(h.server_version, b"11.8.3-MariaDB-0+deb13u1 from Debian");
-        assert_eq!(h.connection_id, 5);
+        assert_eq!(h.server_version, b"5.5.5-10.11.19-MariaDB-0+deb12u1");
+        assert_eq!(h.connection_id, 8);
         assert_eq!(h.capabilities & caps::CLIENT_MYSQL, 0);
         assert_ne!(h.capabilities & caps::CLIENT_PROTOCOL_41, 0);
         assert_ne!(h.capabilities & caps::CLIENT_DEPRECATE_EOF, 0);

@@ -423,8 +423,12 @@ impl Conn {
             }
         }
         self.finish_maybe_done(sink);
-        if m.seq != 0 || m.len == 0 {
-            // Not a command: a packet of something we did not follow.
+        if m.seq != 0 {
+            // Not a command: a packet of an exchange we did not follow.
+            sink.health().unparsed_bytes += wire;
+            return act;
+        }
+        if m.len == 0 {
             sink.health().malformed += 1;
             sink.health().unparsed_bytes += wire;
             return act;
@@ -911,7 +915,7 @@ fn step_prepare(
 
 /// Total SQL bytes on the wire for a message whose head ends with `sql`.
 fn sql_total(m: &Message<'_>, sql: &[u8]) -> u64 {
-    let offset = m.head.len() - sql.len();
+    let offset = m.head.len().saturating_sub(sql.len());
     m.len.saturating_sub(offset as u64)
 }
 

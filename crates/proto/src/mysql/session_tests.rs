@@ -1212,3 +1212,100 @@ fn greeting_detection() {
     write_packets(&mut pg, 1, &greeting(BASE_CAPS));
     assert!(!super::super::looks_like_server_greeting(&pg));
 }
+
+#[test]
+fn pipelined_prepare_and_execute_last_statement() {
+    // MariaDB connectors send COM_STMT_PREPARE and COM_STMT_EXECUTE(-1) without waiting.
+    let mut b = B::new();
+    b.handshake(BASE_CAPS | caps::CLIENT_DEPRECATE_EOF, "app", None);
+    let mut pipe = Vec::new();
+    write_packets(
+        &mut pipe,
+        0,
+        &[vec![0x16], b"SELECT ? + 1".to_vec()].concat(),
+    );
+    write_packets(
+        &mut pipe,
+        0,
+        &stmt_cmd(
+            0x17,
+            u32::MAX,
+            &[0, 1, 0, 0, 0, 0, 1, 8, 0, 1, 0, 0, 0, 0, 0, 0, 0],
+        ),
+    );
+    b.ts += 1000;
+    b.t.push((C, pipe, b.ts));
+    b.seq = 1;
+    b.srv(vec![prepare_ok(9, 1, 1), coldef("?"), coldef("? + 1")]);
+    b.seq = 1;
+    b.srv(vec![
+        count(1),
+        coldef("? + 1"),
+        vec![0, 0, 2, 0, 0, 0, 0, 0, 0, 0],
+        ok_fe(2),
+    ]);
+    let r = run(&b, true);
+    assert_eq!(cmds(&r.events), ["prepare", "execute"]);
+    assert_eq!(r.events[1].statement_id, Some(9));
+    assert_eq!(text(&r.events[1]), "SELECT ? + 1");
+    assert_eq!(r.events[1].rows_sent, 1);
+    assert_eq!(r.health, Default::default());
+}
+
+#[test]
+fn midstream_prepare_before_any_result_set() {
+    // Nothing has told the session whether EOF packets are deprecated yet.
+    for deprecate in [true, false] {
+        let mut b = B::new();
+        b.cmd([vec![0x16], b"SELECT a FROM t WHERE b = ?".to_vec()].concat());
+        let mut p = vec![prepare_ok(4, 1, 1), coldef("?")];
+        if !deprecate {
+            p.push(eof(2));
+        }
+        p.push(coldef("a"));
+        if !deprecate {
+            p.push(eof(2));
+        }
+        b.srv(p);
+        b.cmd(stmt_cmd(
+            0x17,
+            4,
+            &[0, 1, 0, 0, 0, 0, 1, 8, 0, 1, 0, 0, 0, 0, 0, 0, 0],
+        ));
+        let mut rs = vec![count(1), coldef("a")];
+        if !deprecate {
+            rs.push(eof(2));
+        }
+        rs.extend([
+            vec![0, 0, 1, b'x'],
+            if deprecate { ok_fe(2) } else { eof(2) },
+        ]);
+        b.srv(rs);
+        let r = run(&b, false);
+        assert_eq!(
+            cmds(&r.events),
+            ["prepare", "execute"],
+            "deprecate {deprecate}"
+        );
+        assert_eq!(r.events[0].outcome, Outcome::Ok);
+        assert_eq!(r.events[0].bytes_out, b.t[1].1.len() as u64);
+        assert_eq!(r.events[1].rows_sent, 1);
+        assert_eq!(text(&r.events[1]), "SELECT a FROM t WHERE b = ?");
+        assert_eq!(r.health, Default::default());
+    }
+}
+
+#[test]
+fn zlib_wins_when_both_compressions_are_offered() {
+    let c = BASE_CAPS | caps::CLIENT_COMPRESS | caps::CLIENT_ZSTD_COMPRESSION_ALGORITHM;
+    let mut b = B::new();
+    b.handshake(c, "app", None);
+    assert_eq!(b.comp, Some(Codec::Zlib));
+    let long = format!("SELECT '{}'", "q".repeat(100));
+    b.cmd(query(&long));
+    b.srv(resultset(&["x"], &[&["1"]], false, 2));
+    let r = run(&b, true);
+    assert_eq!(text(&r.events[0]), long);
+    assert_eq!(r.events[0].rows_sent, 1);
+    assert_eq!(r.health, Default::default());
+}
