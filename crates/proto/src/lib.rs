@@ -10,6 +10,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 pub mod mysql;
+pub mod postgres;
+pub mod redis;
 pub mod testing;
 
 /// Which way bytes travel on a connection.

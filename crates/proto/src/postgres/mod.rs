@@ -1,0 +1,1 @@
+//! PostgreSQL frontend/backend protocol (v3).

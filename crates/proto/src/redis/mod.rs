@@ -1,0 +1,1 @@
+//! Redis serialization protocol (RESP2, RESP3, inline commands).
