@@ -35,10 +35,12 @@ fn main() -> ExitCode {
             {
                 return ExitCode::SUCCESS;
             }
-            eprintln!("dbtap: error: {e:#}");
-            if e.downcast_ref::<capture::CaptureError>().is_some() {
+            // A capture error's message already names the file and the cause in one line.
+            if let Some(c) = e.downcast_ref::<capture::CaptureError>() {
+                eprintln!("dbtap: error: {c}");
                 ExitCode::from(EXIT_BAD_INPUT)
             } else {
+                eprintln!("dbtap: error: {e:#}");
                 ExitCode::FAILURE
             }
         }
