@@ -19,6 +19,7 @@ import re
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -323,31 +324,90 @@ class Tcpdump:
                 time.sleep(0.2)
                 die(f"tcpdump exited with {self.proc.returncode}: {''.join(self.stderr)}")
             if time.monotonic() > deadline:
-                self.stop()
+                self.stop(sync=False)
                 die(f"tcpdump did not report 'listening on' in {timeout}s: {''.join(self.stderr)}")
             time.sleep(0.05)
-        # Probe: a bare TCP connection to the port (reads the greeting, closes; no command is sent)
-        # until a packet shows up in the file. The probe happens before any status snapshot.
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=5) as s:
-                    s.recv(4096)
-            except OSError:
-                pass
-            t0 = time.monotonic()
-            while time.monotonic() - t0 < 1.0:
-                if self.out.exists() and self.out.stat().st_size > 24:
-                    time.sleep(0.3)  # let the probe's FIN/ACK go through before the workload
-                    return self
-                time.sleep(0.05)
+        # Probe: a bare TCP connection to the port (reads the greeting, closes; sends no command),
+        # repeated until its packets show up in the file. Done before any status snapshot.
+        self._scan_off = 0
+        self._linktype = None
+        while not self.sync(timeout=2.0, fail=False):
             if time.monotonic() > deadline:
-                self.stop()
+                self.stop(sync=False)
                 die(f"tcpdump wrote no packet of the probe within {timeout}s")
+        return self
 
-    def stop(self) -> dict[str, int]:
+    def sync(self, timeout: float = 120.0, fail: bool = True) -> bool:
+        """Make a probe connection and wait until tcpdump has written its packets: everything
+        sent before the probe is then in the file too. tcpdump can lag seconds behind a fast
+        workload, and packets it has not read when it gets SIGINT are lost without being counted
+        as dropped."""
+        port = None
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=5) as s:
+                port = s.getsockname()[1]
+                s.recv(4096)
+        except OSError:
+            pass
+        if port is None:
+            if fail:
+                die(f"probe connection to 127.0.0.1:{self.port} failed")
+            return False
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self._scan_for_port(port):
+                return True
+            if self.proc is not None and self.proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        if fail:
+            die(f"tcpdump did not write the probe's packets (client port {port}) within {timeout}s")
+        return False
+
+    def _scan_for_port(self, port: int) -> bool:
+        """Read the pcap from where the last scan stopped; True once a TCP packet from `port`."""
+        try:
+            with open(self.out, "rb") as f:
+                if self._linktype is None:
+                    hdr = f.read(24)
+                    if len(hdr) < 24:
+                        return False
+                    self._endian = "<" if hdr[:4] in (b"\xd4\xc3\xb2\xa1", b"\x4d\x3c\xb2\xa1") else ">"
+                    self._linktype = struct.unpack(self._endian + "I", hdr[20:24])[0] & 0xFFFF
+                    self._scan_off = 24
+                l2 = {1: 14, 113: 16, 276: 20, 0: 4, 101: 0}.get(self._linktype)
+                if l2 is None:
+                    die(f"unexpected link type {self._linktype} in {self.out}")
+                f.seek(self._scan_off)
+                data = f.read()
+        except FileNotFoundError:
+            return False
+        off = 0
+        found = False
+        while off + 16 <= len(data):
+            caplen = struct.unpack_from(self._endian + "I", data, off + 8)[0]
+            if off + 16 + caplen > len(data):
+                break
+            pkt = data[off + 16: off + 16 + caplen]
+            off += 16 + caplen
+            ip = pkt[l2:]
+            if len(ip) >= 20 and ip[0] >> 4 == 4 and ip[9] == 6:
+                tcp = ip[(ip[0] & 0xF) * 4:]
+                if len(tcp) >= 4 and struct.unpack(">H", tcp[:2])[0] == port:
+                    found = True
+        self._scan_off += off
+        return found
+
+    def stop(self, sync: bool = True) -> dict[str, int]:
         if self.proc is None:
             return self.stats
-        time.sleep(0.3)  # last ACKs
+        synced = None
+        if sync and self.proc.poll() is None:
+            try:
+                synced = self.sync()
+            except RuntimeError as e:
+                synced = False
+                self.stderr.append(f"[harness] {e}\n")
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGINT)
             try:
@@ -365,9 +425,12 @@ class Tcpdump:
             if m:
                 self.stats[key] = int(m.group(1))
         self.stats["exit"] = self.proc.returncode
+        self.stats["synced"] = synced
         self.proc = None
         if "dropped" not in self.stats:
             die(f"tcpdump printed no drop statistics: {text}")
+        if synced is False:
+            die(f"tcpdump had not written everything when stopped: {text}")
         return self.stats
 
     def __enter__(self) -> "Tcpdump":
@@ -458,6 +521,18 @@ def digest(*files: str | Path, extra: tuple[str, ...] = ()) -> dict:
         return json.loads(r.stdout)
     except json.JSONDecodeError as e:
         die(f"dbtap digest --format json did not print JSON ({e}): {r.stdout[:300]!r}")
+
+
+def errors_by_code(group: dict) -> dict[int, int]:
+    """A digest group's errors_by_code as {code: count}: dbtap prints a list of
+    {code, state, count, message} (a {code: count} object is read too)."""
+    v = group.get("errors_by_code") or []
+    if isinstance(v, dict):
+        return {int(k): int(n) for k, n in v.items()}
+    out: dict[int, int] = {}
+    for item in v:
+        out[int(item["code"])] = out.get(int(item["code"]), 0) + int(item["count"])
+    return out
 
 
 # -------------------------------------------------------------------------------------------------

@@ -74,6 +74,7 @@ def test_rows_sent_excludes_cursor_fetch(server, conn):
     assert bc.fetch(st, 100) == (40, True)
     assert delta(b, server.status())["Rows_sent"] == 0
     bc.close(st)
+    conn.ping(reconnect=False)  # COM_STMT_CLOSE has no reply: be sure it is handled here
 
 
 def test_text_query_counts_once(server, conn):
@@ -105,7 +106,9 @@ def test_binary_protocol(server, conn):
     assert measure(server, lambda: bc.execute(st["s"], [40], cursor=True)) == {"Questions": 1, "Com_stmt_execute": 1, "Com_select": 1}
     assert measure(server, lambda: bc.fetch(st["s"], 100)) == {"Questions": 1, "Com_stmt_fetch": 1}
     assert measure(server, lambda: bc.reset(st["s"])) == {"Com_stmt_reset": 1}
-    assert measure(server, lambda: bc.close(st["s"])) == {"Com_stmt_close": 1}
+    # COM_STMT_CLOSE has no reply: a PING behind it makes sure the server has handled it.
+    assert measure(server, lambda: (bc.close(st["s"]), conn.ping(reconnect=False))) == \
+        {"Com_stmt_close": 1, "Com_admin_commands": 1}
 
     def longdata():
         s = bc.prepare("UPDATE cnt_t SET v = ? WHERE id = ?")

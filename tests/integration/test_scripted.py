@@ -5,7 +5,7 @@ import collections
 
 import pytest
 
-from harness import USER
+from harness import USER, errors_by_code
 
 
 def port_of(endpoint):
@@ -115,8 +115,7 @@ def test_errors_by_code(scripted_capture, dbtap_digest, ledger):
     d = dbtap_digest(scripted_capture.pcap)
     got = collections.Counter()
     for g in d["queries"]:
-        for code, n in (g.get("errors_by_code") or {}).items():
-            got[int(code)] += n
+        got.update(errors_by_code(g))
     want = ledger.errors_by_code()
     assert dict(want) == {1064: 5, 1146: 4, 1062: 6}, "the workload itself changed"
     assert got == want, f"dbtap errors_by_code {dict(got)} != client {dict(want)}"
@@ -125,21 +124,21 @@ def test_errors_by_code(scripted_capture, dbtap_digest, ledger):
 
 
 def test_big_requests_and_results(ev_by_port, ledger):
+    """2 MB and 17 MB (two MySQL packets) requests, a 5 MB result, a 20 MB row (two packets)."""
     conn = ledger.by_name("big")
-    ev = {m: e for e in ev_by_port.get(conn.port, [])
-          for m in ("big_query_marker", "huge_query_marker", "big_result_marker", "huge_row_marker")
-          if m in (e.get("fingerprint") or "")}
-    for m, size in (("big_query_marker", 2 * 1024 * 1024), ("huge_query_marker", 17 * 1024 * 1024)):
-        assert m in ev, f"no event for the {size}-byte query"
-        text_len = size + len("SELECT LENGTH('') AS ") + len(m)
+    ev = ev_by_port.get(conn.port, [])
+    assert [e["command"] for e in ev] == [r.command for r in conn.reqs], [e.get("fingerprint") for e in ev]
+    for e, r, size in ((ev[0], conn.reqs[0], 2 * 1024 * 1024), (ev[1], conn.reqs[1], 17 * 1024 * 1024)):
+        text_len = size + len("SELECT LENGTH('') AS ") + len(r.marker)
         packets = text_len // 0xFFFFFF + 1
-        assert text_len <= ev[m]["bytes_in"] <= text_len + 1 + 4 * (packets + 1), \
-            f"{m}: bytes_in {ev[m]['bytes_in']} for a {text_len}-byte statement"
-        assert ev[m]["rows"] == 1 and ev[m]["outcome"] == "ok"
-    assert ev["big_result_marker"]["rows"] == 5000
-    assert ev["big_result_marker"]["bytes_out"] >= 5000 * 1000
-    assert ev["huge_row_marker"]["rows"] == 1
-    assert ev["huge_row_marker"]["bytes_out"] >= 20 * 1024 * 1024
+        assert text_len <= e["bytes_in"] <= text_len + 1 + 4 * (packets + 1), \
+            f"{r.marker}: bytes_in {e['bytes_in']} for a {text_len}-byte statement"
+        assert e["rows"] == 1 and e["outcome"] == "ok", e
+        assert e["fingerprint"] == f"select length(?) as {r.marker}", \
+            f"{r.marker} ({text_len} bytes of SQL): fingerprint {e['fingerprint']!r}"
+    assert ev[2]["rows"] == 5000 and ev[2]["bytes_out"] >= 5000 * 1000, ev[2]
+    assert ev[3]["rows"] == 1 and ev[3]["bytes_out"] >= 20 * 1024 * 1024, ev[3]
+    assert ev[4]["rows"] == 1 and ev[4]["outcome"] == "ok", ev[4]
 
 
 def test_tls_connection_is_encrypted_and_invisible(scripted_capture, dbtap_digest, ev_by_port, ledger):

@@ -3,6 +3,8 @@ server's Com_* deltas over the captured window and to sysbench's own counts."""
 
 import collections
 
+from harness import errors_by_code
+
 from conftest import SYSBENCH_THREADS
 
 
@@ -87,8 +89,7 @@ def test_errors_and_outcomes(sysbench_capture, dbtap_events, dbtap_digest):
     assert d["totals"]["errors"] == sb["ignored_errors"]
     by_code = collections.Counter()
     for g in d["queries"]:
-        for code, k in (g.get("errors_by_code") or {}).items():
-            by_code[int(code)] += k
+        by_code.update(errors_by_code(g))
     assert sum(by_code.values()) == sb["ignored_errors"], dict(by_code)
 
 
