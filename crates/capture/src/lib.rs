@@ -304,10 +304,18 @@ impl Reader {
     }
 
     /// Make at least `n` unread bytes available, reading more as needed.
+    #[inline(always)]
     fn fill(&mut self, n: usize) -> Result<Fill, CaptureError> {
         if self.end - self.start >= n {
-            return Ok(Fill::Ready);
+            Ok(Fill::Ready)
+        } else {
+            self.refill(n)
         }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn refill(&mut self, n: usize) -> Result<Fill, CaptureError> {
         if self.start + n > self.buf.len() {
             // Move the unread tail to the front, growing (or shrinking back) the buffer to fit.
             self.buf.copy_within(self.start..self.end, 0);
@@ -399,16 +407,18 @@ impl Reader {
                 Err(self.truncated(off, format!("record header cut short ({n} of {hl} bytes)")))
             };
         }
-        let rec = self.unread();
-        let big = h.big_endian;
-        let (Some(ts_s), Some(ts_frac), Some(caplen), Some(orig_len)) = (
-            pcap::u32_at(rec, 0, big),
-            pcap::u32_at(rec, 4, big),
-            pcap::u32_at(rec, 8, big),
-            pcap::u32_at(rec, 12, big),
-        ) else {
+        let Some(rec) = self.unread().first_chunk::<16>() else {
             return Err(self.truncated(off, "record header cut short"));
         };
+        let word = |i: usize| {
+            let b = [rec[i], rec[i + 1], rec[i + 2], rec[i + 3]];
+            if h.big_endian {
+                u32::from_be_bytes(b)
+            } else {
+                u32::from_le_bytes(b)
+            }
+        };
+        let (ts_s, ts_frac, caplen, orig_len) = (word(0), word(4), word(8), word(12));
         if caplen > h.max_caplen {
             return Err(self.corrupt(
                 off,

@@ -10,6 +10,9 @@ use std::net::IpAddr;
 use crate::Fragment;
 use crate::ip::MAX_DATAGRAM;
 
+/// Most disjoint pieces one datagram may be held in; more is an attack, not a network.
+const MAX_PIECES: usize = 256;
+
 /// Bounds on what a [`Defragmenter`] holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DefragLimits {
@@ -269,6 +272,8 @@ impl Defragmenter {
             };
             if past_end {
                 Some(Drop::Invalid)
+            } else if p.ranges.len() >= MAX_PIECES {
+                Some(Drop::Overflow)
             } else if !p.agrees(start, frag.data) {
                 Some(Drop::Overlap)
             } else {

@@ -544,6 +544,15 @@ fn defrag_overlap_timeout_and_limits() {
     }
     assert!(d.stats().dropped_overflow > 0);
 
+    // Too many disjoint pieces (every other 8-byte slot): dropped, not quadratic.
+    let mut d = Defragmenter::new();
+    for i in 0..400u16 {
+        let b = ipv4_bytes(6, &[], (i * 2) | 0x2000, 77, &[1u8; 8]);
+        d.push(&frag(decode_ip(&b)), 0);
+    }
+    assert_eq!(d.stats().dropped_overflow, 1);
+    assert!(d.stats().in_progress <= 1);
+
     // Two different ends.
     let mut d = Defragmenter::new();
     d.push(&frag(decode_ip(&mk(32, false, 3, 1))), 0);
