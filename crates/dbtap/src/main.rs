@@ -48,10 +48,18 @@ fn main() -> ExitCode {
 }
 
 fn settings(input: &InputArgs) -> Settings {
-    let mut mysql_ports = vec![pipeline::MYSQL_PORT];
-    mysql_ports.extend(&input.ports);
+    let mut ports: Vec<(u16, Option<proto::Protocol>)> = pipeline::DEFAULT_PORTS
+        .iter()
+        .map(|&(port, p)| (port, Some(p)))
+        .collect();
+    for &port in &input.ports {
+        // A port named on the command line is sniffed, unless it is a default port.
+        if !ports.iter().any(|(p, _)| *p == port) {
+            ports.push((port, None));
+        }
+    }
     Settings {
-        mysql_ports,
+        ports,
         servers: input.servers.clone(),
         session: SessionConfig::default(),
         progress: !input.quiet,

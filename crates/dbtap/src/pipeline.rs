@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use anyhow::Result;
 use capture::Reader;
 use flow::{Dir, FlowConfig, FlowTable, Segment};
-use proto::{ConnMeta, Direction, Health, Progress, QueryEvent, Session, SessionConfig};
+use proto::{ConnMeta, Direction, Health, Progress, Protocol, QueryEvent, Session, SessionConfig};
 use report::CaptureHealth;
 use wire::{Decoded, Defragmenter};
 
@@ -20,22 +20,51 @@ pub trait Consumer {
 
 /// Where the pipeline looks for servers.
 pub struct Settings {
-    pub mysql_ports: Vec<u16>,
+    /// Server ports and the protocol each speaks (defaults plus `--port`, which is sniffed).
+    pub ports: Vec<(u16, Option<Protocol>)>,
+    /// Explicit servers (`--server`): their protocol is sniffed from the first bytes.
     pub servers: Vec<SocketAddr>,
     pub session: SessionConfig,
     pub progress: bool,
 }
 
 /// Default server ports per protocol.
-pub const MYSQL_PORT: u16 = 3306;
+pub const DEFAULT_PORTS: &[(u16, Protocol)] = &[(3306, Protocol::Mysql)];
 
 /// Expire idle connections every this much capture time.
 const EXPIRE_EVERY_NS: u64 = 1_000_000_000;
 
 enum Conn {
-    Mysql(Box<proto::mysql::MysqlSession>),
-    /// Orientation known from the SYN, protocol not yet: decided by the first server bytes.
-    Sniff(ConnMeta),
+    Known(Box<dyn Session>),
+    /// Orientation known, protocol not yet: decided by the first bytes seen. A connection
+    /// picked up mid-stream is given [`SNIFF_TRIES`] deliveries to show a request boundary.
+    Sniff(ConnMeta, u32),
+}
+
+/// How many deliveries a mid-stream connection on a sniffed port may take to show a message
+/// that identifies its protocol.
+const SNIFF_TRIES: u32 = 64;
+
+/// Opens the session for a protocol.
+fn new_session(p: Protocol, meta: ConnMeta, cfg: &SessionConfig) -> Option<Box<dyn Session>> {
+    match p {
+        Protocol::Mysql => Some(Box::new(proto::mysql::new_session(meta, cfg.clone()))),
+        _ => None,
+    }
+}
+
+/// Which protocol the bytes in `dir` belong to, if any we know. `opening` is true when they are
+/// the first bytes of a connection whose start was captured.
+fn sniff(dir: Dir, data: &[u8], opening: bool) -> Option<Protocol> {
+    match dir {
+        Dir::ToClient if opening && proto::mysql::looks_like_server_greeting(data) => {
+            Some(Protocol::Mysql)
+        }
+        Dir::ToServer if !opening && proto::mysql::looks_like_client_command(data) => {
+            Some(Protocol::Mysql)
+        }
+        _ => None,
+    }
 }
 
 /// The per-connection side of the pipeline, driven by the flow table.
@@ -43,8 +72,7 @@ struct Conns<C> {
     conns: HashMap<u64, Conn, foldhash::fast::RandomState>,
     consumer: C,
     health: Health,
-    mysql_ports: Vec<u16>,
-    servers: Vec<SocketAddr>,
+    ports: Vec<(u16, Option<Protocol>)>,
     session_cfg: SessionConfig,
     /// Connections sniffed and found to speak no protocol we know.
     unknown_protocol: u64,
@@ -71,12 +99,6 @@ fn direction(d: Dir) -> Direction {
     }
 }
 
-impl<C: Consumer> Conns<C> {
-    fn is_mysql_server(&self, server: &SocketAddr) -> bool {
-        self.mysql_ports.contains(&server.port()) || self.servers.contains(server)
-    }
-}
-
 impl<C: Consumer> flow::Handler for Conns<C> {
     fn open(
         &mut self,
@@ -92,13 +114,14 @@ impl<C: Consumer> flow::Handler for Conns<C> {
             server,
             saw_open: saw_syn,
         };
-        let conn = if self.is_mysql_server(&server) {
-            Conn::Mysql(Box::new(proto::mysql::new_session(
-                meta,
-                self.session_cfg.clone(),
-            )))
-        } else {
-            Conn::Sniff(meta)
+        let known = self
+            .ports
+            .iter()
+            .find(|(p, _)| *p == server.port())
+            .and_then(|(_, proto)| *proto);
+        let conn = match known.and_then(|p| new_session(p, meta.clone(), &self.session_cfg)) {
+            Some(s) => Conn::Known(s),
+            None => Conn::Sniff(meta, 0),
         };
         self.conns.insert(id, conn);
         true
@@ -108,16 +131,22 @@ impl<C: Consumer> flow::Handler for Conns<C> {
         let Some(conn) = self.conns.get_mut(&id) else {
             return false;
         };
-        if let Conn::Sniff(meta) = conn {
-            if dir == Dir::ToClient && proto::mysql::looks_like_server_greeting(data) {
-                *conn = Conn::Mysql(Box::new(proto::mysql::new_session(
-                    meta.clone(),
-                    self.session_cfg.clone(),
-                )));
-            } else {
-                self.unknown_protocol += 1;
-                self.conns.remove(&id);
-                return false;
+        if let Conn::Sniff(meta, tries) = conn {
+            let opening = meta.saw_open;
+            match sniff(dir, data, opening)
+                .and_then(|p| new_session(p, meta.clone(), &self.session_cfg))
+            {
+                Some(s) => *conn = Conn::Known(s),
+                None if !opening && *tries < SNIFF_TRIES => {
+                    // Mid-stream: wait for a delivery that starts at a request boundary.
+                    *tries += 1;
+                    return true;
+                }
+                None => {
+                    self.unknown_protocol += 1;
+                    self.conns.remove(&id);
+                    return false;
+                }
             }
         }
         let mut sink = SinkRef {
@@ -125,8 +154,8 @@ impl<C: Consumer> flow::Handler for Conns<C> {
             health: &mut self.health,
         };
         match conn {
-            Conn::Mysql(s) => s.feed(direction(dir), data, ts_ns, &mut sink) == Progress::Continue,
-            Conn::Sniff(_) => false,
+            Conn::Known(s) => s.feed(direction(dir), data, ts_ns, &mut sink) == Progress::Continue,
+            Conn::Sniff(..) => false,
         }
     }
 
@@ -135,7 +164,7 @@ impl<C: Consumer> flow::Handler for Conns<C> {
             consumer: &mut self.consumer,
             health: &mut self.health,
         };
-        if let Some(Conn::Mysql(s)) = self.conns.get_mut(&id) {
+        if let Some(Conn::Known(s)) = self.conns.get_mut(&id) {
             s.gap(direction(dir), len, ts_ns, &mut sink);
         }
     }
@@ -145,7 +174,7 @@ impl<C: Consumer> flow::Handler for Conns<C> {
             consumer: &mut self.consumer,
             health: &mut self.health,
         };
-        if let Some(Conn::Mysql(mut s)) = self.conns.remove(&id) {
+        if let Some(Conn::Known(mut s)) = self.conns.remove(&id) {
             s.close(ts_ns, &mut sink);
         }
     }
@@ -179,11 +208,8 @@ pub fn run<C: Consumer>(
         readers.push(Reader::open(f)?);
     }
 
-    let mut ports = settings.mysql_ports.clone();
-    ports.sort_unstable();
-    ports.dedup();
     let flow_cfg = FlowConfig {
-        server_ports: ports.clone(),
+        server_ports: settings.ports.iter().map(|(p, _)| *p).collect(),
         servers: settings.servers.clone(),
         track_unknown_with_syn: true,
         ..FlowConfig::default()
@@ -193,8 +219,7 @@ pub fn run<C: Consumer>(
         conns: HashMap::default(),
         consumer,
         health: Health::default(),
-        mysql_ports: ports,
-        servers: settings.servers.clone(),
+        ports: settings.ports.clone(),
         session_cfg: settings.session.clone(),
         unknown_protocol: 0,
     };
@@ -273,6 +298,13 @@ pub fn run<C: Consumer>(
         b.finish_and_clear();
     }
 
+    if conns.unknown_protocol > 0 {
+        warnings.push(format!(
+            "{} connection(s) on the given ports or servers spoke no protocol dbtap recognizes; \
+             they were skipped",
+            conns.unknown_protocol
+        ));
+    }
     let fs = table.stats().clone();
     let h = &conns.health;
     let health = CaptureHealth {

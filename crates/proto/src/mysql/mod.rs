@@ -62,6 +62,31 @@ pub fn new_session(meta: ConnMeta, cfg: SessionConfig) -> MysqlSession {
     MysqlSession::new(meta, cfg)
 }
 
+/// Whether bytes a client sent, on a connection picked up mid-stream, start with a plausible
+/// command packet (sequence id 0, a known command byte, a length that fits the command, and
+/// statement text that starts like text), for detection on ports given without a protocol.
+pub fn looks_like_client_command(client_bytes: &[u8]) -> bool {
+    let Some(h) = wire::PacketHeader::parse(client_bytes) else {
+        return false;
+    };
+    let payload = client_bytes.get(4..).unwrap_or(&[]);
+    let Some(&code) = payload.first() else {
+        return false;
+    };
+    let command = message::Command(code);
+    if h.seq != 0 || !command.is_known() || !command.plausible_len(h.len) {
+        return false;
+    }
+    match code {
+        message::cmd::QUERY | message::cmd::STMT_PREPARE => {
+            payload.get(1..payload.len().min(17)).is_some_and(|t| {
+                !t.is_empty() && t.iter().all(|&b| b >= 0x20 || b.is_ascii_whitespace())
+            })
+        }
+        _ => true,
+    }
+}
+
 /// Whether the first bytes a server sent look like a MySQL/MariaDB greeting (protocol 10
 /// handshake, or an ERR packet refusing the connection), for detection on unknown ports.
 pub fn looks_like_server_greeting(first_server_bytes: &[u8]) -> bool {
