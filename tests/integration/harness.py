@@ -548,20 +548,33 @@ def _cmd_sysbench_capture(a: argparse.Namespace) -> int:
         sysbench_prepare(a.port, a.table_size, a.tables)
         cap.start()
         before = srv.status()
-        sb = sysbench_run(a.port, a.threads, a.time, a.table_size, a.tables, events=a.events)
+        sb: dict = {}
+        runs = 0
+        while True:
+            one = sysbench_run(a.port, a.threads, a.time, a.table_size, a.tables, events=a.events)
+            runs += 1
+            for k, v in one.items():
+                if k != "raw":
+                    sb[k] = sb.get(k, 0) + v
+            if cap.out.stat().st_size >= a.min_bytes:
+                break
         extra = {}
         if a.script:
             extra = scripted_sample_workload(srv)
-        after = srv.status(threads=1)
+        after = srv.status(threads=before["Threads_connected"])
         stats = cap.stop()
     finally:
         cap.stop()
         srv.stop()
     d = delta(before, after)
     res = {
-        "server_version": after.get("server_version"),
+        "server_version": subprocess.run(["mariadbd", "--version"], capture_output=True,
+                                         text=True).stdout.strip(),
         "tcpdump": stats,
-        "sysbench": {k: v for k, v in sb.items() if k != "raw"},
+        "sysbench": sb,
+        "sysbench_runs": runs,
+        "sysbench_args": {"threads": a.threads, "time_per_run": a.time, "events": a.events,
+                          "table_size": a.table_size, "tables": a.tables, "ps_mode": "auto"},
         "script": extra,
         "counters": {k: d[k] for k in COUNTERS if k in d},
         "pcap_bytes": Path(a.out).stat().st_size,
@@ -614,6 +627,8 @@ def main() -> int:
     s.add_argument("--events", type=int, default=0, help="stop after N transactions (0: by time)")
     s.add_argument("--table-size", type=int, default=10000)
     s.add_argument("--tables", type=int, default=1)
+    s.add_argument("--min-bytes", type=int, default=0,
+                   help="repeat the sysbench run until the capture has this many bytes")
     s.add_argument("--script", action="store_true", help="also run the small scripted workload")
     a = p.parse_args()
     if a.cmd == "sysbench-capture":
