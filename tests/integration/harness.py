@@ -460,7 +460,7 @@ def sysbench_prepare(port: int, table_size: int, tables: int = 1) -> None:
 def sysbench_run(port: int, threads: int, seconds: float, table_size: int, tables: int = 1,
                  events: int = 0) -> dict:
     args = sysbench_args(port, threads, table_size, tables) + [
-        f"--time={int(seconds)}", f"--events={events}", "--report-interval=0", "run"]
+        f"--time={0 if events else int(seconds)}", f"--events={events}", "--report-interval=0", "run"]
     r = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     if r.returncode != 0:
         die(f"sysbench run failed ({r.returncode}):\n{r.stdout}")
