@@ -1,0 +1,705 @@
+//! Typed Redis requests and replies, borrowing nothing past the call: the command (name,
+//! subcommand, first key) built from the arguments as they stream by, what a command does to
+//! the connection (transactions, pub/sub, `CLIENT REPLY`, `HELLO`, ...), and what a reply says
+//! (error prefix, pub/sub message or confirmation). Pure, no conversation state.
+
+use std::sync::Arc;
+
+use super::commands::{CommandInfo, KeyRule, lookup, subcommand_key};
+use super::wire::{Kept, Type, Value, parse_i64};
+use crate::DbError;
+
+/// Bytes of the command name kept (longer names are not in the table and are cut in the text).
+pub const NAME_KEEP: usize = 64;
+/// Bytes of a subcommand kept; longer ones are left out of the text.
+pub const SUB_KEEP: usize = 32;
+/// Bytes of the first key kept in the text.
+pub const KEY_KEEP: usize = 256;
+/// Bytes of small option arguments kept (`CLIENT REPLY OFF`, `HELLO 3`, `SELECT 2`).
+const OPT_KEEP: usize = 20;
+
+/// The three pub/sub namespaces.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PubKind {
+    /// SUBSCRIBE / UNSUBSCRIBE
+    Channel,
+    /// PSUBSCRIBE / PUNSUBSCRIBE
+    Pattern,
+    /// SSUBSCRIBE / SUNSUBSCRIBE
+    Shard,
+}
+
+/// `CLIENT REPLY` modes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReplyMode {
+    On,
+    Off,
+    Skip,
+}
+
+/// What a command does to the connection, beyond getting one reply.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Special {
+    #[default]
+    None,
+    Multi,
+    Exec,
+    Discard,
+    /// Leaves transactions, pub/sub and `CLIENT REPLY OFF`, back to RESP2, database 0.
+    Reset,
+    /// After its `+OK` the connection carries a stream of monitored commands.
+    Monitor,
+    /// SYNC/PSYNC: the connection becomes a replication stream.
+    Sync,
+    Hello {
+        version: Option<u8>,
+        user: Option<Arc<str>>,
+    },
+    Auth {
+        user: Arc<str>,
+    },
+    Select {
+        db: Arc<str>,
+    },
+    ClientReply(ReplyMode),
+    /// One confirmation per channel.
+    Subscribe {
+        kind: PubKind,
+        channels: u64,
+    },
+    /// One confirmation per channel; with no channel, one per current subscription (or one
+    /// when there is none).
+    Unsubscribe {
+        kind: PubKind,
+        channels: u64,
+    },
+}
+
+/// A complete command as the session keeps it.
+#[derive(Clone, Debug)]
+pub struct Request {
+    /// Lower-case name from the command table, or `"unknown"`.
+    pub command: &'static str,
+    /// `NAME [SUBCOMMAND] [first key]`, see the module documentation.
+    pub text: Arc<str>,
+    pub text_truncated: bool,
+    pub special: Special,
+    pub argc: u64,
+}
+
+/// Builds a [`Request`] from the arguments of one command as they stream by, keeping only
+/// the few bytes it needs: the name, the subcommand, the first key (at most [`KEY_KEEP`]
+/// bytes) and a few option words. Never values, never passwords.
+#[derive(Debug, Default)]
+pub struct Builder {
+    argc: u64,
+    info: Option<&'static CommandInfo>,
+    name: Vec<u8>,
+    name_complete: bool,
+    sub: Option<Vec<u8>>,
+    rule: KeyRule,
+    numkeys: Option<u64>,
+    /// `After` rule: index of the keyword once found.
+    keyword_at: Option<u64>,
+    key: Option<Vec<u8>>,
+    key_truncated: bool,
+    arg1: Vec<u8>,
+    arg2: Vec<u8>,
+    /// HELLO: index of the argument after `AUTH`.
+    hello_user_at: Option<u64>,
+    user: Option<Vec<u8>>,
+}
+
+fn name_is(info: Option<&CommandInfo>, n: &str) -> bool {
+    info.is_some_and(|i| i.name == n)
+}
+
+impl Builder {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Heap bytes held.
+    pub fn buffered_bytes(&self) -> usize {
+        self.name.capacity()
+            + self.sub.as_ref().map_or(0, Vec::capacity)
+            + self.key.as_ref().map_or(0, Vec::capacity)
+            + self.arg1.capacity()
+            + self.arg2.capacity()
+            + self.user.as_ref().map_or(0, Vec::capacity)
+    }
+
+    /// A command with `argc` arguments begins.
+    pub fn begin(&mut self, argc: u64) {
+        self.argc = argc;
+        self.info = None;
+        self.name.clear();
+        self.name_complete = false;
+        self.sub = None;
+        self.rule = KeyRule::None;
+        self.numkeys = None;
+        self.keyword_at = None;
+        self.key = None;
+        self.key_truncated = false;
+        self.arg1.clear();
+        self.arg2.clear();
+        self.hello_user_at = None;
+        self.user = None;
+    }
+
+    /// How many bytes of argument `i` to keep.
+    pub fn keep(&self, i: u64) -> usize {
+        if i == 0 {
+            return NAME_KEEP;
+        }
+        let mut k = 0;
+        let info = self.info;
+        if info.is_some_and(|c| c.container) && i == 1 {
+            k = SUB_KEEP;
+        }
+        match self.rule {
+            KeyRule::None => {}
+            KeyRule::At(at) if u64::from(at) == i => k = KEY_KEEP,
+            KeyRule::At(_) => {}
+            KeyRule::Numkeys { count_at, first } => {
+                if u64::from(count_at) == i {
+                    k = k.max(OPT_KEEP);
+                } else if u64::from(first) == i && self.numkeys.is_some_and(|n| n > 0) {
+                    k = KEY_KEEP;
+                }
+            }
+            KeyRule::After { keyword, from } => match self.keyword_at {
+                Some(at) if at + 1 == i => k = KEY_KEEP,
+                Some(_) => {}
+                None if i >= u64::from(from) => k = k.max(keyword.len()),
+                None => {}
+            },
+        }
+        if name_is(info, "hello") {
+            if self.hello_user_at == Some(i) {
+                k = KEY_KEEP;
+            } else if self.hello_user_at.is_none_or(|u| i > u + 1) {
+                // The version, or an option keyword (never the password after the user).
+                k = k.max(OPT_KEEP);
+            }
+        } else if name_is(info, "auth") {
+            if i == 1 && self.argc == 3 {
+                k = KEY_KEEP;
+            }
+        } else if (name_is(info, "select") || name_is(info, "client")) && i <= 2 {
+            k = k.max(OPT_KEEP);
+        }
+        k
+    }
+
+    /// Argument `i` is complete: `head` is its kept first bytes, `len` its full length.
+    pub fn arg(&mut self, i: u64, head: &[u8], len: u64) {
+        if i == 0 {
+            self.name.clear();
+            self.name.extend_from_slice(head);
+            self.name_complete = head.len() as u64 == len;
+            self.info = if self.name_complete {
+                lookup(head)
+            } else {
+                None
+            };
+            self.rule = match self.info {
+                Some(c) if !c.container => c.key,
+                _ => KeyRule::None,
+            };
+            return;
+        }
+        let info = self.info;
+        if let Some(c) = info.filter(|c| c.container)
+            && i == 1
+        {
+            let plausible = head.len() as u64 == len
+                && !head.is_empty()
+                && head
+                    .iter()
+                    .all(|&b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+            if plausible {
+                self.sub = Some(head.to_vec());
+                self.rule = subcommand_key(c.name, head);
+            }
+        }
+        match self.rule {
+            KeyRule::None => {}
+            KeyRule::At(at) => {
+                if u64::from(at) == i {
+                    self.set_key(head, len);
+                }
+            }
+            KeyRule::Numkeys { count_at, first } => {
+                if u64::from(count_at) == i {
+                    self.numkeys = parse_i64(head)
+                        .filter(|_| head.len() as u64 == len)
+                        .and_then(|n| u64::try_from(n).ok());
+                } else if u64::from(first) == i && self.numkeys.is_some_and(|n| n > 0) {
+                    self.set_key(head, len);
+                }
+            }
+            KeyRule::After { keyword, from } => match self.keyword_at {
+                Some(at) if at + 1 == i => self.set_key(head, len),
+                Some(_) => {}
+                None => {
+                    if i >= u64::from(from)
+                        && len == keyword.len() as u64
+                        && head.eq_ignore_ascii_case(keyword.as_bytes())
+                    {
+                        self.keyword_at = Some(i);
+                    }
+                }
+            },
+        }
+        if name_is(info, "hello") {
+            if self.hello_user_at == Some(i) {
+                self.user = Some(head.to_vec());
+            } else if i == 1 {
+                self.arg1 = head.to_vec();
+            } else if self.hello_user_at.is_none() && head.eq_ignore_ascii_case(b"auth") {
+                self.hello_user_at = Some(i + 1);
+            }
+        } else if name_is(info, "auth") {
+            if i == 1 && self.argc == 3 {
+                self.user = Some(head.to_vec());
+            }
+        } else if i == 1 {
+            self.arg1.clear();
+            self.arg1
+                .extend_from_slice(head.get(..OPT_KEEP).unwrap_or(head));
+        } else if i == 2 {
+            self.arg2.clear();
+            self.arg2
+                .extend_from_slice(head.get(..OPT_KEEP).unwrap_or(head));
+        }
+    }
+
+    fn set_key(&mut self, head: &[u8], len: u64) {
+        let k = head.get(..KEY_KEEP).unwrap_or(head);
+        self.key = Some(k.to_vec());
+        self.key_truncated = (k.len() as u64) < len;
+    }
+
+    fn special(&self) -> Special {
+        let Some(info) = self.info else {
+            return Special::None;
+        };
+        let channels = self.argc.saturating_sub(1);
+        let arg1 = self.arg1.as_slice();
+        let lossy = |b: &[u8]| -> Arc<str> { Arc::from(String::from_utf8_lossy(b).as_ref()) };
+        match info.name {
+            "multi" => Special::Multi,
+            "exec" => Special::Exec,
+            "discard" => Special::Discard,
+            "reset" => Special::Reset,
+            "monitor" => Special::Monitor,
+            "sync" | "psync" => Special::Sync,
+            "hello" => Special::Hello {
+                version: match arg1 {
+                    b"2" => Some(2),
+                    b"3" => Some(3),
+                    _ => None,
+                },
+                user: self.user.as_deref().map(lossy),
+            },
+            "auth" if self.argc == 2 || self.argc == 3 => Special::Auth {
+                user: self
+                    .user
+                    .as_deref()
+                    .map_or_else(|| Arc::from("default"), lossy),
+            },
+            "select" if self.argc == 2 => Special::Select { db: lossy(arg1) },
+            "client"
+                if self.argc == 3
+                    && self
+                        .sub
+                        .as_deref()
+                        .is_some_and(|s| s.eq_ignore_ascii_case(b"reply")) =>
+            {
+                let a = self.arg2.as_slice();
+                if a.eq_ignore_ascii_case(b"on") {
+                    Special::ClientReply(ReplyMode::On)
+                } else if a.eq_ignore_ascii_case(b"off") {
+                    Special::ClientReply(ReplyMode::Off)
+                } else if a.eq_ignore_ascii_case(b"skip") {
+                    Special::ClientReply(ReplyMode::Skip)
+                } else {
+                    Special::None
+                }
+            }
+            "subscribe" if channels > 0 => Special::Subscribe {
+                kind: PubKind::Channel,
+                channels,
+            },
+            "psubscribe" if channels > 0 => Special::Subscribe {
+                kind: PubKind::Pattern,
+                channels,
+            },
+            "ssubscribe" if channels > 0 => Special::Subscribe {
+                kind: PubKind::Shard,
+                channels,
+            },
+            "unsubscribe" => Special::Unsubscribe {
+                kind: PubKind::Channel,
+                channels,
+            },
+            "punsubscribe" => Special::Unsubscribe {
+                kind: PubKind::Pattern,
+                channels,
+            },
+            "sunsubscribe" => Special::Unsubscribe {
+                kind: PubKind::Shard,
+                channels,
+            },
+            _ => Special::None,
+        }
+    }
+
+    /// The command is complete. `max_text` caps the text.
+    pub fn finish(&mut self, max_text: usize) -> Request {
+        let mut text = String::with_capacity(
+            self.name.len() + 1 + self.sub.as_ref().map_or(0, Vec::len) + 1 + KEY_KEEP.min(64),
+        );
+        let mut truncated = false;
+        match self.info {
+            Some(c) => {
+                text.push_str(c.name);
+                text.make_ascii_uppercase();
+                if let Some(sub) = &self.sub {
+                    text.push(' ');
+                    for &b in sub {
+                        text.push(char::from(b.to_ascii_uppercase()));
+                    }
+                }
+                if let Some(key) = self.key.as_deref().filter(|k| !k.is_empty()) {
+                    text.push(' ');
+                    push_lossy(&mut text, key, self.key_truncated);
+                    truncated |= self.key_truncated;
+                }
+            }
+            None => {
+                let upper: Vec<u8> = self.name.iter().map(u8::to_ascii_uppercase).collect();
+                push_lossy(&mut text, &upper, !self.name_complete);
+                truncated |= !self.name_complete;
+            }
+        }
+        if text.len() > max_text {
+            let mut cut = max_text;
+            while !text.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            text.truncate(cut);
+            truncated = true;
+        }
+        Request {
+            command: self.info.map_or("unknown", |c| c.name),
+            text: Arc::from(text.as_str()),
+            text_truncated: truncated,
+            special: self.special(),
+            argc: self.argc,
+        }
+    }
+}
+
+/// Appends `b` as text, replacing invalid UTF-8; when `cut`, a character cut at the end is
+/// dropped rather than replaced.
+fn push_lossy(out: &mut String, mut b: &[u8], cut: bool) {
+    if cut
+        && let Err(e) = std::str::from_utf8(b)
+        && e.error_len().is_none()
+    {
+        b = b.get(..e.valid_up_to()).unwrap_or(&[]);
+    }
+    out.push_str(&String::from_utf8_lossy(b));
+}
+
+/// The error an error reply (`-...` or `!...`) carries: the first word is the prefix when it
+/// is an upper-case code (`ERR`, `WRONGTYPE`, `NOSCRIPT`, `MOVED`, ...), the rest the message.
+pub fn db_error(content: &[u8]) -> DbError {
+    let text = String::from_utf8_lossy(content);
+    let (first, rest) = text.split_once(' ').unwrap_or((&text, ""));
+    let is_code = !first.is_empty()
+        && first.len() <= 32
+        && first
+            .bytes()
+            .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
+        && first.bytes().next().is_some_and(|b| b.is_ascii_uppercase());
+    if is_code {
+        DbError {
+            code: 0,
+            state: Some(first.into()),
+            message: rest.trim().into(),
+        }
+    } else {
+        DbError {
+            code: 0,
+            state: None,
+            message: text.trim().into(),
+        }
+    }
+}
+
+/// Rows a reply carries: the element count of an array, set, map (pairs) or push; 1 for a
+/// non-null bulk or verbatim string; 0 for everything else (simple strings, integers, nulls,
+/// errors, doubles, booleans).
+pub fn rows(v: &Value) -> u64 {
+    if v.null {
+        return 0;
+    }
+    match v.ty {
+        Type::Array | Type::Set | Type::Map | Type::Push => v.len,
+        Type::BulkString | Type::Verbatim => 1,
+        _ => 0,
+    }
+}
+
+/// A pub/sub subscription confirmation: `[kind, channel, count]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Confirmation {
+    pub kind: PubKind,
+    pub subscribe: bool,
+    /// The channel is null: an unsubscribe-all with nothing subscribed.
+    pub null_channel: bool,
+    /// Subscriptions left after it (channels + patterns, or shard channels).
+    pub count: u64,
+}
+
+fn text_of(k: &Kept) -> Option<&[u8]> {
+    (matches!(k.ty, Type::BulkString | Type::SimpleString | Type::Verbatim) && !k.null)
+        .then(|| k.content())
+}
+
+/// Whether a top-level array or push is a subscription confirmation.
+pub fn confirmation(v: &Value, firsts: &[Kept]) -> Option<Confirmation> {
+    if !matches!(v.ty, Type::Array | Type::Push) || v.null || v.len != 3 {
+        return None;
+    }
+    let [k0, k1, k2] = firsts else {
+        return None;
+    };
+    let (kind, subscribe) = match text_of(k0)? {
+        b"subscribe" => (PubKind::Channel, true),
+        b"unsubscribe" => (PubKind::Channel, false),
+        b"psubscribe" => (PubKind::Pattern, true),
+        b"punsubscribe" => (PubKind::Pattern, false),
+        b"ssubscribe" => (PubKind::Shard, true),
+        b"sunsubscribe" => (PubKind::Shard, false),
+        _ => return None,
+    };
+    let count = u64::try_from(k2.integer()?).ok()?;
+    Some(Confirmation {
+        kind,
+        subscribe,
+        null_channel: k1.null,
+        count,
+    })
+}
+
+/// Whether a top-level array or push is a published message (`message`, `pmessage`,
+/// `smessage`), which is never a reply.
+pub fn is_message(v: &Value, firsts: &[Kept]) -> bool {
+    if !matches!(v.ty, Type::Array | Type::Push) || v.null {
+        return false;
+    }
+    matches!(
+        (firsts.first().and_then(text_of), v.len),
+        (Some(b"message" | b"smessage"), 3) | (Some(b"pmessage"), 4)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn build(args: &[&[u8]]) -> Request {
+        let mut b = Builder::new();
+        b.begin(args.len() as u64);
+        for (i, a) in args.iter().enumerate() {
+            let k = b.keep(i as u64).min(a.len());
+            b.arg(i as u64, &a[..k], a.len() as u64);
+        }
+        b.finish(1 << 20)
+    }
+
+    fn text(args: &[&[u8]]) -> String {
+        build(args).text.to_string()
+    }
+
+    #[test]
+    fn texts() {
+        assert_eq!(
+            text(&[b"set", b"user:1234:profile", b"v"]),
+            "SET user:1234:profile"
+        );
+        assert_eq!(text(&[b"GET", b"k"]), "GET k");
+        assert_eq!(text(&[b"MGET", b"a", b"b"]), "MGET a");
+        assert_eq!(text(&[b"config", b"get", b"maxmemory"]), "CONFIG GET");
+        assert_eq!(text(&[b"CLIENT", b"LIST"]), "CLIENT LIST");
+        assert_eq!(text(&[b"xinfo", b"stream", b"s1"]), "XINFO STREAM s1");
+        assert_eq!(text(&[b"OBJECT", b"ENCODING", b"k"]), "OBJECT ENCODING k");
+        assert_eq!(
+            text(&[b"memory", b"usage", b"k", b"SAMPLES", b"5"]),
+            "MEMORY USAGE k"
+        );
+        assert_eq!(text(&[b"SCRIPT", b"LOAD", b"return 1"]), "SCRIPT LOAD");
+        assert_eq!(text(&[b"ping"]), "PING");
+        assert_eq!(text(&[b"select", b"3"]), "SELECT");
+        assert_eq!(text(&[b"AUTH", b"user", b"secret"]), "AUTH");
+        assert_eq!(text(&[b"HELLO", b"3", b"AUTH", b"u", b"p"]), "HELLO");
+        assert_eq!(text(&[b"EVAL", b"return 1", b"1", b"k1", b"a"]), "EVAL k1");
+        assert_eq!(text(&[b"EVALSHA", b"abc", b"0", b"a"]), "EVALSHA");
+        assert_eq!(text(&[b"FCALL", b"f", b"2", b"k1", b"k2"]), "FCALL k1");
+        assert_eq!(
+            text(&[b"BLMPOP", b"0", b"2", b"l1", b"l2", b"LEFT"]),
+            "BLMPOP l1"
+        );
+        assert_eq!(
+            text(&[
+                b"XREAD", b"COUNT", b"2", b"STREAMS", b"s1", b"s2", b"0", b"0"
+            ]),
+            "XREAD s1"
+        );
+        assert_eq!(
+            text(&[b"XREADGROUP", b"GROUP", b"g", b"c", b"STREAMS", b"s", b">"]),
+            "XREADGROUP s"
+        );
+        assert_eq!(text(&[b"BITOP", b"AND", b"dest", b"a"]), "BITOP dest");
+        assert_eq!(
+            text(&[b"MIGRATE", b"h", b"1", b"k", b"0", b"5"]),
+            "MIGRATE k"
+        );
+        assert_eq!(text(&[b"ft.search", b"idx", b"q"]), "FT.SEARCH");
+        assert_eq!(build(&[b"ft.search", b"idx"]).command, "unknown");
+        assert_eq!(build(&[b"hset", b"h", b"f", b"v"]).command, "hset");
+        assert_eq!(text(&[b"SET", b"", b"v"]), "SET");
+        assert_eq!(text(&[b"CONFIG", b"GET x"]), "CONFIG");
+    }
+
+    #[test]
+    fn long_keys_and_names_are_cut() {
+        let key = vec![b'k'; 1000];
+        let r = build(&[b"GET", &key]);
+        assert_eq!(r.text.len(), 4 + KEY_KEEP);
+        assert!(r.text_truncated);
+        let name = vec![b'x'; 100];
+        let r = build(&[&name]);
+        assert_eq!(r.text.len(), NAME_KEEP);
+        assert!(r.text_truncated);
+        assert_eq!(r.command, "unknown");
+        // A multi-byte character cut by the key limit is dropped, not replaced.
+        let mut key = vec![b'a'; KEY_KEEP - 1];
+        key.extend_from_slice("é".as_bytes());
+        let r = build(&[b"GET", &key]);
+        assert_eq!(r.text.len(), 4 + KEY_KEEP - 1);
+        let mut b = Builder::new();
+        b.begin(2);
+        b.arg(0, b"GET", 3);
+        b.arg(1, b"user:1", 6);
+        let r = b.finish(6);
+        assert_eq!(&*r.text, "GET us");
+        assert!(r.text_truncated);
+    }
+
+    #[test]
+    fn passwords_and_values_are_never_kept() {
+        let mut b = Builder::new();
+        b.begin(3);
+        assert_eq!(b.keep(0), NAME_KEEP);
+        b.arg(0, b"SET", 3);
+        assert_eq!(b.keep(1), KEY_KEEP);
+        b.arg(1, b"k", 1);
+        assert_eq!(b.keep(2), 0);
+        b.begin(2);
+        b.arg(0, b"AUTH", 4);
+        assert_eq!(b.keep(1), 0);
+        b.begin(3);
+        b.arg(0, b"AUTH", 4);
+        assert_eq!(b.keep(1), KEY_KEEP);
+        b.arg(1, b"bob", 3);
+        assert_eq!(b.keep(2), 0);
+        assert_eq!(
+            b.finish(100).special,
+            Special::Auth {
+                user: Arc::from("bob")
+            }
+        );
+        b.begin(5);
+        b.arg(0, b"HELLO", 5);
+        b.arg(1, b"3", 1);
+        b.arg(2, b"AUTH", 4);
+        assert_eq!(b.keep(3), KEY_KEEP);
+        b.arg(3, b"bob", 3);
+        assert_eq!(b.keep(4), 0);
+        assert_eq!(
+            b.finish(100).special,
+            Special::Hello {
+                version: Some(3),
+                user: Some(Arc::from("bob"))
+            }
+        );
+    }
+
+    #[test]
+    fn specials() {
+        assert_eq!(
+            build(&[b"client", b"reply", b"OFF"]).special,
+            Special::ClientReply(ReplyMode::Off)
+        );
+        assert_eq!(
+            build(&[b"CLIENT", b"REPLY", b"skip"]).special,
+            Special::ClientReply(ReplyMode::Skip)
+        );
+        assert_eq!(build(&[b"CLIENT", b"LIST"]).special, Special::None);
+        assert_eq!(
+            build(&[b"SUBSCRIBE", b"a", b"b"]).special,
+            Special::Subscribe {
+                kind: PubKind::Channel,
+                channels: 2
+            }
+        );
+        assert_eq!(
+            build(&[b"punsubscribe"]).special,
+            Special::Unsubscribe {
+                kind: PubKind::Pattern,
+                channels: 0
+            }
+        );
+        assert_eq!(build(&[b"SUBSCRIBE"]).special, Special::None);
+        assert_eq!(
+            build(&[b"select", b"2"]).special,
+            Special::Select { db: Arc::from("2") }
+        );
+        assert_eq!(
+            build(&[b"AUTH", b"pw"]).special,
+            Special::Auth {
+                user: Arc::from("default")
+            }
+        );
+        assert_eq!(build(&[b"MULTI"]).special, Special::Multi);
+        assert_eq!(build(&[b"psync", b"?", b"-1"]).special, Special::Sync);
+    }
+
+    #[test]
+    fn errors() {
+        let e = db_error(b"WRONGTYPE Operation against a key holding the wrong kind of value");
+        assert_eq!(e.state.as_deref(), Some("WRONGTYPE"));
+        assert_eq!(
+            &*e.message,
+            "Operation against a key holding the wrong kind of value"
+        );
+        let e = db_error(b"ERR unknown command 'NOPE'");
+        assert_eq!(e.state.as_deref(), Some("ERR"));
+        assert_eq!(e.code, 0);
+        let e = db_error(b"something went wrong");
+        assert_eq!(e.state, None);
+        assert_eq!(&*e.message, "something went wrong");
+        let e = db_error(b"MOVED 3999 127.0.0.1:6381");
+        assert_eq!(e.state.as_deref(), Some("MOVED"));
+        let e = db_error(b"");
+        assert_eq!(e.state, None);
+        let e = db_error(b"NOAUTH");
+        assert_eq!(e.state.as_deref(), Some("NOAUTH"));
+        assert_eq!(&*e.message, "");
+    }
+}
