@@ -1,1 +1,136 @@
-//! PostgreSQL frontend/backend protocol (v3).
+//! PostgreSQL frontend/backend protocol (v3.0 and v3.2): framing, messages and the
+//! per-connection session.
+//!
+//! [`new_session`] builds a [`PgSession`] implementing [`crate::Session`]. It follows the
+//! startup (user, database, application name; SSLRequest and GSSENCRequest), pairs every
+//! request with its response in the simple and the extended protocol (pipelining included),
+//! maps prepared statements and portals to their SQL, follows COPY in both directions, and
+//! copes with captures that start mid-connection or lose bytes. Large results stream: DataRow
+//! bodies are counted, never buffered.
+//!
+//! # Command names
+//!
+//! [`crate::QueryEvent::command`] is one of (lower case, stable):
+//!
+//! * `query`: one statement of a simple-protocol Query message (see below);
+//! * `prepare`: a Parse, with the Describe of the same statement if one follows it directly;
+//!   answered by ParseComplete;
+//! * `execute`: an Execute, together with the Bind (and Describe of the portal) before it;
+//!   `text` is the statement's SQL; `start_ns` is the first byte of the Bind. Each Execute of
+//!   a portal is its own event (row limits and PortalSuspended), later ones start at their
+//!   own first byte;
+//! * `bind`: a Bind never followed by an Execute of its portal;
+//! * `describe`: a Describe that is not part of a `prepare` or an `execute`;
+//! * `close`: a Close of a statement or portal;
+//! * `function_call`: the fast-path FunctionCall (no text);
+//! * `cancel`: a CancelRequest (it comes on a connection of its own, which then ends);
+//! * `terminate`: Terminate;
+//! * `unknown`: any other message type (the server answers it with an error).
+//!
+//! `cancel` and `terminate` expect no reply ([`crate::Outcome::NoReplyExpected`]). Sync and
+//! Flush are not events: their bytes, and the ReadyForQuery that answers a Sync, are counted
+//! with the request they close. COPY is not a command of its own: a `COPY` statement is a
+//! `query` or an `execute` whose CopyData bytes count in `bytes_in` (COPY FROM STDIN) or
+//! `bytes_out` (COPY TO STDOUT), and whose rows come from the `COPY n` tag (`rows_affected`
+//! for COPY FROM, `rows_sent` for COPY TO). CopyBoth (replication streaming) ends the event and
+//! the session ([`crate::Progress::Stop`]).
+//!
+//! # Simple queries hold several statements
+//!
+//! The server answers each statement of a Query message with its own CommandComplete,
+//! EmptyQueryResponse or ErrorResponse (an error aborts the rest), and `pg_stat_statements`
+//! counts statements. So the text is split on top-level `;` (quotes, `E''` strings, dollar
+//! quoting, comments, parentheses and `BEGIN ATOMIC` bodies respected; empty statements skipped
+//! as the server skips them) and every statement is its own `query` event with its own text,
+//! rows and outcome. The first statement starts at the first byte of the message; each later
+//! one starts when the previous statement completed, and its first response byte is its own
+//! first message. Each statement's `bytes_in` is its piece of the text; the last event also
+//! gets the message header, the bytes of statements an error kept from running, and the
+//! ReadyForQuery. Statements after an error are not run and produce no event. Should the
+//! server answer fewer statements than the text seems to hold (and no error explains it), the
+//! last event's text runs to the end; should it answer more, the extra results count in the
+//! last statement.
+//!
+//! # Rows
+//!
+//! `rows_sent` counts DataRow messages (NULL columns and huge rows alike). `rows_affected`
+//! comes from the CommandComplete tag of INSERT, UPDATE, DELETE, MERGE, MOVE and COPY FROM.
+//! For `SELECT n` and `FETCH n` the DataRows are the rows; when there were none (CREATE TABLE
+//! AS, SELECT INTO) `rows_sent` takes the tag's count. Errors are [`crate::DbError`] with code 0,
+//! the SQLSTATE in `state` and the primary message.
+//!
+//! # Prepared statements, portals, pipelining
+//!
+//! Statement names map to their SQL per connection (one `Arc<str>` per statement, shared by
+//! every execution); the unnamed statement is replaced by each Parse; a portal takes its
+//! statement's text at Bind. A statement prepared before the capture began is counted under
+//! its name: its text is `EXECUTE <name>`, so its executions still group together (an unnamed
+//! statement whose Parse was not seen has no text).
+//!
+//! Responses come in request order, so requests sent ahead (pipelining, several Syncs in
+//! flight) wait in a queue of expected responses. Past `max_inflight` requests, further ones
+//! are still followed (so pairing stays exact) but produce no event and are counted in
+//! [`crate::Health::inflight_overflow`]; the queue of expected responses is bounded too.
+//!
+//! When an extended-protocol request fails, the server discards every message up to the next
+//! Sync. The requests it discarded never ran and get no response: they produce no event (as in
+//! `pg_stat_statements`), and their bytes are counted with the request that failed, which also
+//! takes the Sync and its ReadyForQuery. While a COPY FROM STDIN runs, the server ignores Sync
+//! and Flush (libpq sends a second Sync after CopyDone); the session does the same.
+//!
+//! NoticeResponse, NotificationResponse and ParameterStatus may come at any time; they are not
+//! responses (their bytes count with the response in progress, if any). The transaction status
+//! of the last ReadyForQuery is kept: [`PgSession::transaction_status`].
+//!
+//! # Startup and encryption
+//!
+//! An SSLRequest or GSSENCRequest answered `S` or `G` (or a TLS ClientHello sent straight away)
+//! means an encrypted connection: it is counted in [`crate::Health::encrypted_connections`] and
+//! the session stops. Answered `N`, the plaintext startup follows. The authentication exchange
+//! is skipped until the first ReadyForQuery. A connection that fails authentication produces no
+//! event.
+//!
+//! # Picking up mid-stream and resynchronizing
+//!
+//! Without the startup the session knows no user or database. It recognises a client message
+//! at a boundary it can trust (the first client bytes, the first client bytes after the server
+//! spoke, the first bytes after a gap) when its type byte is a frontend one, its length fits
+//! that type (Sync, Flush, Terminate and CopyDone have exactly 4; Describe, Close and Execute
+//! carry a short name; every message is shorter than 1 GB), its start looks like what the type
+//! carries, and the next header in the first 16 bytes is plausible too. The server side joins
+//! at its first message after a recognised request when that message's type and length fit;
+//! until a response fits the request at the head of the queue, server messages are taken as the
+//! tail of responses to requests we did not see and skipped.
+//!
+//! The flow layer says how many bytes a gap lost. When the hole lies inside one message whose
+//! end is known (typically a DataRow, CopyData or a long query text), the framing holds: that
+//! request is emitted with [`crate::Outcome::Incomplete`] and everything else stays exact.
+//! Otherwise the damaged direction resynchronizes as above: a server-side gap emits every
+//! request in flight as incomplete; a client-side gap marks the place where requests may have
+//! been lost, and responses that fit nothing we know are skipped until one fits the next
+//! request we saw. A message length the type cannot have (1 GB and more for any type) is
+//! malformed and treated like a gap.
+
+pub mod message;
+pub mod session;
+pub mod statements;
+pub mod wire;
+
+pub use session::{PgSession, TxStatus};
+
+use crate::{ConnMeta, SessionConfig};
+
+/// The default PostgreSQL server port.
+pub const DEFAULT_PORT: u16 = 5432;
+
+/// A session for one PostgreSQL connection.
+pub fn new_session(meta: ConnMeta, cfg: SessionConfig) -> PgSession {
+    PgSession::new(meta, cfg)
+}
+
+/// Whether the first bytes a client sent look like the start of a PostgreSQL connection: a
+/// StartupMessage for protocol 3.x, an SSLRequest, a GSSENCRequest or a CancelRequest. For
+/// detection on unknown ports.
+pub fn looks_like_startup(first_client_bytes: &[u8]) -> bool {
+    message::looks_like_startup(first_client_bytes)
+}
