@@ -144,7 +144,7 @@ P("")
 P(f"Capture: `{os.path.basename(cap)}`, {size_mb:.0f} MB, {d['capture']['packets']} packets: sysbench "
   f"oltp_read_write, --db-ps-mode=auto, {m['sysbench_args']['threads']} threads, "
   f"{m['sysbench_runs']} run(s) of {m['sysbench_args']['time_per_run']:g} s, "
-  f"{m['sysbench_args']['table_size']} rows, against {m['server_version'].split(' for ')[0]} on "
+  f"{m['sysbench_args']['table_size']} rows, against {m['server_version'].split(' for ')[0].replace('mariadbd  Ver ', 'MariaDB ')} on "
   f"127.0.0.1:{port}; tcpdump -s 0 -i lo, {m['tcpdump'].get('dropped')} dropped.")
 P(f"Machine: {os.cpu_count()} cores, {platform.machine()}, {platform.release()}. Same file for every tool, "
   f"run one after the other; times from `/usr/bin/time -f '%e %U %S %M'`.")

@@ -35,12 +35,20 @@ else
   export DEBIAN_FRONTEND=noninteractive
   # tshark asks whether non-root users may capture; answer no without a prompt.
   echo "wireshark-common wireshark-common/install-setuid boolean false" | debconf-set-selections
-  apt-get update -q
-  apt-get install -y -q --no-install-recommends "${PACKAGES[@]}" </dev/null
+  # Keep the packages' own services (mariadb on port 3306) from being started by the install:
+  # the tests run private servers on their own ports and datadirs, and leave 3306 alone.
+  made_policy=0
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d
+    chmod +x /usr/sbin/policy-rc.d
+    made_policy=1
+  fi
+  rc=0
+  { apt-get update -q && apt-get install -y -q --no-install-recommends "${PACKAGES[@]}" </dev/null; } || rc=$?
+  if [ "$made_policy" = 1 ]; then rm -f /usr/sbin/policy-rc.d; fi
+  [ "$rc" = 0 ] || { echo "setup: apt-get failed ($rc)" >&2; exit "$rc"; }
 fi
 
-# The Debian package may start its own server (port 3306); we never use it, and never stop it
-# either: the tests run private servers on their own ports and datadirs.
 for b in mariadbd mariadb-install-db mariadb tcpdump sysbench pt-query-digest tshark editcap; do
   command -v "$b" >/dev/null || { echo "setup: $b not found after install" >&2; exit 1; }
 done

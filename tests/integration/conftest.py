@@ -68,8 +68,10 @@ def sysbench_capture(server):
         sb = harness.sysbench_run(PORT, SYSBENCH_THREADS, SYSBENCH_SECONDS, SYSBENCH_TABLE_SIZE)
         after = server.status(threads=before["Threads_connected"])
     finally:
-        lo_stats = lo.stop()
-        any_stats = anyc.stop()
+        try:
+            lo_stats = lo.stop()
+        finally:
+            any_stats = anyc.stop()
     _check_tcpdump(lo_stats, "lo")
     _check_tcpdump(any_stats, "any")
     d = delta(before, after)
