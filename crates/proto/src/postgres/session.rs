@@ -1896,6 +1896,12 @@ impl PgSession {
 
     fn feed_dir(&mut self, d: usize, mut data: &[u8], ts: u64, sink: &mut dyn Sink) {
         while !data.is_empty() && !self.stopped {
+            if d == SERVER && self.conn.phase == Phase::Startup && self.conn.meta.saw_open {
+                // The server speaks before the client's startup packet: not PostgreSQL.
+                sink.health().malformed += 1;
+                self.stopped = true;
+                return;
+            }
             match self.dirs[d].sync {
                 Sync::Synced => {
                     if d == SERVER && self.conn.phase == Phase::EncAnswer {
@@ -2019,12 +2025,6 @@ impl Session for PgSession {
         }
         let d = idx(dir);
         if d == SERVER {
-            if self.conn.phase == Phase::Startup && self.conn.meta.saw_open {
-                // The server speaks first: not PostgreSQL.
-                sink.health().malformed += 1;
-                self.stopped = true;
-                return Progress::Stop;
-            }
             self.client_turn(sink);
         } else if self.conn.phase == Phase::Startup
             && self.dirs[CLIENT].framer.is_idle()
