@@ -148,3 +148,23 @@ def test_server_found_without_flag(sysbench_capture, dbtap_digest):
     cap = sysbench_capture["lo"]
     d = dbtap_digest(cap.pcap, server_flag=False)
     assert d["totals"]["queries"] == dbtap_digest(cap.pcap)["totals"]["queries"]
+
+
+@pytest.mark.parametrize("order", ["total", "count", "p99", "errors"])
+def test_order_by_and_limit(order, sysbench_capture):
+    """--order-by ranks the groups by that key, --limit keeps that many."""
+    d = harness.digest(sysbench_capture["lo"].pcap, extra=(*SERVER, "--order-by", order))
+    key = {"total": lambda g: g["latency_us"]["sum"] or 0, "count": lambda g: g["count"],
+           "p99": lambda g: g["latency_us"].get("p99") or 0, "errors": lambda g: g.get("errors", 0)}[order]
+    vals = [key(g) for g in d["queries"]]
+    assert vals == sorted(vals, reverse=True), f"--order-by {order}: {vals}"
+    r = run("digest", sysbench_capture["lo"].pcap, "--format", "json", "--limit", "3",
+            "--order-by", order, *SERVER)
+    top = json.loads(r.stdout)["queries"]
+    assert [g["fingerprint"] for g in top] == [g["fingerprint"] for g in d["queries"][:3]]
+
+
+def test_text_report(sysbench_capture):
+    r = run("digest", sysbench_capture["lo"].pcap, "--limit", "5", *SERVER)
+    assert r.returncode == 0, r.stderr.decode(errors="replace")
+    assert b"select c from sbtest" in r.stdout
