@@ -1,0 +1,761 @@
+//! MySQL fingerprints: dbtap's default normalization and an exact pt-query-digest 3.2.1 mode.
+//!
+//! See the crate documentation for the rules and for where the default mode deliberately differs
+//! from pt-query-digest.
+
+mod pt;
+
+use crate::lex::{self, Kind, Lexer, Token};
+
+/// dbtap's default MySQL normalization into `out` (cleared first). pt-query-digest's rules
+/// (literals -> ?, IN(...)/VALUES(...) lists folded to (?+), comments stripped, case and
+/// whitespace folded, LIMIT a,b / LIMIT a OFFSET b -> limit ?, digit runs in identifiers folded
+/// like sbtest1 -> sbtest?, ORDER BY ... ASC dropped, UNION repeats folded, CALL foo(..) -> call foo,
+/// use `db` -> use ?, mysqldump detection...) but WITHOUT pt's known bugs: arithmetic operators are
+/// not swallowed with the number that follows them (`b = b + 30` -> `b = b + ?`, `a-1` -> `a-?`),
+/// `IS NULL`/`IS NOT NULL` stay as they are, uppercase hex 0xFF is a literal, trailing space trimmed.
+///
+/// The full list of differences is in the crate documentation. One pass over the bytes; the only
+/// allocation is `out` growing, so reuse it across calls.
+pub fn fingerprint(sql: &str, out: &mut String) {
+    let mut buf = std::mem::take(out).into_bytes();
+    buf.clear();
+    normalize(sql.as_bytes(), &mut buf);
+    *out = crate::into_string(buf);
+}
+
+/// Exact pt-query-digest 3.2.1 (`pt-fingerprint`) behaviour, bugs included, so IDs join with theirs.
+///
+/// This is pt-query-digest's `QueryRewriter::fingerprint`, which also turns `true`/`false` into
+/// `?`; the separate `pt-fingerprint` 3.2.1 tool lacks that one step. Feed it the query text the
+/// way pt-query-digest sees it (for a slow log: without the terminating `;`).
+pub fn fingerprint_pt(sql: &str, out: &mut String) {
+    let mut buf = std::mem::take(out).into_bytes();
+    pt::fingerprint(sql.as_bytes(), &mut buf, true);
+    *out = crate::into_string(buf);
+}
+
+const MYSQLDUMP: &[u8] = b"SELECT /*!40001 SQL_NO_CACHE */ * FROM `";
+const ADMIN: &[u8] = b"administrator command: ";
+
+/// Keyword classes the normalizer cares about.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kw {
+    Null,
+    True,
+    False,
+    In,
+    Values,
+    Limit,
+    Offset,
+    Order,
+    By,
+    Asc,
+    Is,
+    Not,
+    Union,
+    /// A keyword after which `-1` is a negative number, not a subtraction.
+    Operator,
+    /// Anything else: an identifier or a keyword we do not track.
+    Other,
+}
+
+const ONES: u64 = 0x0101_0101_0101_0101;
+const HIGH: u64 = 0x8080_8080_8080_8080;
+
+/// The word `s[start..start + len]` (`len <= 8`) as a little-endian integer, when 8 bytes can be
+/// loaded from `start` (bytes past the word are zeroed).
+#[inline(always)]
+fn load8(s: &[u8], start: usize, len: usize) -> Option<u64> {
+    if len == 0 || len > 8 {
+        return None;
+    }
+    let bytes: [u8; 8] = s.get(start..start + 8)?.try_into().ok()?;
+    let mask = if len == 8 {
+        u64::MAX
+    } else {
+        (1u64 << (8 * len)) - 1
+    };
+    Some(u64::from_le_bytes(bytes) & mask)
+}
+
+/// SWAR: the high bit of each byte of `x` (ASCII bytes only) that lies in `lo..=hi`.
+#[inline(always)]
+fn in_range(x: u64, lo: u8, hi: u8) -> u64 {
+    let low7 = x & !HIGH;
+    let ge_lo = low7 + ONES * u64::from(0x80 - lo);
+    let gt_hi = low7 + ONES * u64::from(0x7f - hi);
+    ge_lo & !gt_hi & !x & HIGH
+}
+
+/// Up to 8 bytes of a word as a little-endian integer with ASCII letters lowercased (`| 0x20`
+/// maps only `A-Z` onto letters, so it is exact for the all-letter keywords matched against it).
+#[inline(always)]
+fn key(w: &[u8]) -> u64 {
+    let mut k = 0u64;
+    for (i, &b) in w.iter().take(8).enumerate() {
+        k |= u64::from(b | 0x20) << (8 * i);
+    }
+    k
+}
+
+const fn kw_key(s: &[u8]) -> u64 {
+    let mut k = 0u64;
+    let mut i = s.len();
+    while i > 0 {
+        i -= 1;
+        k = (k << 8) | s[i] as u64;
+    }
+    k
+}
+
+macro_rules! keywords {
+    ($($name:ident = $lit:literal => $kw:expr,)*) => {
+        $(const $name: u64 = kw_key($lit);)*
+
+        /// The keyword class of the word `s[start..end]` (ASCII case-insensitive).
+        #[inline(always)]
+        fn classify_at(s: &[u8], start: usize, end: usize) -> Kw {
+            let len = end - start;
+            if len == 0 || len > 8 {
+                return Kw::Other;
+            }
+            let k = match load8(s, start, len) {
+                Some(x) => x | (0x2020_2020_2020_2020 & (u64::MAX >> (64 - 8 * len))),
+                None => key(&s[start..end]),
+            };
+            match k {
+                $($name => $kw,)*
+                _ => Kw::Other,
+            }
+        }
+
+        /// The keyword class of a word (ASCII case-insensitive).
+        fn classify(w: &[u8]) -> Kw {
+            classify_at(w, 0, w.len())
+        }
+    };
+}
+
+keywords! {
+    K_IN = b"in" => Kw::In,
+    K_IS = b"is" => Kw::Is,
+    K_BY = b"by" => Kw::By,
+    K_OR = b"or" => Kw::Operator,
+    K_ON = b"on" => Kw::Operator,
+    K_ASC = b"asc" => Kw::Asc,
+    K_NOT = b"not" => Kw::Not,
+    K_AND = b"and" => Kw::Operator,
+    K_XOR = b"xor" => Kw::Operator,
+    K_DIV = b"div" => Kw::Operator,
+    K_MOD = b"mod" => Kw::Operator,
+    K_ALL = b"all" => Kw::Operator,
+    K_ANY = b"any" => Kw::Operator,
+    K_NULL = b"null" => Kw::Null,
+    K_TRUE = b"true" => Kw::True,
+    K_WHEN = b"when" => Kw::Operator,
+    K_THEN = b"then" => Kw::Operator,
+    K_ELSE = b"else" => Kw::Operator,
+    K_LIKE = b"like" => Kw::Operator,
+    K_CASE = b"case" => Kw::Operator,
+    K_SOME = b"some" => Kw::Operator,
+    K_FALSE = b"false" => Kw::False,
+    K_VALUE = b"value" => Kw::Values,
+    K_LIMIT = b"limit" => Kw::Limit,
+    K_ORDER = b"order" => Kw::Order,
+    K_UNION = b"union" => Kw::Union,
+    K_WHERE = b"where" => Kw::Operator,
+    K_RLIKE = b"rlike" => Kw::Operator,
+    K_UNTIL = b"until" => Kw::Operator,
+    K_VALUES = b"values" => Kw::Values,
+    K_OFFSET = b"offset" => Kw::Offset,
+    K_SELECT = b"select" => Kw::Operator,
+    K_RETURN = b"return" => Kw::Operator,
+    K_HAVING = b"having" => Kw::Operator,
+    K_REGEXP = b"regexp" => Kw::Operator,
+    K_ELSEIF = b"elseif" => Kw::Operator,
+    K_ESCAPE = b"escape" => Kw::Operator,
+    K_BETWEEN = b"between" => Kw::Operator,
+    K_DEFAULT = b"default" => Kw::Operator,
+    K_INTERVAL = b"interval" => Kw::Operator,
+    K_DISTINCT = b"distinct" => Kw::Operator,
+}
+
+/// What a token is, for the list/LIMIT state machines.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Class {
+    Literal,
+    Comma,
+    Open,
+    Close,
+    Other,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Row {
+    None,
+    /// Just closed a row of a `VALUES` list.
+    After,
+    /// `, ` after a row; the output length before it.
+    Comma(usize),
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Limit {
+    None,
+    /// After `limit`.
+    Kw,
+    /// After `limit ?`; the output length there.
+    Val(usize),
+    /// After `limit ?,` or `limit ? offset`.
+    Sep(usize),
+}
+
+/// 0: nothing; 1: `in`; 2: `value`/`values`.
+type ExpectList = u8;
+
+struct State {
+    pend_ws: bool,
+    gap: bool,
+    prev_operand: bool,
+    is_state: u8,
+    expect_list: ExpectList,
+    /// Open parenthesized group that may fold to `(?+)`: output length before it, its depth.
+    cand: Option<(usize, u32)>,
+    depth: u32,
+    values_row: Option<u32>,
+    row: Row,
+    /// Skipping a further `VALUES` row until the depth drops back to this.
+    skip: Option<u32>,
+    limit: Limit,
+    order_prev: bool,
+    order_by: bool,
+    union: bool,
+}
+
+impl State {
+    /// No rule is waiting for the next token: a plain word, literal or operator only needs
+    /// emitting (and leaves every rule state as it is).
+    #[inline(always)]
+    fn quiet(&self) -> bool {
+        self.row == Row::None
+            && self.limit == Limit::None
+            && self.cand.is_none()
+            && self.expect_list == 0
+            && self.is_state == 0
+            && !self.order_prev
+    }
+}
+
+/// Bytes that would glue with a neighbour if a comment between them vanished.
+#[inline]
+fn wordish(b: u8) -> bool {
+    lex::is_ident(b) || b == b'?'
+}
+
+#[inline(always)]
+fn sep(buf: &mut Vec<u8>, ws: bool, gap: bool, first: u8) {
+    if let Some(&last) = buf.last()
+        && (ws || (gap && wordish(last) && wordish(first)))
+    {
+        buf.push(b' ');
+    }
+}
+
+/// Lowercase ASCII and fold each digit run (with the hex letters and `x` that follow it, as pt
+/// does) to `?`: `sbtest1` -> `sbtest?`, `12foo` -> `?oo`.
+#[inline(always)]
+fn push_word(buf: &mut Vec<u8>, s: &[u8], start: usize, end: usize) {
+    // Fast path for words of up to 8 bytes without digits: lowercase 8 bytes at once.
+    if let Some(x) = load8(s, start, end - start)
+        && in_range(x, b'0', b'9') == 0
+    {
+        let lower = x | (in_range(x, b'A', b'Z') >> 2);
+        let len = buf.len();
+        buf.extend_from_slice(&lower.to_le_bytes());
+        buf.truncate(len + (end - start));
+        return;
+    }
+    push_folded(buf, &s[start..end]);
+}
+
+#[inline]
+fn push_folded(buf: &mut Vec<u8>, w: &[u8]) {
+    buf.reserve(w.len());
+    let mut i = 0;
+    while i < w.len() {
+        let c = w[i];
+        i += 1;
+        if c.is_ascii_digit() {
+            buf.push(b'?');
+            while i < w.len() && (w[i].is_ascii_hexdigit() || (w[i] | 0x20) == b'x') {
+                i += 1;
+            }
+        } else {
+            buf.push(c.to_ascii_lowercase());
+        }
+    }
+}
+
+/// A quoted identifier: folded like a word, with each whitespace run inside made one space.
+fn push_quoted_ident(buf: &mut Vec<u8>, q: &[u8]) {
+    let mut i = 0;
+    while i < q.len() {
+        let start = i;
+        while i < q.len() && !lex::is_space(q[i]) {
+            i += 1;
+        }
+        push_folded(buf, &q[start..i]);
+        if i < q.len() {
+            buf.push(b' ');
+            while i < q.len() && lex::is_space(q[i]) {
+                i += 1;
+            }
+        }
+    }
+}
+
+/// `/*db.tbl:1/2*/`, the comment pt-table-checksum and friends put in their queries.
+fn toolkit_comment(c: &[u8]) -> bool {
+    let Some(body) = c.strip_prefix(b"/*").and_then(|b| b.strip_suffix(b"*/")) else {
+        return false;
+    };
+    let w = |b: &u8| b.is_ascii_alphanumeric() || *b == b'_';
+    let Some(colon) = body.iter().position(|&b| b == b':') else {
+        return false;
+    };
+    let (name, tail) = body.split_at(colon);
+    let Some(dot) = name.iter().position(|&b| b == b'.') else {
+        return false;
+    };
+    let (a, b) = (&name[..dot], &name[dot + 1..]);
+    !a.is_empty()
+        && !b.is_empty()
+        && a.iter().all(w)
+        && b.iter().all(w)
+        && tail.len() == 4
+        && tail[1].is_ascii_digit()
+        && tail[2] == b'/'
+        && tail[3].is_ascii_digit()
+}
+
+/// Next non-comment token.
+fn next_code(lx: &mut Lexer) -> Token {
+    loop {
+        let t = lx.next_token();
+        if t.kind != Kind::Comment {
+            return t;
+        }
+    }
+}
+
+/// `CALL name(` or `CALL name` alone: the range of `name` (possibly qualified).
+fn call_target(mut lx: Lexer, s: &[u8]) -> Option<(usize, usize)> {
+    let t = lx.next_token();
+    if !t.ws_before || !matches!(t.kind, Kind::Word | Kind::QuotedIdent) {
+        return None;
+    }
+    let start = t.start;
+    let mut end = t.end;
+    loop {
+        let t = lx.next_token();
+        // `CALL p` alone (our own output for `CALL p(1)`) stays `call p`, for idempotence.
+        if t.kind == Kind::End {
+            return Some((start, end));
+        }
+        if t.ws_before || t.kind != Kind::Punct {
+            return None;
+        }
+        match s[t.start] {
+            b'(' => return Some((start, end)),
+            b'.' => {
+                let t = lx.next_token();
+                if t.ws_before || !matches!(t.kind, Kind::Word | Kind::QuotedIdent) {
+                    return None;
+                }
+                end = t.end;
+            }
+            _ => return None,
+        }
+    }
+}
+
+/// `USE db` (optionally `;`) and nothing else.
+fn use_stmt(mut lx: Lexer, s: &[u8]) -> bool {
+    let t = next_code(&mut lx);
+    if !matches!(t.kind, Kind::Word | Kind::QuotedIdent) {
+        return false;
+    }
+    let mut t = next_code(&mut lx);
+    if t.kind == Kind::Punct && s[t.start] == b';' {
+        t = next_code(&mut lx);
+    }
+    t.kind == Kind::End
+}
+
+fn normalize(s: &[u8], buf: &mut Vec<u8>) {
+    if s.starts_with(MYSQLDUMP) {
+        buf.extend_from_slice(b"mysqldump");
+        return;
+    }
+    if s.starts_with(ADMIN) {
+        buf.extend_from_slice(s);
+        return;
+    }
+    let mut lx = Lexer::new(s, lex::MYSQL);
+    let mut st = State {
+        pend_ws: false,
+        gap: false,
+        prev_operand: false,
+        is_state: 0,
+        expect_list: 0,
+        cand: None,
+        depth: 0,
+        values_row: None,
+        row: Row::None,
+        skip: None,
+        limit: Limit::None,
+        order_prev: false,
+        order_by: false,
+        union: false,
+    };
+    buf.reserve(s.len() + 16);
+
+    // `CALL p(...)` -> `call p`; `USE db` -> `use ?`.
+    let lead = s.iter().copied().find(|&b| !lex::is_space(b)).unwrap_or(0);
+    let mut after = lx;
+    let first = if matches!(lead | 0x20, b'c' | b'u' | b'/' | b'-' | b'#') {
+        next_code(&mut after)
+    } else {
+        Token {
+            kind: Kind::End,
+            start: 0,
+            end: 0,
+            ws_before: false,
+        }
+    };
+    if first.kind == Kind::Word {
+        let w = &s[first.start..first.end];
+        if w.eq_ignore_ascii_case(b"call") {
+            if let Some((a, b)) = call_target(after, s) {
+                buf.extend_from_slice(b"call ");
+                buf.extend(s[a..b].iter().map(u8::to_ascii_lowercase));
+                return;
+            }
+        } else if w.eq_ignore_ascii_case(b"use") && use_stmt(after, s) {
+            buf.extend_from_slice(b"use ?");
+            return;
+        }
+    }
+
+    loop {
+        let t = lx.next_token();
+        match t.kind {
+            Kind::End => break,
+            Kind::Comment => {
+                if toolkit_comment(&s[t.start..t.end]) {
+                    buf.clear();
+                    buf.extend_from_slice(b"percona-toolkit");
+                    return;
+                }
+                st.pend_ws |= t.ws_before;
+                st.gap = true;
+                continue;
+            }
+            _ => {}
+        }
+        let ws = st.pend_ws | t.ws_before;
+        st.pend_ws = false;
+        let gap = std::mem::take(&mut st.gap);
+        let tok = &s[t.start..t.end];
+
+        if let Some(d0) = st.skip {
+            if t.kind == Kind::Punct {
+                match tok[0] {
+                    b'(' => st.depth += 1,
+                    b')' => {
+                        st.depth = st.depth.saturating_sub(1);
+                        if st.depth == d0 {
+                            st.skip = None;
+                            st.row = Row::After;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            continue;
+        }
+
+        let kw = if t.kind == Kind::Word {
+            classify_at(s, t.start, t.end)
+        } else {
+            Kw::Other
+        };
+
+        // Fast path: a plain token while no rule is waiting for the next one.
+        if st.quiet() {
+            match t.kind {
+                Kind::Word if kw == Kw::Other && !matches!(tok[0], b'0'..=b'9' | b'?') => {
+                    sep(buf, ws, gap, tok[0]);
+                    push_word(buf, s, t.start, t.end);
+                    st.prev_operand = true;
+                    continue;
+                }
+                // SELECT, WHERE, AND...: only the sign rule looks at them.
+                Kind::Word if kw == Kw::Operator => {
+                    sep(buf, ws, gap, tok[0]);
+                    push_word(buf, s, t.start, t.end);
+                    st.prev_operand = false;
+                    continue;
+                }
+                Kind::Str | Kind::Num | Kind::Placeholder => {
+                    sep(buf, ws, gap, b'?');
+                    buf.push(b'?');
+                    st.prev_operand = true;
+                    continue;
+                }
+                Kind::Punct if !matches!(tok[0], b'+' | b'-' | b')') => {
+                    sep(buf, ws, gap, tok[0]);
+                    buf.push(tok[0]);
+                    st.prev_operand = false;
+                    st.depth += u32::from(tok[0] == b'(');
+                    continue;
+                }
+                Kind::Punct if tok[0] == b')' && st.values_row != Some(st.depth) => {
+                    sep(buf, ws, gap, b')');
+                    buf.push(b')');
+                    st.prev_operand = true;
+                    st.depth = st.depth.saturating_sub(1);
+                    continue;
+                }
+                _ => {}
+            }
+        }
+
+        let class = match t.kind {
+            Kind::Str | Kind::Num | Kind::Placeholder => Class::Literal,
+            Kind::Word => {
+                match kw {
+                    Kw::Null | Kw::True | Kw::False if st.is_state == 0 => Class::Literal,
+                    // `12foo`, `?oo` (our own output for it): words that start like a number
+                    // are literals to the list and LIMIT rules, but keep their folded text.
+                    _ if matches!(tok[0], b'0'..=b'9' | b'?') => Class::Literal,
+                    Kw::Asc if st.order_by => {
+                        // Dropped with the whitespace before it; the states see nothing.
+                        continue;
+                    }
+                    _ => Class::Other,
+                }
+            }
+            Kind::Punct => match tok[0] {
+                b'(' => Class::Open,
+                b')' => Class::Close,
+                b',' => Class::Comma,
+                // Signs glued to a literal where no operand precedes them: `= -1`, `(-'5'`, `+-1`.
+                b'+' | b'-' if !st.prev_operand => {
+                    let mut ahead = lx;
+                    let mut t2 = ahead.next_token();
+                    while !t2.ws_before
+                        && (t2.kind == Kind::Comment
+                            || (t2.kind == Kind::Punct && matches!(s[t2.start], b'+' | b'-')))
+                    {
+                        t2 = ahead.next_token();
+                    }
+                    // A word starting with a digit or `?` (`1abc`, `?oo`) folds like a number; NULL, TRUE
+                    // and FALSE are literals too.
+                    let literal = match t2.kind {
+                        Kind::Num | Kind::Str | Kind::Placeholder => true,
+                        Kind::Word => {
+                            matches!(s[t2.start], b'0'..=b'9' | b'?')
+                                || matches!(
+                                    classify(&s[t2.start..t2.end]),
+                                    Kw::Null | Kw::True | Kw::False
+                                )
+                        }
+                        _ => false,
+                    };
+                    if !t2.ws_before && literal {
+                        lx = ahead;
+                        Class::Literal
+                    } else {
+                        Class::Other
+                    }
+                }
+                _ => Class::Other,
+            },
+            _ => Class::Other,
+        };
+
+        let pos0 = buf.len();
+        // VALUES rows after the first: `, (` starts a row to skip.
+        match (st.row, class) {
+            (Row::After, Class::Comma) => st.row = Row::Comma(pos0),
+            (Row::Comma(p), Class::Open) => {
+                buf.truncate(p);
+                st.row = Row::None;
+                st.skip = Some(st.depth);
+                st.depth += 1;
+                st.expect_list = 0;
+                st.limit = Limit::None;
+                continue;
+            }
+            _ => st.row = Row::None,
+        }
+
+        // LIMIT a, b / LIMIT a OFFSET b: drop the separator and the second value.
+        if let (Limit::Sep(p), Class::Literal) = (st.limit, class) {
+            buf.truncate(p);
+            st.limit = Limit::None;
+        } else {
+            match class {
+                Class::Literal => {
+                    sep(buf, ws, gap, b'?');
+                    if t.kind == Kind::Word && kw == Kw::Other {
+                        push_folded(buf, tok);
+                    } else {
+                        buf.push(b'?');
+                    }
+                }
+                Class::Close => match st.cand {
+                    Some((p, d)) if d == st.depth => {
+                        buf.truncate(p);
+                        buf.extend_from_slice(b"(?+)");
+                    }
+                    _ => {
+                        sep(buf, ws, gap, b')');
+                        buf.push(b')');
+                    }
+                },
+                _ => {
+                    sep(buf, ws, gap, tok[0]);
+                    if t.kind == Kind::Word {
+                        push_word(buf, s, t.start, t.end);
+                    } else if t.kind == Kind::QuotedIdent {
+                        push_quoted_ident(buf, tok);
+                    } else {
+                        buf.extend_from_slice(tok);
+                    }
+                }
+            }
+            st.limit = match (st.limit, class, kw) {
+                (_, Class::Other, Kw::Limit) => Limit::Kw,
+                (Limit::Kw, Class::Literal, _) => Limit::Val(buf.len()),
+                (Limit::Val(p), Class::Comma, _) | (Limit::Val(p), _, Kw::Offset) => Limit::Sep(p),
+                _ => Limit::None,
+            };
+        }
+
+        // IN (...) / VALUES (...) candidates.
+        match class {
+            Class::Open => {
+                st.depth += 1;
+                st.cand = (st.expect_list != 0).then_some((pos0, st.depth));
+                if st.expect_list == 2 && st.values_row.is_none() {
+                    st.values_row = Some(st.depth);
+                }
+            }
+            Class::Close => {
+                st.cand = None;
+                if st.values_row == Some(st.depth) {
+                    st.values_row = None;
+                    st.row = Row::After;
+                }
+                st.depth = st.depth.saturating_sub(1);
+            }
+            Class::Literal | Class::Comma => {}
+            Class::Other => st.cand = None,
+        }
+        st.expect_list = match kw {
+            Kw::In => 1,
+            Kw::Values => 2,
+            _ => 0,
+        };
+
+        st.is_state = match (kw, st.is_state) {
+            (Kw::Is, _) => 1,
+            (Kw::Not, 1) => 2,
+            _ => 0,
+        };
+        st.order_by |= st.order_prev && kw == Kw::By;
+        st.order_prev = kw == Kw::Order;
+        st.union |= kw == Kw::Union;
+        st.prev_operand = match class {
+            Class::Literal | Class::Close => true,
+            Class::Open | Class::Comma => false,
+            Class::Other => match t.kind {
+                Kind::Word => {
+                    matches!(kw, Kw::Other | Kw::Values | Kw::Null | Kw::True | Kw::False)
+                }
+                Kind::QuotedIdent => true,
+                _ => false,
+            },
+        };
+    }
+    if st.union {
+        pt::union_fold(buf);
+    }
+    // Only an unterminated quoted identifier can end in whitespace.
+    while buf.last() == Some(&b' ') {
+        buf.pop();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Kw, classify};
+
+    #[test]
+    fn keywords() {
+        assert!(classify(b"SELECT") == Kw::Operator);
+        assert!(classify(b"Null") == Kw::Null);
+        assert!(classify(b"VALUES") == Kw::Values);
+        assert!(classify(b"interval") == Kw::Operator);
+        for w in [
+            &b"nul"[..],
+            b"nulls",
+            b"selec_",
+            b"in_",
+            b"_in",
+            b"i",
+            b"",
+            b"intervals",
+            b"NUL\x0c",
+        ] {
+            assert!(classify(w) == Kw::Other, "{w:?}");
+        }
+        // Bytes that `| 0x20` could confuse with letters do not match.
+        assert!(classify(b"N@LL") == Kw::Other);
+        assert!(classify(b"NU\xccL") == Kw::Other);
+    }
+}
+
+#[cfg(test)]
+mod swar_tests {
+    use super::{in_range, load8, push_word};
+
+    #[test]
+    fn ranges() {
+        let x = u64::from_le_bytes(*b"aZ09@[/:");
+        assert_eq!(in_range(x, b'0', b'9'), 0x80 << 16 | 0x80 << 24);
+        assert_eq!(in_range(x, b'A', b'Z'), 0x80 << 8);
+        let y = u64::from_le_bytes([0xc3, 0xa9, b'A', 0x80, 0xff, b'z', b'9', 0]);
+        assert_eq!(in_range(y, b'A', b'Z'), 0x80 << 16);
+        assert_eq!(in_range(y, b'0', b'9'), 0x80 << 48);
+    }
+
+    #[test]
+    fn words() {
+        let s = b"SELECT Ab_c\xc3\xa9 t1 x ABCDEFGH ABCDEFGHI and-some-padding";
+        let mut buf = Vec::new();
+        for w in s.split(|&b| b == b' ') {
+            let start = w.as_ptr() as usize - s.as_ptr() as usize;
+            push_word(&mut buf, s, start, start + w.len());
+            buf.push(b'|');
+        }
+        assert_eq!(
+            &buf[..],
+            &b"select|ab_c\xc3\xa9|t?|x|abcdefgh|abcdefghi|and-some-padding|"[..]
+        );
+        assert_eq!(load8(b"abc", 0, 3), None);
+    }
+}
