@@ -1336,8 +1336,10 @@ impl Conn {
                 }
                 Backend::CopyData | Backend::CopyDone => Step::More,
                 Backend::CopyBothResponse => {
-                    // Replication streaming: nothing more to pair on this connection.
+                    // Replication streaming: nothing more to pair on this connection (the
+                    // Syncs sent after it will not be answered).
                     act.stop = true;
+                    self.drop_following_ready();
                     Step::Done
                 }
                 _ => Step::Mismatch,
@@ -1354,15 +1356,7 @@ impl Conn {
         if !extended {
             return;
         }
-        let mut swallowed = false;
-        while self.items.get(1).is_some_and(|i| i.want == Want::Ready) {
-            if let Some(it) = self.items.remove(1)
-                && let Some(u) = self.unit_mut(it.unit)
-            {
-                u.items_left = u.items_left.saturating_sub(1);
-            }
-            swallowed = true;
-        }
+        let swallowed = self.drop_following_ready();
         if swallowed && self.items.len() == 1 && self.skip.is_none() {
             // The next Sync completes this request.
             self.open = Open {
@@ -1371,6 +1365,21 @@ impl Conn {
                 unit,
             };
         }
+    }
+
+    /// Removes the ReadyForQuery items right after the front item (Syncs the server will read
+    /// and ignore). Returns whether there were any.
+    fn drop_following_ready(&mut self) -> bool {
+        let mut dropped = false;
+        while self.items.get(1).is_some_and(|i| i.want == Want::Ready) {
+            if let Some(it) = self.items.remove(1)
+                && let Some(u) = self.unit_mut(it.unit)
+            {
+                u.items_left = u.items_left.saturating_sub(1);
+            }
+            dropped = true;
+        }
+        dropped
     }
 
     /// One message of a simple query's response.
@@ -1462,8 +1471,11 @@ impl Conn {
             }
             Backend::CopyData | Backend::CopyDone if flow == Flow::CopyOut => {}
             Backend::CopyBothResponse => {
+                // Replication streaming: the statement is answered, nothing more will be.
                 act.stop = true;
                 done(self, false);
+                self.finish_query(unit);
+                return Step::Done;
             }
             _ => return Step::Mismatch,
         }

@@ -1378,3 +1378,118 @@ fn stray_responses_are_counted_once() {
     assert!(r.events.is_empty());
     assert_eq!(r.health.responses_without_request, 1);
 }
+
+#[test]
+fn startup_variants_negotiate_and_old_server_error() {
+    // NegotiateProtocolVersion and notices during the startup are part of it.
+    let mut b = B::new();
+    b.seg(C, startup("app", Some("shop")))
+        .srv(&[
+            msg(b'v', &[0, 0, 0, 0, 0, 0, 0, 0]),
+            notice("hello"),
+            auth_ok(),
+        ])
+        .cli(&[query("SELECT 1")])
+        .srv(&[complete("SELECT 0"), ready(b'I')]);
+    let r = assert_chunking_invariant(|| session(true), &b.steps());
+    assert_eq!(r.health, Health::default());
+    assert_eq!(texts(&r.events), ["SELECT 1"]);
+    // A server that answers SSLRequest with an error message closes the connection.
+    let mut b = B::new();
+    b.seg(C, untyped(code::SSL_REQUEST, b""))
+        .srv(&[fatal("08P01", "unsupported frontend protocol")]);
+    let r = assert_chunking_invariant(|| session(true), &b.steps());
+    assert!(r.events.is_empty());
+    assert_eq!(r.health.encrypted_connections, 0);
+}
+
+#[test]
+fn function_call_error_and_copy_both() {
+    let mut f = 952u32.to_be_bytes().to_vec();
+    f.extend([0, 0, 0, 0, 0, 0]);
+    let mut b = B::new();
+    b.startup()
+        .cli(&[msg(b'F', &f)])
+        .srv(&[error("42883", "function 952 does not exist"), ready(b'I')])
+        .cli(&[query("START_REPLICATION SLOT s LOGICAL 0/0")])
+        .srv(&[msg(b'W', &[0, 0, 0]), copy_data(b"wal")])
+        .cli(&[copy_data(b"status")]);
+    let r = run(&b);
+    assert_eq!(cmds(&r.events), ["function_call", "query"]);
+    assert_eq!(r.events[0].outcome, Outcome::Error);
+    assert_eq!(state(&r.events[0]), "42883");
+    assert_eq!(r.events[1].outcome, Outcome::Ok);
+    let mut s = session(true);
+    let mut sink = VecSink::default();
+    let mut last = crate::Progress::Continue;
+    for (d, bytes, ts) in &b.t {
+        last = s.feed(*d, bytes, *ts, &mut sink);
+        if last == crate::Progress::Stop {
+            break;
+        }
+    }
+    assert_eq!(
+        last,
+        crate::Progress::Stop,
+        "replication streaming ends the session"
+    );
+}
+
+#[test]
+fn midstream_pickup_inside_a_copy() {
+    let mut b = B::new();
+    b.startup()
+        .cli(&[query("COPY t FROM STDIN")])
+        .srv(&[copy_in_response()])
+        .cli(&[copy_data(b"1\n")])
+        .cli(&[copy_data(b"2\n"), copy_done()])
+        .srv(&[complete("COPY 2"), ready(b'I')])
+        .cli(&[query("SELECT 1")])
+        .srv(&[complete("SELECT 0"), ready(b'I')]);
+    // Start at the second CopyData segment.
+    let t: Transcript = b.t[7..].to_vec();
+    let r = assert_chunking_invariant(|| session(false), &steps(&t));
+    assert_eq!(texts(&r.events), ["SELECT 1"]);
+    assert_eq!(r.health.responses_without_request, 0);
+    assert_eq!(r.health.malformed, 0);
+}
+
+#[test]
+fn named_portal_executed_without_its_bind() {
+    // Picked up after the Bind: the portal is unknown, so is its text.
+    let mut b = B::new();
+    b.startup().cli(&[execute("cur", 10), sync()]).srv(&[
+        data_row(&[Some("1")]),
+        suspended(),
+        ready(b'T'),
+    ]);
+    let r = run(&b);
+    assert_eq!(cmds(&r.events), ["execute"]);
+    assert_eq!(
+        (r.events[0].rows_sent, r.events[0].text.as_ref()),
+        (1, None)
+    );
+}
+
+#[test]
+fn failed_named_parse_keeps_the_previous_statement() {
+    let mut b = B::new();
+    b.startup()
+        .cli(&[parse("s", "SELECT 1"), sync()])
+        .srv(&[parse_complete(), ready(b'I')])
+        .cli(&[parse("s", "SELECT 2"), sync()])
+        .srv(&[
+            error("42P05", "prepared statement \"s\" already exists"),
+            ready(b'I'),
+        ])
+        .cli(&[bind("", "s"), execute("", 0), sync()])
+        .srv(&[
+            bind_complete(),
+            data_row(&[Some("1")]),
+            complete("SELECT 1"),
+            ready(b'I'),
+        ]);
+    let r = run(&b);
+    assert_eq!(texts(&r.events), ["SELECT 1", "SELECT 2", "SELECT 1"]);
+    assert_eq!(r.events[1].outcome, Outcome::Error);
+}
