@@ -660,6 +660,15 @@ impl Conn {
     fn push_item(&mut self, want: Want, unit: Option<u64>, sink: &mut dyn Sink) -> bool {
         if self.items.len() >= self.max_items {
             sink.health().inflight_overflow += 1;
+            if let Some(u) = self.unit_mut(unit) {
+                // Its response will be skipped: a new request gives no event, a request
+                // joined by this message is incomplete.
+                if u.items_left == 0 {
+                    u.skipped = true;
+                } else {
+                    u.damaged = true;
+                }
+            }
             self.lost_requests();
             return false;
         }
@@ -1108,8 +1117,10 @@ impl Conn {
                         continue;
                     }
                     None if m.tag == be::READY_FOR_QUERY => {
-                        // The lost requests' responses are over, as far as we can tell.
+                        // The lost requests' responses may be over; more of them (after more
+                        // lost Syncs) would come with nothing in flight.
                         self.pop_item();
+                        self.orphans_expected = true;
                     }
                     _ => {}
                 }

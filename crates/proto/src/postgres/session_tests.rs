@@ -1493,3 +1493,37 @@ fn failed_named_parse_keeps_the_previous_statement() {
     assert_eq!(texts(&r.events), ["SELECT 1", "SELECT 2", "SELECT 1"]);
     assert_eq!(r.events[1].outcome, Outcome::Error);
 }
+
+#[test]
+fn full_response_queue_drops_requests_and_recovers() {
+    // One unit at most, and (max_inflight * 8).max(64) = 64 expected responses: a pipeline of
+    // 40 Bind/Execute/Sync overflows the queue.
+    let cfg = SessionConfig {
+        max_inflight: 1,
+        max_text: 1 << 20,
+    };
+    let mut b = B::new();
+    b.startup();
+    let mut cli = Vec::new();
+    let mut srv = Vec::new();
+    for _ in 0..40 {
+        cli.extend([bind("", ""), execute("", 0), sync()]);
+        srv.extend([bind_complete(), complete("SELECT 0"), ready(b'I')]);
+    }
+    b.cli(&cli)
+        .srv(&srv)
+        .cli(&[query("SELECT 1")])
+        .srv(&[complete("SELECT 1"), ready(b'I')]);
+    let r = assert_chunking_invariant(
+        || super::super::new_session(meta(true), cfg.clone()),
+        &b.steps(),
+    );
+    assert!(r.health.inflight_overflow > 0);
+    assert_eq!(r.health.responses_without_request, 0);
+    assert!(
+        r.events.iter().all(|e| e.outcome == Outcome::Ok),
+        "{:#?}",
+        r.events
+    );
+    assert_eq!(r.events.last().unwrap().text.as_deref(), Some("SELECT 1"));
+}
