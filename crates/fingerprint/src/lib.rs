@@ -62,6 +62,8 @@
 
 mod lex;
 pub mod mysql;
+pub mod postgres;
+pub mod redis;
 
 use md5::{Digest, Md5};
 use std::hash::BuildHasher;

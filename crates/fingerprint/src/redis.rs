@@ -1,0 +1,1 @@
+//! Redis command fingerprints: the command with its subcommand, optionally the key pattern.
