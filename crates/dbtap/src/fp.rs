@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use proto::QueryEvent;
+use proto::{Protocol, QueryEvent};
 
 use crate::cli::FingerprintMode;
 
@@ -15,6 +15,18 @@ use crate::cli::FingerprintMode;
 pub struct Group<'a> {
     pub hash: u64,
     pub text: &'a str,
+    /// The command the group is filed under (see [`group_command`]).
+    pub command: &'static str,
+}
+
+/// The command a group is filed under. PostgreSQL's simple-protocol queries and extended-protocol
+/// executions of the same statement share one group, `query`, as pg_stat_statements counts them.
+/// MySQL keeps `execute` apart from `query`, as pt-query-digest does.
+pub fn group_command(protocol: Protocol, command: &'static str) -> &'static str {
+    match (protocol, command) {
+        (Protocol::Postgres, "execute") => "query",
+        _ => command,
+    }
 }
 
 struct Cached {
@@ -48,28 +60,31 @@ impl Fingerprinter {
 
     /// The group of `ev`. The returned text borrows an internal buffer.
     pub fn group(&mut self, ev: &QueryEvent) -> Group<'_> {
+        let command = group_command(ev.protocol, ev.command);
         let text = match &ev.text {
-            Some(t) if carries_statement(ev.command) => t,
+            Some(t) if carries_statement(ev.protocol, ev.command) => t,
             _ => {
                 self.buf.clear();
                 self.buf.push_str(&no_text_fingerprint(ev));
                 return Group {
                     hash: fingerprint::hash64(&self.buf),
                     text: &self.buf,
+                    command,
                 };
             }
         };
         if ev.command == "query" {
             // Plain text queries rarely repeat byte for byte (literals differ): no cache.
-            self.normalize(ev.command, text);
+            let hash = self.normalize(ev.protocol, ev.command, text);
             return Group {
-                hash: fingerprint::hash64(&self.buf),
+                hash,
                 text: &self.buf,
+                command,
             };
         }
         let key = (Arc::as_ptr(text) as *const u8 as usize, ev.command);
         if !self.cache.contains_key(&key) {
-            self.normalize(ev.command, text);
+            let hash = self.normalize(ev.protocol, ev.command, text);
             if self.cache.len() >= CACHE_MAX {
                 self.cache.clear();
             }
@@ -77,7 +92,7 @@ impl Fingerprinter {
                 key,
                 Cached {
                     _text: Arc::clone(text),
-                    hash: fingerprint::hash64(&self.buf),
+                    hash,
                     fingerprint: self.buf.as_str().into(),
                 },
             );
@@ -86,6 +101,7 @@ impl Fingerprinter {
             Some(c) => Group {
                 hash: c.hash,
                 text: &c.fingerprint,
+                command,
             },
             None => unreachable_group(&mut self.buf),
         }
@@ -97,10 +113,16 @@ impl Fingerprinter {
 }
 
 /// The display ID of a group, computed once per group.
-pub fn query_id(mode: FingerprintMode, command: &str, fingerprint_text: &str) -> String {
-    match mode {
-        FingerprintMode::Pt => fingerprint::query_id(fingerprint_text),
-        FingerprintMode::Dbtap => {
+pub fn query_id(
+    mode: FingerprintMode,
+    protocol: Protocol,
+    command: &str,
+    fingerprint_text: &str,
+    hash: u64,
+) -> String {
+    match (protocol, mode) {
+        (Protocol::Mysql, FingerprintMode::Pt) => fingerprint::query_id(fingerprint_text),
+        (Protocol::Mysql, FingerprintMode::Dbtap) => {
             if command == "query" || fingerprint_text.starts_with("administrator command") {
                 fingerprint::query_id(fingerprint_text)
             } else {
@@ -109,11 +131,29 @@ pub fn query_id(mode: FingerprintMode, command: &str, fingerprint_text: &str) ->
                 fingerprint::query_id(&format!("{command} {fingerprint_text}"))
             }
         }
+        // The display text of these keeps the first-seen spelling; the group hash is of the
+        // canonical form, so the ID is derived from the hash.
+        (p, _) => fingerprint::query_id(&format!("{} {command} {hash:016x}", p.name())),
     }
 }
 
 impl Fingerprinter {
-    fn normalize(&mut self, command: &str, text: &str) {
+    /// Writes the fingerprint of `text` into `self.buf` and returns its group hash.
+    fn normalize(&mut self, protocol: Protocol, command: &str, text: &str) -> u64 {
+        match protocol {
+            Protocol::Mysql => {}
+            Protocol::Postgres => return fingerprint::postgres::fingerprint(text, &mut self.buf),
+            Protocol::Redis | Protocol::Mongodb => {
+                self.buf.clear();
+                self.buf.push_str(text);
+                return fingerprint::hash64(&self.buf);
+            }
+        }
+        self.normalize_mysql(command, text);
+        fingerprint::hash64(&self.buf)
+    }
+
+    fn normalize_mysql(&mut self, command: &str, text: &str) {
         match self.mode {
             FingerprintMode::Dbtap => fingerprint::mysql::fingerprint(text, &mut self.buf),
             FingerprintMode::Pt => {
@@ -141,29 +181,38 @@ impl Fingerprinter {
     }
 }
 
-/// Commands whose text is a statement's SQL (others, like `init_db`, carry an argument).
-fn carries_statement(command: &str) -> bool {
-    matches!(
-        command,
-        "query"
-            | "execute"
-            | "prepare"
-            | "close"
-            | "reset"
-            | "fetch"
-            | "send_long_data"
-            | "bulk_execute"
-    )
+/// Commands whose text is a statement (others, like MySQL's `init_db`, carry an argument).
+fn carries_statement(protocol: Protocol, command: &str) -> bool {
+    protocol != Protocol::Mysql
+        || matches!(
+            command,
+            "query"
+                | "execute"
+                | "prepare"
+                | "close"
+                | "reset"
+                | "fetch"
+                | "send_long_data"
+                | "bulk_execute"
+        )
 }
 
 /// Unreachable in practice (the entry was inserted just above); kept total instead of panicking.
 fn unreachable_group(buf: &mut String) -> Group<'_> {
     buf.clear();
-    Group { hash: 0, text: buf }
+    Group {
+        hash: 0,
+        text: buf,
+        command: "unknown",
+    }
 }
 
-/// What a command without statement text is called, as pt-query-digest names MySQL commands.
+/// What a command without statement text is called: MySQL commands as pt-query-digest names
+/// them, others by their command name.
 fn no_text_fingerprint(ev: &QueryEvent) -> String {
+    if ev.protocol != Protocol::Mysql {
+        return ev.command.to_string();
+    }
     let name = match ev.command {
         "execute" => return "execute <statement not captured>".to_string(),
         "prepare" => return "prepare <statement not captured>".to_string(),

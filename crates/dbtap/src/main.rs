@@ -88,12 +88,13 @@ impl Consumer for DigestConsumer {
         let group = self.fp.group(&ev);
         let key = GroupKey {
             protocol: ev.protocol,
-            command: ev.command,
+            command: group.command,
             fingerprint_hash: group.hash,
         };
-        let text = group.text;
+        let (text, hash) = (group.text, group.hash);
         self.agg.add(&ev, key, || {
-            (text.to_string(), fp::query_id(mode, ev.command, text))
+            let id = fp::query_id(mode, ev.protocol, key.command, text, hash);
+            (text.to_string(), id)
         });
     }
 }
@@ -140,7 +141,7 @@ struct EventsConsumer<W: Write> {
     fp: Fingerprinter,
     out: W,
     keep_text: bool,
-    ids: std::collections::HashMap<(u64, &'static str), String>,
+    ids: std::collections::HashMap<(proto::Protocol, u64, &'static str), String>,
     error: Option<std::io::Error>,
 }
 
@@ -149,12 +150,13 @@ impl<W: Write> Consumer for EventsConsumer<W> {
         if self.error.is_some() {
             return;
         }
+        let mode = self.fp.mode();
         let group = self.fp.group(&ev);
-        let (hash, text) = (group.hash, group.text.to_string());
+        let (hash, command, text) = (group.hash, group.command, group.text.to_string());
         let id = self
             .ids
-            .entry((hash, ev.command))
-            .or_insert_with(|| fp::query_id(self.fp.mode(), ev.command, &text));
+            .entry((ev.protocol, hash, command))
+            .or_insert_with(|| fp::query_id(mode, ev.protocol, command, &text, hash));
         if !self.keep_text {
             ev.text = None;
         }

@@ -29,7 +29,11 @@ pub struct Settings {
 }
 
 /// Default server ports per protocol.
-pub const DEFAULT_PORTS: &[(u16, Protocol)] = &[(3306, Protocol::Mysql)];
+pub const DEFAULT_PORTS: &[(u16, Protocol)] = &[
+    (3306, Protocol::Mysql),
+    (5432, Protocol::Postgres),
+    (6379, Protocol::Redis),
+];
 
 /// Expire idle connections every this much capture time.
 const EXPIRE_EVERY_NS: u64 = 1_000_000_000;
@@ -49,7 +53,9 @@ const SNIFF_TRIES: u32 = 64;
 fn new_session(p: Protocol, meta: ConnMeta, cfg: &SessionConfig) -> Option<Box<dyn Session>> {
     match p {
         Protocol::Mysql => Some(Box::new(proto::mysql::new_session(meta, cfg.clone()))),
-        _ => None,
+        Protocol::Postgres => Some(Box::new(proto::postgres::new_session(meta, cfg.clone()))),
+        Protocol::Redis => Some(Box::new(proto::redis::new_session(meta, cfg.clone()))),
+        Protocol::Mongodb => None,
     }
 }
 
@@ -60,6 +66,10 @@ fn sniff(dir: Dir, data: &[u8], opening: bool) -> Option<Protocol> {
         Dir::ToClient if opening && proto::mysql::looks_like_server_greeting(data) => {
             Some(Protocol::Mysql)
         }
+        Dir::ToServer if opening && proto::postgres::looks_like_startup(data) => {
+            Some(Protocol::Postgres)
+        }
+        Dir::ToServer if proto::redis::looks_like_request(data) => Some(Protocol::Redis),
         Dir::ToServer if !opening && proto::mysql::looks_like_client_command(data) => {
             Some(Protocol::Mysql)
         }
