@@ -250,6 +250,7 @@ class Server:
         if self._status_conn is None:
             self._status_conn = self.root()
         polls = extra_rows = 0
+        prev: dict[str, int] | None = None
         deadline = time.monotonic() + timeout
         while True:
             with self._status_conn.cursor() as cur:
@@ -262,10 +263,19 @@ class Server:
                     out[k] = int(v)
                 except (TypeError, ValueError):
                     pass
-            if threads is None or out["Threads_connected"] == threads:
+            if threads is None:
+                break
+            # Threads_connected drops before a closing session's counters are added to the global
+            # ones (a TLS close takes longest): also wait until two polls in a row differ by
+            # nothing but the second poll itself.
+            if out["Threads_connected"] == threads and prev is not None and \
+                    all(out.get(k, 0) == prev.get(k, 0) + (1 if k in ("Questions", "Queries", "Com_show_status") else 0)
+                        for k in COUNTERS if k != "Rows_sent"):
                 break
             if time.monotonic() > deadline:
-                die(f"Threads_connected stayed {out['Threads_connected']}, expected {threads}")
+                die(f"server counters did not settle: Threads_connected {out['Threads_connected']}, "
+                    f"expected {threads}")
+            prev = out
             extra_rows += len(rows)
             time.sleep(0.05)
         out["__statements"] = polls        # SHOW statements run by this call, counted in `out`
