@@ -533,6 +533,68 @@ def digest(*files: str | Path, extra: tuple[str, ...] = ()) -> dict:
         die(f"dbtap digest --format json did not print JSON ({e}): {r.stdout[:300]!r}")
 
 
+def pcap_tcp_segments(path: Path):
+    """(src, sport, dst, dport, seq, flags, payload_len) of every IPv4 TCP packet of a classic pcap
+    (Ethernet, Linux SLL or SLL2 link type): enough to recount what tcpdump wrote on its own."""
+    data = Path(path).read_bytes()
+    endian = "<" if data[:4] in (b"\xd4\xc3\xb2\xa1", b"\x4d\x3c\xb2\xa1") else ">"
+    linktype = struct.unpack_from(endian + "I", data, 20)[0] & 0xFFFF
+    l2 = {1: 14, 113: 16, 276: 20}[linktype]
+    off = 24
+    while off + 16 <= len(data):
+        caplen, origlen = struct.unpack_from(endian + "II", data, off + 8)
+        pkt = data[off + 16: off + 16 + caplen]
+        off += 16 + caplen
+        ip = pkt[l2:]
+        if len(ip) < 20 or ip[0] >> 4 != 4 or ip[9] != 6:
+            continue
+        ihl = (ip[0] & 0xF) * 4
+        total = struct.unpack(">H", ip[2:4])[0]
+        tcp = ip[ihl:total]
+        sport, dport, seq = struct.unpack(">HHI", tcp[:8])
+        doff = (tcp[12] >> 4) * 4
+        yield ip[12:16], sport, ip[16:20], dport, seq, tcp[13], len(tcp) - doff
+
+
+def duplicate_segments(path: Path, skip_port: int | None = None) -> tuple[int, int]:
+    """(segments, bytes) of TCP payload that the capture had already shown for that connection
+    and direction: segments entirely covered by earlier ones, and all re-sent bytes. Worked out
+    here from the pcap alone. (tshark's "retransmission" flag is no substitute: on lo it also
+    marks segments that arrive after later ones, which are first sightings, not duplicates.)"""
+    seen: dict[tuple, list[list[int]]] = {}
+    base: dict[tuple, int] = {}
+    segs = nbytes = 0
+    for src, sport, dst, dport, seq, flags, plen in pcap_tcp_segments(path):
+        if skip_port in (sport, dport):
+            continue
+        key = (src, sport, dst, dport)
+        if flags & 0x02:  # SYN: data starts at seq + 1
+            base[key] = (seq + 1) & 0xFFFFFFFF
+            continue
+        if plen <= 0:
+            continue
+        start = (seq - base.setdefault(key, seq)) & 0xFFFFFFFF
+        end = start + plen
+        ivs = seen.setdefault(key, [])
+        covered = 0
+        for a, b in ivs:
+            covered += max(0, min(b, end) - max(a, start))
+        if covered:
+            nbytes += covered
+            if covered == plen:
+                segs += 1
+        ivs.append([start, end])
+        ivs.sort()
+        merged = [ivs[0]]
+        for a, b in ivs[1:]:
+            if a <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], b)
+            else:
+                merged.append([a, b])
+        seen[key] = merged
+    return segs, nbytes
+
+
 def errors_by_code(group: dict) -> dict[int, int]:
     """A digest group's errors_by_code as {code: count}: dbtap prints a list of
     {code, state, count, message} (a {code: count} object is read too)."""

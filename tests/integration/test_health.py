@@ -1,27 +1,15 @@
 """Capture health on clean loopback captures, and the same workload seen through `-i any`."""
 
 import collections
-import subprocess
 
-
-def tshark_retransmissions(pcap, skip_port=None):
-    """(frames, bytes) of data-carrying segments that tshark's TCP analysis calls retransmissions:
-    a peer's view of what a duplicate is. Real ones happen on lo too (zero window during a 20 MB
-    transfer). A bare FIN sent twice carries no data; the TLS connection is not followed."""
-    flt = "tcp.analysis.retransmission && tcp.len > 0"
-    if skip_port:
-        flt += f" && !(tcp.port == {skip_port})"
-    r = subprocess.run(["tshark", "-r", str(pcap), "-Y", flt, "-T", "fields", "-e", "tcp.len"],
-                       capture_output=True, text=True, check=True, stdin=subprocess.DEVNULL)
-    lens = [int(x) for x in r.stdout.split()]
-    return len(lens), sum(lens)
+from harness import duplicate_segments
 
 
 def check_duplicates(c, pcap, skip_port=None):
-    frames, nbytes = tshark_retransmissions(pcap, skip_port)
-    assert (c["duplicates"], c.get("retransmitted_bytes", nbytes)) == (frames, nbytes), \
+    segs, nbytes = duplicate_segments(pcap, skip_port)
+    assert (c["duplicates"], c.get("retransmitted_bytes")) == (segs, nbytes), \
         f"duplicates/retransmitted_bytes {c['duplicates']}/{c.get('retransmitted_bytes')} " \
-        f"!= tshark's retransmissions {frames} frames / {nbytes} bytes"
+        f"!= {segs} segments / {nbytes} bytes already seen, counted from the pcap"
 
 
 def test_clean_capture_health(sysbench_capture, dbtap_digest):
