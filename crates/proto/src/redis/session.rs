@@ -211,10 +211,13 @@ struct Conn {
     client_multi: bool,
     user: Option<Arc<str>>,
     database: Option<Arc<str>>,
-    /// Bytes were lost while requests were pipelined: pairing by order is not trusted (events
-    /// are marked incomplete) until the in-flight queue next drains.
+    /// Pairing by order is not trusted (events are marked incomplete) until the in-flight
+    /// queue next drains: after a mid-stream pickup, a client-side loss, or a server-side loss
+    /// that hit a pipeline, replies to unseen commands may still come.
     taint: bool,
-    /// Requests were lost: a reply with nothing in flight answers one of them.
+    /// Replies to unseen commands may come: a reply with nothing in flight answers one of them
+    /// (unparsed, not a response without request). Cleared when a command is sent with
+    /// nothing in flight and pairing trusted.
     orphans_expected: bool,
     pushes: PushStats,
 }
@@ -309,7 +312,7 @@ impl Conn {
             self.dropped_tail += Pending::replies(&p.special);
             return act;
         }
-        if self.inflight.is_empty() {
+        if self.inflight.is_empty() && !self.taint {
             self.orphans_expected = false;
         }
         p.damaged = self.taint;
@@ -452,6 +455,13 @@ impl Conn {
         let message = message::is_message(v, firsts);
         let push = v.ty == Type::Push
             || (!self.resp3 && message && (self.subs.active() || self.inflight.is_empty()));
+        if let Some(c) = conf.filter(|_| !push) {
+            // A confirmation no command waits for (its command was lost or not seen, or the
+            // server unsubscribed on its own): never the reply to another command.
+            self.subs.apply(&c);
+            sink.health().unparsed_bytes += v.wire;
+            return Act::default();
+        }
         if push {
             if let Some(c) = conf {
                 self.subs.apply(&c);
@@ -598,7 +608,9 @@ impl Conn {
     /// Replies were lost: what is in flight can no longer be paired.
     fn abandon_inflight(&mut self, sink: &mut dyn Sink) {
         if self.inflight.len() >= 2 {
+            // A pipeline was hit: the replies still to come may be shifted.
             self.taint = true;
+            self.orphans_expected = true;
         }
         while let Some(mut p) = self.inflight.pop_front() {
             if p.special == Special::Exec {
@@ -610,11 +622,10 @@ impl Conn {
         self.dropped_tail = 0;
     }
 
-    /// Requests were lost.
+    /// Requests were lost: their replies (if any: they may have been `CLIENT REPLY` commands)
+    /// are still to come, so pairing is not trusted until the queue drains.
     fn client_gap(&mut self) {
-        if !self.inflight.is_empty() {
-            self.taint = true;
-        }
+        self.taint = true;
         self.orphans_expected = true;
     }
 
@@ -682,7 +693,7 @@ impl RedisSession {
                 client_multi: false,
                 user: None,
                 database: saw_open.then(|| Arc::from("0")),
-                taint: false,
+                taint: !saw_open,
                 orphans_expected: !saw_open,
                 pushes: PushStats::default(),
             },

@@ -458,7 +458,8 @@ fn transaction_picked_up_mid_stream() {
     ]);
     let r = assert_chunking_invariant(|| session(false), &steps(&t));
     assert_eq!(texts(&r.events), ["INCR b", "EXEC"]);
-    assert_eq!(r.events[0].outcome, Outcome::Ok);
+    // Sent before anything was paired after the pickup: not trusted, but accounted.
+    assert_eq!(r.events[0].outcome, Outcome::Incomplete);
     // The second element is INCR b's.
     assert_eq!(r.events[0].bytes_out, 9 + 4);
     assert_eq!(r.events[1].bytes_out, 4 + 4);
@@ -764,7 +765,12 @@ fn client_gap_resyncs_at_the_next_command() {
     assert_eq!(r.events.len(), 39);
     assert_eq!(r.health.responses_without_request, 0);
     assert_eq!(r.health.resyncs, 1);
-    assert!(r.events.iter().all(|e| e.outcome == Outcome::Ok));
+    // The lost command's reply came with nothing in flight; the next command is not trusted
+    // (the lost one could have been CLIENT REPLY OFF), the ones after it are.
+    let bad: Vec<usize> = (0..39)
+        .filter(|&i| r.events[i].outcome != Outcome::Ok)
+        .collect();
+    assert_eq!(bad, [4]);
     assert_eq!(
         texts(&r.events)[4..6],
         ["GET user:2:profile", "SET user:3:profile"]
@@ -859,7 +865,10 @@ fn mid_stream_pickup() {
     tail.insert(1, (S, b"ue here\r\n".to_vec(), 76));
     let r = assert_chunking_invariant(|| session(false), &steps(&tail));
     assert_eq!(r.events.len(), 36);
-    assert!(r.events.iter().all(|e| e.outcome == Outcome::Ok));
+    // The first command after a pickup is not trusted (the client might pipeline and
+    // replies to commands not seen might come first); once nothing is in flight, all are.
+    assert_eq!(r.events[0].outcome, Outcome::Incomplete);
+    assert!(r.events[1..].iter().all(|e| e.outcome == Outcome::Ok));
     assert_eq!(r.events[0].text.as_deref(), Some("SET user:2:profile"));
     assert!(r.events.iter().all(|e| e.database.is_none()));
     assert_eq!(r.health.responses_without_request, 0);
@@ -946,4 +955,34 @@ fn step_gap_is_counted_once() {
     // The gap hit the pipeline (GET a was in flight): GET b is not trusted.
     assert_eq!(r.events[1].outcome, Outcome::Incomplete);
     drop(t);
+}
+
+#[test]
+fn confirmations_of_a_lost_subscribe_pair_with_nothing() {
+    // SUBSCRIBE and PSUBSCRIBE sent together; the capture lost part of SUBSCRIBE.
+    let sub = c("SUBSCRIBE news sport");
+    let s: Vec<Step> = vec![
+        Step::Data(C, sub[..10].to_vec(), 1),
+        Step::Gap(C, 5, 1),
+        Step::Data(C, sub[15..].to_vec(), 1),
+        Step::Data(C, c("PSUBSCRIBE n*"), 2),
+        Step::Data(
+            S,
+            [
+                &b"*3\r\n$9\r\nsubscribe\r\n$4\r\nnews\r\n:1\r\n"[..],
+                b"*3\r\n$9\r\nsubscribe\r\n$5\r\nsport\r\n:2\r\n",
+                b"*3\r\n$10\r\npsubscribe\r\n$2\r\nn*\r\n:3\r\n",
+                b"*3\r\n$7\r\nmessage\r\n$4\r\nnews\r\n$1\r\nx\r\n",
+            ]
+            .concat(),
+            3,
+        ),
+    ];
+    let r = assert_chunking_invariant(|| session(true), &s);
+    assert_eq!(texts(&r.events), ["PSUBSCRIBE"]);
+    // Paired with its own confirmation, but not trusted: it was sent after a loss.
+    assert_eq!(r.events[0].outcome, Outcome::Incomplete);
+    assert_eq!(r.events[0].rows_sent, 0);
+    assert_eq!(r.events[0].bytes_out, 33);
+    assert_eq!(r.health.responses_without_request, 0);
 }
