@@ -15,6 +15,7 @@ PACKAGES=(
   time                            # /usr/bin/time -f
   openssl                         # self-signed certificate for the TLS test
   gzip procps
+  postgresql-15 redis-server redis-tools python3-psycopg2 python3-psycopg python3-redis  # PG/Redis tests + bench
 )
 
 missing=()
