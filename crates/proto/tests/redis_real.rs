@@ -145,8 +145,9 @@ fn counted(e: &QueryEvent) -> bool {
         return false;
     }
     let state = e.error.as_ref().and_then(|x| x.state.as_deref());
-    !matches!(state, Some("DISCARDED" | "ABORTED"))
-        && !(state == Some("EXECABORT") && e.command != "exec")
+    let never_ran = matches!(state, Some("DISCARDED" | "ABORTED"))
+        || (state == Some("EXECABORT") && e.command != "exec");
+    !never_ran
 }
 
 /// `INFO commandstats` key of an event: `get`, `config|get`, ...

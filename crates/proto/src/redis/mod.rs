@@ -84,15 +84,25 @@
 //! recognised command; that byte must be able to start a value.
 //!
 //! After a gap in the client direction the command in progress is dropped and the client side
-//! resynchronizes the same way. Replies then arriving with nothing in flight answer the lost
-//! commands (unparsed, not `responses_without_request`). After a gap in the server direction
-//! pairing by order cannot be trusted: every command in flight is emitted with
-//! [`crate::Outcome::Incomplete`] and server bytes are skipped until the first byte after the
-//! client's next command. Either rule assumes the client waited for the lost replies; when the
-//! loss hit a pipeline (requests were in flight), the commands sent after it are emitted as
-//! incomplete too until the in-flight queue next drains, since their replies may be shifted.
-//! Requests beyond `max_inflight` are dropped and counted, but their place in the order is
-//! kept, so later replies still pair correctly.
+//! resynchronizes the same way. After a gap in the server direction (or bytes that do not
+//! parse) every command in flight is emitted with [`crate::Outcome::Incomplete`] and server
+//! bytes are skipped until the first byte after the client's next command; commands in flight
+//! while bytes are being skipped are abandoned the same way.
+//!
+//! Redis has no request ids: pairing is by order, and a reply to a command the session did not
+//! see (before the pickup, in lost bytes, or silenced by a lost `CLIENT REPLY`) would shift
+//! it. So after a pickup, a client-side gap, or a server-side gap that hit a pipeline, the
+//! commands sent are emitted as incomplete until the in-flight queue first drains; replies
+//! that arrive meanwhile with nothing in flight answer unseen commands (unparsed, not
+//! `responses_without_request`). A client that waits for its replies (request/response, or
+//! pipelines sent in batches such as redis-py's or redis-benchmark's) is back in step at the
+//! first drain; one that streams commands without ever draining stays untrusted, and a lost
+//! `CLIENT REPLY OFF`/`SKIP` can leave it so for the rest of the connection. A subscription
+//! confirmation no command waits for never pairs with another command (it updates the
+//! subscription count and is counted as unparsed, or as a push in RESP3). Requests beyond
+//! `max_inflight` are dropped and counted, but their place in the order is kept, so later
+//! replies still pair correctly. After a server-side gap on a subscribed connection with
+//! nothing in flight, pushes are not counted until the client's next command.
 
 pub mod commands;
 pub mod message;

@@ -5,7 +5,7 @@
 //! Layers: raw bytes -> RESP framing ([`super::wire`]) -> requests built from streamed
 //! arguments and reply classification ([`super::message`]) -> this state machine. The framing
 //! half (the readers and their sync state, in [`RedisSession`]) and the conversation half
-//! ([`Conn`]) are separate structs so the readers' buffers can be borrowed while the
+//! (`Conn`) are separate structs so the readers' buffers can be borrowed while the
 //! conversation is updated.
 
 use std::collections::VecDeque;
