@@ -1,1 +1,359 @@
 //! Redis command fingerprints: the command with its subcommand, optionally the key pattern.
+//!
+//! The input is the text of a Redis query event: the upper-case command name, the subcommand
+//! of a container command, then the first key (`SET user:1234:profile`, `CONFIG GET`,
+//! `XINFO STREAM orders`, `FT.SEARCH`). [`fingerprint`] writes into `out` (cleared first):
+//!
+//! * the command words: the first word, and for the container commands ([`CONTAINERS`]:
+//!   `ACL`, `CLIENT`, `CLUSTER`, `COMMAND`, `CONFIG`, `FUNCTION`, `LATENCY`, `MEMORY`,
+//!   `MODULE`, `OBJECT`, `PUBSUB`, `SCRIPT`, `SLOWLOG`, `XGROUP`, `XINFO`) the second word too,
+//!   upper-cased (`SET`, `CONFIG GET`, `XINFO STREAM`);
+//! * with `key_patterns`, a space and the shape of the key (everything after the command
+//!   words), where variable parts become `?`:
+//!   - the key is cut into segments at the separators `:` `.` `/` `-` `_` `{` `}` `[` `]` `|`
+//!     `#` `=` `,` `;` `@` and whitespace, which are kept;
+//!   - a UUID (8-4-4-4-12 hex digits) becomes one `?` (`session:9f8e7d6c-...` ->
+//!     `session:?`);
+//!   - in every segment each run of digits becomes `?` (`user:1234:profile` ->
+//!     `user:?:profile`, `cache:{42}:x` -> `cache:{?}:x`, `shard12` -> `shard?`);
+//!   - a segment then made only of `?` and the letters `a`-`f`/`A`-`F`, with two or more `?`
+//!     (or one `?` and six or more letters), is a hex string and becomes `?`
+//!     (`9f8e7d6c` -> `?`, `da39a3ee5e6b...` -> `?`); so does a segment with three or more `?`
+//!     among letters (a random token such as `Zx9Kq2LmPw8Rt5Vn`), and a segment of 32 or more
+//!     characters (counting each `?` as one);
+//!   - `?` segments joined by `-` or `.` merge into one `?` (dates `2024-01-15`, addresses
+//!     `10.0.0.1`, versions `1.2.3`).
+//!
+//!   Keys that differ only in their digits therefore always share a pattern. Case is kept
+//!   (Redis keys are case-sensitive).
+//!
+//! Nothing is allocated beyond the growth of `out`, so reuse it across calls.
+
+/// Redis commands that take a subcommand.
+pub const CONTAINERS: [&str; 15] = [
+    "ACL", "CLIENT", "CLUSTER", "COMMAND", "CONFIG", "FUNCTION", "LATENCY", "MEMORY", "MODULE",
+    "OBJECT", "PUBSUB", "SCRIPT", "SLOWLOG", "XGROUP", "XINFO",
+];
+
+/// Writes the fingerprint of a Redis event text into `out` (cleared first).
+pub fn fingerprint(text: &str, key_patterns: bool, out: &mut String) {
+    out.clear();
+    let text = text.trim_start();
+    let (name, rest) = split_word(text);
+    push_upper(out, name);
+    let container = CONTAINERS.iter().any(|c| c.eq_ignore_ascii_case(name));
+    let rest = if container && !rest.is_empty() {
+        let (sub, after) = split_word(rest);
+        out.push(' ');
+        push_upper(out, sub);
+        after
+    } else {
+        rest
+    };
+    if key_patterns && !rest.is_empty() {
+        out.push(' ');
+        key_pattern(rest, out);
+    }
+}
+
+/// The first word and what follows the single space after it.
+fn split_word(s: &str) -> (&str, &str) {
+    match s.find(' ') {
+        Some(i) => (&s[..i], &s[i + 1..]),
+        None => (s, ""),
+    }
+}
+
+fn push_upper(out: &mut String, s: &str) {
+    for c in s.chars() {
+        out.push(c.to_ascii_uppercase());
+    }
+}
+
+fn is_separator(c: char) -> bool {
+    matches!(
+        c,
+        ':' | '.' | '/' | '-' | '_' | '{' | '}' | '[' | ']' | '|' | '#' | '=' | ',' | ';' | '@'
+    ) || c.is_whitespace()
+}
+
+/// Length of a UUID at the start of `b`, if one is there (and does not run on into more hex).
+fn uuid_at(b: &[u8]) -> Option<usize> {
+    const GROUPS: [usize; 5] = [8, 4, 4, 4, 12];
+    let mut i = 0;
+    for (g, len) in GROUPS.iter().enumerate() {
+        if g > 0 {
+            if b.get(i) != Some(&b'-') {
+                return None;
+            }
+            i += 1;
+        }
+        let part = b.get(i..i + len)?;
+        if !part.iter().all(u8::is_ascii_hexdigit) {
+            return None;
+        }
+        i += len;
+    }
+    if b.get(i).is_some_and(|c| c.is_ascii_alphanumeric()) {
+        return None;
+    }
+    Some(i)
+}
+
+/// Appends the shape of one segment (no separators in it).
+fn push_segment(seg: &str, out: &mut String) {
+    // The segment with each digit run folded to `?`, and its shape.
+    let mut runs = 0usize;
+    let mut letters = 0usize;
+    let mut hex_only = true;
+    let mut folded_len = 0usize;
+    let mut in_digits = false;
+    for c in seg.chars() {
+        if c.is_ascii_digit() {
+            if !in_digits {
+                runs += 1;
+                folded_len += 1;
+            }
+            in_digits = true;
+            continue;
+        }
+        in_digits = false;
+        folded_len += 1;
+        if c.is_alphabetic() {
+            letters += 1;
+        }
+        if !c.is_ascii_hexdigit() {
+            hex_only = false;
+        }
+    }
+    let hex = hex_only && runs > 0 && (runs >= 2 || letters >= 6);
+    let token = runs >= 3 && letters > 0;
+    if hex || token || folded_len >= 32 || (runs == 1 && folded_len == 1) {
+        out.push('?');
+        return;
+    }
+    let mut in_digits = false;
+    for c in seg.chars() {
+        if c.is_ascii_digit() {
+            if !in_digits {
+                out.push('?');
+            }
+            in_digits = true;
+        } else {
+            in_digits = false;
+            out.push(c);
+        }
+    }
+}
+
+/// Appends the shape of a key (see the module documentation).
+pub fn key_pattern(key: &str, out: &mut String) {
+    let start = out.len();
+    let b = key.as_bytes();
+    let mut i = 0usize;
+    let mut seg_start = 0usize;
+    while i < key.len() {
+        // A UUID at a segment start is one `?`.
+        if i == seg_start
+            && let Some(n) = uuid_at(b.get(i..).unwrap_or(&[]))
+        {
+            out.push('?');
+            i += n;
+            seg_start = i;
+            continue;
+        }
+        let Some(c) = key[i..].chars().next() else {
+            break;
+        };
+        if is_separator(c) {
+            push_segment(&key[seg_start..i], out);
+            out.push(c);
+            i += c.len_utf8();
+            seg_start = i;
+        } else {
+            i += c.len_utf8();
+        }
+    }
+    push_segment(&key[seg_start..], out);
+    merge_placeholders(out, start);
+}
+
+/// Merges `?` segments joined by `-` or `.` (`?-?-?` -> `?`), from byte `start` of `out` on.
+fn merge_placeholders(out: &mut String, start: usize) {
+    let tail = out.split_off(start);
+    // `out` ends with a whole `?` segment; a `-` or `.` written after it is held back until
+    // we know whether another whole `?` follows.
+    let mut after_q = false;
+    let mut held: Option<char> = None;
+    let mut seg_start = 0usize;
+    let segment = |seg: &str, out: &mut String, after_q: &mut bool, held: &mut Option<char>| {
+        if seg == "?" && held.is_some() {
+            *held = None;
+        } else {
+            if let Some(j) = held.take() {
+                out.push(j);
+            }
+            out.push_str(seg);
+            *after_q = seg == "?";
+        }
+    };
+    for (i, c) in tail.char_indices() {
+        if !is_separator(c) {
+            continue;
+        }
+        segment(&tail[seg_start..i], out, &mut after_q, &mut held);
+        if after_q && held.is_none() && matches!(c, '-' | '.') && i > seg_start {
+            held = Some(c);
+        } else {
+            if let Some(j) = held.take() {
+                out.push(j);
+            }
+            out.push(c);
+            after_q = false;
+        }
+        seg_start = i + c.len_utf8();
+    }
+    segment(&tail[seg_start..], out, &mut after_q, &mut held);
+    if let Some(j) = held {
+        out.push(j);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn fp(text: &str, keys: bool) -> String {
+        let mut s = String::new();
+        fingerprint(text, keys, &mut s);
+        s
+    }
+
+    fn pat(key: &str) -> String {
+        let mut s = String::new();
+        key_pattern(key, &mut s);
+        s
+    }
+
+    #[test]
+    fn commands() {
+        assert_eq!(fp("SET user:1234:profile", false), "SET");
+        assert_eq!(fp("SET user:1234:profile", true), "SET user:?:profile");
+        assert_eq!(fp("CONFIG GET", false), "CONFIG GET");
+        assert_eq!(fp("CONFIG GET", true), "CONFIG GET");
+        assert_eq!(
+            fp("XINFO STREAM orders:2024", true),
+            "XINFO STREAM orders:?"
+        );
+        assert_eq!(fp("XINFO STREAM orders:2024", false), "XINFO STREAM");
+        assert_eq!(fp("OBJECT ENCODING k1", true), "OBJECT ENCODING k?");
+        assert_eq!(fp("MGET a", true), "MGET a");
+        assert_eq!(fp("PING", true), "PING");
+        assert_eq!(fp("FT.SEARCH", true), "FT.SEARCH");
+        assert_eq!(fp("get foo", true), "GET foo");
+        assert_eq!(fp("config", true), "CONFIG");
+        assert_eq!(fp("", true), "");
+    }
+
+    /// Vectors from shared/reference/fingerprint-vectors.md §6.5.
+    #[test]
+    fn reference_vectors() {
+        // hget session:abc f1 -> group HGET (Packetbeat's resource: session:abc).
+        assert_eq!(fp("HGET session:abc", false), "HGET");
+        assert_eq!(fp("HGET session:abc", true), "HGET session:abc");
+        // CONFIG GET maxmemory -> CONFIG GET.
+        assert_eq!(fp("CONFIG GET", true), "CONFIG GET");
+        // SET user:1234:profile v -> SET, key pattern user:?:profile.
+        assert_eq!(fp("SET user:1234:profile", true), "SET user:?:profile");
+        // XADD s * f v -> recognised (Packetbeat does not).
+        assert_eq!(fp("XADD s", true), "XADD s");
+    }
+
+    #[test]
+    fn key_patterns() {
+        for (key, want) in [
+            ("user:1234:profile", "user:?:profile"),
+            ("session:9f8e7d6c-1a2b-4c3d-8e9f-0a1b2c3d4e5f", "session:?"),
+            (
+                "session:9F8E7D6C-1A2B-4C3D-8E9F-0A1B2C3D4E5F:data",
+                "session:?:data",
+            ),
+            ("cache:{42}:x", "cache:{?}:x"),
+            ("shard12", "shard?"),
+            ("9f8e7d6c", "?"),
+            ("obj:da39a3ee5e6b4b0d3255bfef95601890afd80709", "obj:?"),
+            ("tok:Zx9Kq2LmPw8Rt5Vn", "tok:?"),
+            ("log:2024-01-15", "log:?"),
+            ("peer:10.0.0.1:6379", "peer:?:?"),
+            ("v1.2.3", "v?.?"),
+            ("rate/limit/42/min", "rate/limit/?/min"),
+            ("user_12_name", "user_?_name"),
+            ("cafe", "cafe"),
+            ("cafe1", "cafe?"),
+            ("deadbeef1234", "?"),
+            ("a", "a"),
+            ("", ""),
+            ("-5", "-?"),
+            ("key with spaces 12", "key with spaces ?"),
+            ("café:12", "café:?"),
+            ("{user1000}.following", "{user?}.following"),
+            ("queue:jobs", "queue:jobs"),
+            ("x".repeat(40).as_str(), "?"),
+        ] {
+            assert_eq!(pat(key), want, "{key}");
+        }
+    }
+
+    fn digits_replaced(key: &str, seed: u64) -> String {
+        let mut s = seed;
+        let mut out = String::new();
+        let mut prev_digit = false;
+        for c in key.chars() {
+            if c.is_ascii_digit() {
+                s = s
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                if !prev_digit {
+                    // A digit run of another length.
+                    for _ in 0..(s >> 60) % 3 {
+                        out.push(char::from(b'0' + ((s >> 33) % 10) as u8));
+                    }
+                }
+                out.push(char::from(b'0' + ((s >> 40) % 10) as u8));
+                prev_digit = true;
+            } else {
+                out.push(c);
+                prev_digit = false;
+            }
+        }
+        out
+    }
+
+    proptest! {
+        #[test]
+        fn never_panics(text in "\\PC{0,80}", keys in any::<bool>()) {
+            let mut s = String::new();
+            fingerprint(&text, keys, &mut s);
+        }
+
+        #[test]
+        fn never_panics_on_key_like_text(
+            key in "[a-fA-F0-9:._{}/ -]{0,60}",
+            name in prop::sample::select(vec!["SET", "CONFIG GET", "XINFO STREAM", "GET", "X"]),
+        ) {
+            let mut s = String::new();
+            fingerprint(&format!("{name} {key}"), true, &mut s);
+            prop_assert!(s.starts_with(name.split(' ').next().unwrap()));
+        }
+
+        #[test]
+        fn keys_differing_only_in_digits_share_a_pattern(
+            key in "[a-zA-Z0-9:._{}/\\-]{0,48}",
+            seed in any::<u64>(),
+        ) {
+            let other = digits_replaced(&key, seed);
+            prop_assert_eq!(pat(&key), pat(&other), "{} / {}", key, other);
+        }
+    }
+}
