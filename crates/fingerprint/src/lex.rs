@@ -95,7 +95,8 @@ static CLASS: [u8; 256] = {
 /// ASCII whitespace as Perl's `\s` sees it in a byte string: space, `\t`, `\n`, `\x0b`, `\x0c`, `\r`.
 #[inline]
 pub(crate) fn is_space(b: u8) -> bool {
-    CLASS[usize::from(b)] & SPACE != 0
+    const MASK: u64 = 1 << b' ' | 1 << b'\t' | 1 << b'\n' | 1 << 0x0b | 1 << 0x0c | 1 << b'\r';
+    b <= b' ' && (MASK >> b) & 1 != 0
 }
 
 /// Identifier byte: ASCII alphanumeric, `_`, `$` or any byte of a multi-byte UTF-8 character.
@@ -124,6 +125,34 @@ impl<'a> Lexer<'a> {
             in_version: false,
             prev_operand: false,
         }
+    }
+
+    /// Where the next token (or the whitespace before it) starts.
+    #[inline(always)]
+    pub(crate) fn pos(&self) -> usize {
+        self.pos
+    }
+
+    /// Inside a `/*! ... */` version comment.
+    #[inline(always)]
+    pub(crate) fn in_version(&self) -> bool {
+        self.in_version
+    }
+
+    /// Continue at `pos` after a caller scanned simple tokens itself; `prev_operand`: the last of
+    /// them was a word, a number or `)`.
+    #[inline(always)]
+    pub(crate) fn resume(&mut self, pos: usize, prev_operand: bool) {
+        self.pos = pos;
+        self.prev_operand = prev_operand;
+    }
+
+    /// Lexes the number or digit-led word starting at `start` (a digit): its kind and end.
+    #[inline(always)]
+    pub(crate) fn number_at(&self, start: usize) -> (Kind, usize) {
+        let mut l = *self;
+        let k = l.number_or_word(start);
+        (k, l.pos)
     }
 
     #[inline]
@@ -331,8 +360,8 @@ impl<'a> Lexer<'a> {
 }
 
 /// End of a word: identifier bytes, and `?` glued to them.
-#[inline]
-fn word_end(s: &[u8], i: usize) -> usize {
+#[inline(always)]
+pub(crate) fn word_end(s: &[u8], i: usize) -> usize {
     match s[i..]
         .iter()
         .position(|&b| CLASS[usize::from(b)] & WORD == 0)

@@ -63,20 +63,46 @@ enum Kw {
 const ONES: u64 = 0x0101_0101_0101_0101;
 const HIGH: u64 = 0x8080_8080_8080_8080;
 
-/// The word `s[start..start + len]` (`len <= 8`) as a little-endian integer, when 8 bytes can be
-/// loaded from `start` (bytes past the word are zeroed).
+/// The word `s[start..start + len]` as a little-endian integer (bytes past the word zeroed), if
+/// it has 1 to 8 bytes.
 #[inline(always)]
-fn load8(s: &[u8], start: usize, len: usize) -> Option<u64> {
+fn word8(s: &[u8], start: usize, len: usize) -> Option<u64> {
     if len == 0 || len > 8 {
         return None;
     }
-    let bytes: [u8; 8] = s.get(start..start + 8)?.try_into().ok()?;
     let mask = if len == 8 {
         u64::MAX
     } else {
         (1u64 << (8 * len)) - 1
     };
-    Some(u64::from_le_bytes(bytes) & mask)
+    if let Some(b) = s.get(start..start + 8) {
+        let bytes: [u8; 8] = b.try_into().ok()?;
+        return Some(u64::from_le_bytes(bytes) & mask);
+    }
+    let mut x = 0u64;
+    for (i, &b) in s.get(start..start + len)?.iter().enumerate() {
+        x |= u64::from(b) << (8 * i);
+    }
+    Some(x)
+}
+
+/// 8 bytes from `start` as a little-endian integer, if there are 8.
+#[inline(always)]
+fn load8(s: &[u8], start: usize) -> Option<u64> {
+    let bytes: [u8; 8] = s.get(start..start + 8)?.try_into().ok()?;
+    Some(u64::from_le_bytes(bytes))
+}
+
+/// SWAR: the high bit of each byte of `x` that is a word byte (identifier byte or `?`).
+#[inline(always)]
+fn word_bytes(x: u64) -> u64 {
+    let letters = in_range(x | 0x2020_2020_2020_2020, b'a', b'z');
+    letters
+        | in_range(x, b'0', b'9')
+        | in_range(x, b'_', b'_')
+        | in_range(x, b'$', b'$')
+        | in_range(x, b'?', b'?')
+        | (x & HIGH)
 }
 
 /// SWAR: the high bit of each byte of `x` (ASCII bytes only) that lies in `lo..=hi`.
@@ -86,17 +112,6 @@ fn in_range(x: u64, lo: u8, hi: u8) -> u64 {
     let ge_lo = low7 + ONES * u64::from(0x80 - lo);
     let gt_hi = low7 + ONES * u64::from(0x7f - hi);
     ge_lo & !gt_hi & !x & HIGH
-}
-
-/// Up to 8 bytes of a word as a little-endian integer with ASCII letters lowercased (`| 0x20`
-/// maps only `A-Z` onto letters, so it is exact for the all-letter keywords matched against it).
-#[inline(always)]
-fn key(w: &[u8]) -> u64 {
-    let mut k = 0u64;
-    for (i, &b) in w.iter().take(8).enumerate() {
-        k |= u64::from(b | 0x20) << (8 * i);
-    }
-    k
 }
 
 const fn kw_key(s: &[u8]) -> u64 {
@@ -109,76 +124,85 @@ const fn kw_key(s: &[u8]) -> u64 {
     k
 }
 
-macro_rules! keywords {
-    ($($name:ident = $lit:literal => $kw:expr,)*) => {
-        $(const $name: u64 = kw_key($lit);)*
+/// Multiplier of the perfect hash of the keyword keys into 128 slots (found by search; the
+/// `keywords` unit test checks there is no collision).
+const KW_MAGIC: u64 = 0xc8ad_434b_542f_3413;
 
-        /// The keyword class of the word `s[start..end]` (ASCII case-insensitive).
+macro_rules! keywords {
+    ($($lit:literal => $kw:expr,)*) => {
+        const KEYWORDS: &[(u64, Kw)] = &[$((kw_key($lit), $kw),)*];
+
+        static KW_TABLE: [(u64, Kw); 128] = {
+            let mut t = [(0u64, Kw::Other); 128];
+            let mut i = 0;
+            while i < KEYWORDS.len() {
+                let (k, kw) = KEYWORDS[i];
+                t[(k.wrapping_mul(KW_MAGIC) >> 57) as usize] = (k, kw);
+                i += 1;
+            }
+            t
+        };
+
+        /// The keyword class of a word of `len` bytes, 1 to 8, given as [`word8`] loads it.
         #[inline(always)]
-        fn classify_at(s: &[u8], start: usize, end: usize) -> Kw {
-            let len = end - start;
-            if len == 0 || len > 8 {
-                return Kw::Other;
-            }
-            let k = match load8(s, start, len) {
-                Some(x) => x | (0x2020_2020_2020_2020 & (u64::MAX >> (64 - 8 * len))),
-                None => key(&s[start..end]),
-            };
-            match k {
-                $($name => $kw,)*
-                _ => Kw::Other,
-            }
+        fn classify8(x: u64, len: usize) -> Kw {
+            let k = x | (0x2020_2020_2020_2020 & (u64::MAX >> (64 - 8 * len)));
+            let (key, kw) = KW_TABLE[(k.wrapping_mul(KW_MAGIC) >> 57) as usize];
+            if key == k { kw } else { Kw::Other }
         }
 
         /// The keyword class of a word (ASCII case-insensitive).
         fn classify(w: &[u8]) -> Kw {
-            classify_at(w, 0, w.len())
+            match word8(w, 0, w.len()) {
+                Some(x) => classify8(x, w.len()),
+                None => Kw::Other,
+            }
         }
     };
 }
 
 keywords! {
-    K_IN = b"in" => Kw::In,
-    K_IS = b"is" => Kw::Is,
-    K_BY = b"by" => Kw::By,
-    K_OR = b"or" => Kw::Operator,
-    K_ON = b"on" => Kw::Operator,
-    K_ASC = b"asc" => Kw::Asc,
-    K_NOT = b"not" => Kw::Not,
-    K_AND = b"and" => Kw::Operator,
-    K_XOR = b"xor" => Kw::Operator,
-    K_DIV = b"div" => Kw::Operator,
-    K_MOD = b"mod" => Kw::Operator,
-    K_ALL = b"all" => Kw::Operator,
-    K_ANY = b"any" => Kw::Operator,
-    K_NULL = b"null" => Kw::Null,
-    K_TRUE = b"true" => Kw::True,
-    K_WHEN = b"when" => Kw::Operator,
-    K_THEN = b"then" => Kw::Operator,
-    K_ELSE = b"else" => Kw::Operator,
-    K_LIKE = b"like" => Kw::Operator,
-    K_CASE = b"case" => Kw::Operator,
-    K_SOME = b"some" => Kw::Operator,
-    K_FALSE = b"false" => Kw::False,
-    K_VALUE = b"value" => Kw::Values,
-    K_LIMIT = b"limit" => Kw::Limit,
-    K_ORDER = b"order" => Kw::Order,
-    K_UNION = b"union" => Kw::Union,
-    K_WHERE = b"where" => Kw::Operator,
-    K_RLIKE = b"rlike" => Kw::Operator,
-    K_UNTIL = b"until" => Kw::Operator,
-    K_VALUES = b"values" => Kw::Values,
-    K_OFFSET = b"offset" => Kw::Offset,
-    K_SELECT = b"select" => Kw::Operator,
-    K_RETURN = b"return" => Kw::Operator,
-    K_HAVING = b"having" => Kw::Operator,
-    K_REGEXP = b"regexp" => Kw::Operator,
-    K_ELSEIF = b"elseif" => Kw::Operator,
-    K_ESCAPE = b"escape" => Kw::Operator,
-    K_BETWEEN = b"between" => Kw::Operator,
-    K_DEFAULT = b"default" => Kw::Operator,
-    K_INTERVAL = b"interval" => Kw::Operator,
-    K_DISTINCT = b"distinct" => Kw::Operator,
+    b"in" => Kw::In,
+    b"is" => Kw::Is,
+    b"by" => Kw::By,
+    b"or" => Kw::Operator,
+    b"on" => Kw::Operator,
+    b"asc" => Kw::Asc,
+    b"not" => Kw::Not,
+    b"and" => Kw::Operator,
+    b"xor" => Kw::Operator,
+    b"div" => Kw::Operator,
+    b"mod" => Kw::Operator,
+    b"all" => Kw::Operator,
+    b"any" => Kw::Operator,
+    b"null" => Kw::Null,
+    b"true" => Kw::True,
+    b"when" => Kw::Operator,
+    b"then" => Kw::Operator,
+    b"else" => Kw::Operator,
+    b"like" => Kw::Operator,
+    b"case" => Kw::Operator,
+    b"some" => Kw::Operator,
+    b"false" => Kw::False,
+    b"value" => Kw::Values,
+    b"limit" => Kw::Limit,
+    b"order" => Kw::Order,
+    b"union" => Kw::Union,
+    b"where" => Kw::Operator,
+    b"rlike" => Kw::Operator,
+    b"until" => Kw::Operator,
+    b"values" => Kw::Values,
+    b"offset" => Kw::Offset,
+    b"select" => Kw::Operator,
+    b"return" => Kw::Operator,
+    b"having" => Kw::Operator,
+    b"regexp" => Kw::Operator,
+    b"elseif" => Kw::Operator,
+    b"escape" => Kw::Operator,
+    b"between" => Kw::Operator,
+    b"default" => Kw::Operator,
+    b"interval" => Kw::Operator,
+    b"distinct" => Kw::Operator,
 }
 
 /// What a token is, for the list/LIMIT state machines.
@@ -231,6 +255,8 @@ struct State {
     order_prev: bool,
     order_by: bool,
     union: bool,
+    /// `!quiet()`, kept up to date by the slow path.
+    busy: bool,
 }
 
 impl State {
@@ -264,19 +290,45 @@ fn sep(buf: &mut Vec<u8>, ws: bool, gap: bool, first: u8) {
 
 /// Lowercase ASCII and fold each digit run (with the hex letters and `x` that follow it, as pt
 /// does) to `?`: `sbtest1` -> `sbtest?`, `12foo` -> `?oo`.
+/// A word, folded; `x` is its [`word8`] load.
 #[inline(always)]
-fn push_word(buf: &mut Vec<u8>, s: &[u8], start: usize, end: usize) {
-    // Fast path for words of up to 8 bytes without digits: lowercase 8 bytes at once.
-    if let Some(x) = load8(s, start, end - start)
-        && in_range(x, b'0', b'9') == 0
-    {
+fn push_word(buf: &mut Vec<u8>, w: &[u8], x: Option<u64>) {
+    // Words of up to 8 bytes: lowercase (and fold) in a register, store 8 bytes at once.
+    if let Some(x) = x {
         let lower = x | (in_range(x, b'A', b'Z') >> 2);
+        let (out, n) = if in_range(x, b'0', b'9') == 0 {
+            (lower, w.len())
+        } else {
+            fold8(lower, w.len())
+        };
         let len = buf.len();
-        buf.extend_from_slice(&lower.to_le_bytes());
-        buf.truncate(len + (end - start));
+        buf.extend_from_slice(&out.to_le_bytes());
+        buf.truncate(len + n);
         return;
     }
-    push_folded(buf, &s[start..end]);
+    push_folded(buf, w);
+}
+
+/// [`push_folded`] on a lowercased word of `len` bytes held in a `u64`: the result and its length.
+#[inline]
+fn fold8(x: u64, len: usize) -> (u64, usize) {
+    let b = x.to_le_bytes();
+    let (mut out, mut o, mut i) = (0u64, 0usize, 0usize);
+    while i < len.min(8) {
+        let c = b[i];
+        i += 1;
+        let emit = if c.is_ascii_digit() {
+            while i < len.min(8) && (b[i].is_ascii_hexdigit() || b[i] == b'x') {
+                i += 1;
+            }
+            b'?'
+        } else {
+            c
+        };
+        out |= u64::from(emit) << (8 * (o & 7));
+        o += 1;
+    }
+    (out, o)
 }
 
 #[inline]
@@ -393,6 +445,226 @@ fn use_stmt(mut lx: Lexer, s: &[u8]) -> bool {
     t.kind == Kind::End
 }
 
+/// The hot loop: while no rule waits for the next token, emits runs of simple tokens (words
+/// other than tracked keywords, numbers, operators, parentheses) without going through the
+/// general token handling, then hands the position back to the lexer at the first other token.
+#[inline(always)]
+fn fast_run(s: &[u8], lx: &mut Lexer, buf: &mut Vec<u8>, st: &mut State) {
+    let n = s.len();
+    let mut pos = lx.pos();
+    let mut prev_operand = st.prev_operand;
+    // The lexer's own notion: the last token was a word, a number or `)`.
+    let mut lex_prev = false;
+    let mut moved = false;
+    // `ORDER` was the last token.
+    let mut order_prev = false;
+    // Just folded the first row of a VALUES list.
+    let mut row_after = false;
+    let stop = loop {
+        let before = pos;
+        match s[pos..].iter().position(|&b| !lex::is_space(b)) {
+            Some(k) => pos += k,
+            None => break before,
+        }
+        let ws = pos != before;
+        let c = s[pos];
+        if lex::is_ident(c) && !c.is_ascii_digit() {
+            if matches!(c | 0x20, b'x' | b'b' | b'n') && s.get(pos + 1) == Some(&b'\'') {
+                break before;
+            }
+            // Words of up to 7 bytes: length and value from one 8-byte load.
+            let (end, x8) = match load8(s, pos) {
+                Some(x) if word_bytes(x) != HIGH => {
+                    let len = ((!word_bytes(x) & HIGH).trailing_zeros() / 8) as usize;
+                    (pos + len, Some(x & ((1u64 << (8 * len)) - 1)))
+                }
+                _ => {
+                    let end = lex::word_end(s, pos + 1);
+                    (end, word8(s, pos, end - pos))
+                }
+            };
+            let w = &s[pos..end];
+            let kw = x8.map_or(Kw::Other, |x| classify8(x, w.len()));
+            let was_order = std::mem::take(&mut order_prev);
+            match kw {
+                Kw::Other => prev_operand = true,
+                Kw::Null | Kw::True | Kw::False => {
+                    sep(buf, ws, false, b'?');
+                    buf.push(b'?');
+                    prev_operand = true;
+                    lex_prev = true;
+                    pos = end;
+                    moved = true;
+                    continue;
+                }
+                Kw::Asc if st.order_by => {
+                    // Dropped, with the whitespace before it.
+                    lex_prev = true;
+                    pos = end;
+                    moved = true;
+                    continue;
+                }
+                Kw::Order => {
+                    order_prev = true;
+                    prev_operand = false;
+                }
+                Kw::By => {
+                    st.order_by |= was_order;
+                    prev_operand = false;
+                }
+                Kw::Union => {
+                    st.union = true;
+                    prev_operand = false;
+                }
+                Kw::Operator | Kw::Asc | Kw::Not | Kw::Offset => prev_operand = false,
+                Kw::In | Kw::Values => {
+                    // `in (1, 2)`, `values ('a', 3)`: fold a literal-only list right here.
+                    let Some(after) = list_after(lx, s, end) else {
+                        order_prev = was_order;
+                        break before;
+                    };
+                    sep(buf, ws, false, c);
+                    push_word(buf, w, x8);
+                    buf.extend_from_slice(b"(?+)");
+                    prev_operand = true;
+                    lex_prev = true;
+                    pos = after;
+                    moved = true;
+                    if kw == Kw::Values {
+                        // Further rows: the general path drops them.
+                        row_after = true;
+                        break pos;
+                    }
+                    continue;
+                }
+                Kw::Limit | Kw::Is => {
+                    order_prev = was_order;
+                    break before;
+                }
+            }
+            sep(buf, ws, false, c);
+            push_word(buf, w, x8);
+            lex_prev = true;
+            pos = end;
+            moved = true;
+            continue;
+        } else if c.is_ascii_digit() {
+            // Plain digit runs here; anything else (`1.5`, `0x1f`, `12foo`) through the lexer.
+            let mut end = pos + 1;
+            while end < n && s[end].is_ascii_digit() {
+                end += 1;
+            }
+            if end < n && (lex::is_ident(s[end]) || s[end] == b'.') {
+                let (kind, e) = lx.number_at(pos);
+                if kind != Kind::Num {
+                    break before;
+                }
+                end = e;
+            }
+            sep(buf, ws, false, b'?');
+            buf.push(b'?');
+            prev_operand = true;
+            lex_prev = true;
+            pos = end;
+        } else {
+            let next = s.get(pos + 1).copied().unwrap_or(0);
+            match c {
+                b'=' | b'<' | b'>' | b'*' | b'!' | b'%' | b'&' | b'|' | b'^' | b'~' | b':'
+                | b',' | b';' | b'@' | b'(' => {
+                    st.depth += u32::from(c == b'(');
+                    prev_operand = false;
+                    lex_prev = false;
+                }
+                b')' if st.values_row != Some(st.depth) => {
+                    st.depth = st.depth.saturating_sub(1);
+                    prev_operand = true;
+                    lex_prev = true;
+                }
+                b'+' | b'-' if prev_operand && next != b'-' => {
+                    prev_operand = false;
+                    lex_prev = false;
+                }
+                b'.' if !next.is_ascii_digit() => {
+                    prev_operand = false;
+                    lex_prev = false;
+                }
+                _ => break before,
+            }
+            sep(buf, ws, false, c);
+            buf.push(c);
+            pos += 1;
+        }
+        order_prev = false;
+        moved = true;
+    };
+    if moved {
+        lx.resume(stop, lex_prev);
+        st.prev_operand = prev_operand;
+        st.order_prev = order_prev;
+        if row_after {
+            st.row = Row::After;
+        }
+        st.busy = order_prev || row_after;
+    }
+}
+
+/// After `in`/`values` ending at `end`: if a literal-only `( ... )` group follows, the position
+/// just past its `)`.
+#[inline(never)]
+fn list_after(lx: &Lexer, s: &[u8], end: usize) -> Option<usize> {
+    let mut la = *lx;
+    la.resume(end, true);
+    let open = la.next_token();
+    if open.kind != Kind::Punct || s[open.start] != b'(' {
+        return None;
+    }
+    literal_group(la, s).map(|l| l.pos())
+}
+
+/// With the lexer just past a `(`: if the group holds only literals (as the list rule counts
+/// them: strings, numbers, `?`, NULL/TRUE/FALSE, words starting with a digit or `?`, signed
+/// literals) and commas up to its `)`, the lexer just past that `)`.
+fn literal_group<'a>(mut lx: Lexer<'a>, s: &[u8]) -> Option<Lexer<'a>> {
+    let literal = |t: &Token| match t.kind {
+        Kind::Str | Kind::Num | Kind::Placeholder => true,
+        Kind::Word => {
+            matches!(s[t.start], b'0'..=b'9' | b'?')
+                || matches!(
+                    classify(&s[t.start..t.end]),
+                    Kw::Null | Kw::True | Kw::False
+                )
+        }
+        _ => false,
+    };
+    let mut prev_literal = false;
+    loop {
+        let t = lx.next_token();
+        match t.kind {
+            Kind::Comment => {}
+            Kind::Punct => match s[t.start] {
+                b',' => prev_literal = false,
+                b')' => return Some(lx),
+                b'+' | b'-' if !prev_literal => {
+                    let mut t2 = lx.next_token();
+                    while !t2.ws_before
+                        && (t2.kind == Kind::Comment
+                            || (t2.kind == Kind::Punct && matches!(s[t2.start], b'+' | b'-')))
+                    {
+                        t2 = lx.next_token();
+                    }
+                    if t2.ws_before || !literal(&t2) {
+                        return None;
+                    }
+                    prev_literal = true;
+                }
+                _ => return None,
+            },
+            _ if literal(&t) => prev_literal = true,
+            _ => return None,
+        }
+    }
+}
+
 fn normalize(s: &[u8], buf: &mut Vec<u8>) {
     if s.starts_with(MYSQLDUMP) {
         buf.extend_from_slice(b"mysqldump");
@@ -418,6 +690,7 @@ fn normalize(s: &[u8], buf: &mut Vec<u8>) {
         order_prev: false,
         order_by: false,
         union: false,
+        busy: false,
     };
     buf.reserve(s.len() + 16);
 
@@ -449,6 +722,9 @@ fn normalize(s: &[u8], buf: &mut Vec<u8>) {
     }
 
     loop {
+        if !st.busy && !st.gap && !st.pend_ws && st.skip.is_none() && !lx.in_version() {
+            fast_run(s, &mut lx, buf, &mut st);
+        }
         let t = lx.next_token();
         match t.kind {
             Kind::End => break,
@@ -478,6 +754,7 @@ fn normalize(s: &[u8], buf: &mut Vec<u8>) {
                         if st.depth == d0 {
                             st.skip = None;
                             st.row = Row::After;
+                            st.busy = true;
                         }
                     }
                     _ => {}
@@ -486,25 +763,26 @@ fn normalize(s: &[u8], buf: &mut Vec<u8>) {
             continue;
         }
 
-        let kw = if t.kind == Kind::Word {
-            classify_at(s, t.start, t.end)
+        let (kw, x8) = if t.kind == Kind::Word {
+            let x8 = word8(s, t.start, tok.len());
+            (x8.map_or(Kw::Other, |x| classify8(x, tok.len())), x8)
         } else {
-            Kw::Other
+            (Kw::Other, None)
         };
 
         // Fast path: a plain token while no rule is waiting for the next one.
-        if st.quiet() {
+        if !st.busy {
             match t.kind {
                 Kind::Word if kw == Kw::Other && !matches!(tok[0], b'0'..=b'9' | b'?') => {
                     sep(buf, ws, gap, tok[0]);
-                    push_word(buf, s, t.start, t.end);
+                    push_word(buf, tok, x8);
                     st.prev_operand = true;
                     continue;
                 }
                 // SELECT, WHERE, AND...: only the sign rule looks at them.
                 Kind::Word if kw == Kw::Operator => {
                     sep(buf, ws, gap, tok[0]);
-                    push_word(buf, s, t.start, t.end);
+                    push_word(buf, tok, x8);
                     st.prev_operand = false;
                     continue;
                 }
@@ -526,6 +804,36 @@ fn normalize(s: &[u8], buf: &mut Vec<u8>) {
                     buf.push(b')');
                     st.prev_operand = true;
                     st.depth = st.depth.saturating_sub(1);
+                    continue;
+                }
+                // A binary `+`/`-` (after an operand).
+                Kind::Punct if st.prev_operand && matches!(tok[0], b'+' | b'-') => {
+                    sep(buf, ws, gap, tok[0]);
+                    buf.push(tok[0]);
+                    st.prev_operand = false;
+                    continue;
+                }
+                _ => {}
+            }
+        } else if st.cand.is_some()
+            && st.row == Row::None
+            && st.limit == Limit::None
+            && st.expect_list == 0
+            && st.is_state == 0
+            && !st.order_prev
+        {
+            // Inside an `IN (`/`VALUES (` list that may still fold: literals and commas keep it.
+            match t.kind {
+                Kind::Str | Kind::Num | Kind::Placeholder => {
+                    sep(buf, ws, gap, b'?');
+                    buf.push(b'?');
+                    st.prev_operand = true;
+                    continue;
+                }
+                Kind::Punct if tok[0] == b',' => {
+                    sep(buf, ws, gap, b',');
+                    buf.push(b',');
+                    st.prev_operand = false;
                     continue;
                 }
                 _ => {}
@@ -597,6 +905,7 @@ fn normalize(s: &[u8], buf: &mut Vec<u8>) {
                 st.depth += 1;
                 st.expect_list = 0;
                 st.limit = Limit::None;
+                st.busy = !st.quiet();
                 continue;
             }
             _ => st.row = Row::None,
@@ -605,7 +914,8 @@ fn normalize(s: &[u8], buf: &mut Vec<u8>) {
         // LIMIT a, b / LIMIT a OFFSET b: drop the separator and the second value.
         if let (Limit::Sep(p), Class::Literal) = (st.limit, class) {
             buf.truncate(p);
-            st.limit = Limit::None;
+            // Still after `limit ?`: a malformed `LIMIT 1, 2, 3` folds whole (idempotence).
+            st.limit = Limit::Val(p);
         } else {
             match class {
                 Class::Literal => {
@@ -629,7 +939,7 @@ fn normalize(s: &[u8], buf: &mut Vec<u8>) {
                 _ => {
                     sep(buf, ws, gap, tok[0]);
                     if t.kind == Kind::Word {
-                        push_word(buf, s, t.start, t.end);
+                        push_word(buf, tok, x8);
                     } else if t.kind == Kind::QuotedIdent {
                         push_quoted_ident(buf, tok);
                     } else {
@@ -690,6 +1000,7 @@ fn normalize(s: &[u8], buf: &mut Vec<u8>) {
                 _ => false,
             },
         };
+        st.busy = !st.quiet();
     }
     if st.union {
         pt::union_fold(buf);
@@ -706,6 +1017,13 @@ mod tests {
 
     #[test]
     fn keywords() {
+        // The perfect hash has no collision: every keyword finds itself.
+        for &(k, kw) in super::KEYWORDS {
+            let w = k.to_le_bytes();
+            let len = w.iter().position(|&b| b == 0).unwrap_or(8);
+            assert!(classify(&w[..len]) == kw, "{:?}", &w[..len]);
+            assert!(classify(&w[..len].to_ascii_uppercase()) == kw);
+        }
         assert!(classify(b"SELECT") == Kw::Operator);
         assert!(classify(b"Null") == Kw::Null);
         assert!(classify(b"VALUES") == Kw::Values);
@@ -731,7 +1049,7 @@ mod tests {
 
 #[cfg(test)]
 mod swar_tests {
-    use super::{in_range, load8, push_word};
+    use super::{in_range, push_word, word8};
 
     #[test]
     fn ranges() {
@@ -744,18 +1062,28 @@ mod swar_tests {
     }
 
     #[test]
+    fn word_bytes_match_the_lexer() {
+        for b in 0..=255u8 {
+            let x = u64::from(b) << 16 | u64::from(b'a');
+            let want = crate::lex::is_ident(b) || b == b'?';
+            assert_eq!(super::word_bytes(x) & (0x80 << 16) != 0, want, "{b:#x}");
+        }
+    }
+
+    #[test]
     fn words() {
         let s = b"SELECT Ab_c\xc3\xa9 t1 x ABCDEFGH ABCDEFGHI and-some-padding";
         let mut buf = Vec::new();
         for w in s.split(|&b| b == b' ') {
             let start = w.as_ptr() as usize - s.as_ptr() as usize;
-            push_word(&mut buf, s, start, start + w.len());
+            push_word(&mut buf, w, word8(s, start, w.len()));
             buf.push(b'|');
         }
         assert_eq!(
             &buf[..],
             &b"select|ab_c\xc3\xa9|t?|x|abcdefgh|abcdefghi|and-some-padding|"[..]
         );
-        assert_eq!(load8(b"abc", 0, 3), None);
+        assert_eq!(word8(b"abc", 0, 3), Some(0x636261));
+        assert_eq!(word8(b"abc", 0, 0), None);
     }
 }
