@@ -9,6 +9,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+pub mod mongodb;
 pub mod mysql;
 pub mod postgres;
 pub mod redis;

@@ -1,0 +1,770 @@
+//! A streaming BSON skimmer: walks one document as its bytes arrive, in any pieces, without
+//! building it. A [`Visitor`] is told of each element (key and type) and answers whether to
+//! skip it, read its scalar value, or descend into it; skipped values, strings beyond a cap and
+//! whole sub-documents are passed over by their length prefixes, so memory stays bounded by the
+//! nesting depth whatever the document's size. Every length is checked against the container
+//! that holds it.
+
+use super::wire::{FieldReader, WireError};
+
+/// A visitor-chosen tag for a container it descended into.
+pub type Ctx = u16;
+
+/// Element types (the BSON type byte).
+pub mod ty {
+    pub const DOUBLE: u8 = 0x01;
+    pub const STRING: u8 = 0x02;
+    pub const DOCUMENT: u8 = 0x03;
+    pub const ARRAY: u8 = 0x04;
+    pub const BINARY: u8 = 0x05;
+    pub const UNDEFINED: u8 = 0x06;
+    pub const OBJECT_ID: u8 = 0x07;
+    pub const BOOL: u8 = 0x08;
+    pub const DATETIME: u8 = 0x09;
+    pub const NULL: u8 = 0x0A;
+    pub const REGEX: u8 = 0x0B;
+    pub const DB_POINTER: u8 = 0x0C;
+    pub const JAVASCRIPT: u8 = 0x0D;
+    pub const SYMBOL: u8 = 0x0E;
+    pub const CODE_W_SCOPE: u8 = 0x0F;
+    pub const INT32: u8 = 0x10;
+    pub const TIMESTAMP: u8 = 0x11;
+    pub const INT64: u8 = 0x12;
+    pub const DECIMAL128: u8 = 0x13;
+    pub const MIN_KEY: u8 = 0xFF;
+    pub const MAX_KEY: u8 = 0x7F;
+
+    /// Whether the type holds a document or an array.
+    pub fn is_container(t: u8) -> bool {
+        t == DOCUMENT || t == ARRAY
+    }
+}
+
+/// Keys longer than this are cut (the rest is skipped).
+pub const KEY_CAP: u32 = 256;
+/// Strings read for a visitor are cut at this many bytes.
+pub const STR_CAP: u32 = 1024;
+/// Containers nested deeper than this are skipped, never descended into.
+pub const MAX_DEPTH: usize = 64;
+
+/// What to do with an element.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Act {
+    /// Pass over it.
+    Skip,
+    /// Read a scalar and hand it to [`Visitor::scalar`] (containers are skipped).
+    Read,
+    /// Walk into a document or array; its elements get this context.
+    Descend(Ctx),
+}
+
+/// A scalar value read for a visitor.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Scalar<'a> {
+    Double(f64),
+    Int32(i32),
+    Int64(i64),
+    Bool(bool),
+    Null,
+    /// A string (also JavaScript code and symbols), cut at [`STR_CAP`] bytes; `complete` is
+    /// false when it was cut.
+    Str {
+        bytes: &'a [u8],
+        complete: bool,
+    },
+    /// Any other type, value not read.
+    Other(u8),
+}
+
+impl Scalar<'_> {
+    /// The value as an integer, for numeric types (doubles when integral).
+    pub fn as_i64(&self) -> Option<i64> {
+        match *self {
+            Scalar::Int32(v) => Some(i64::from(v)),
+            Scalar::Int64(v) => Some(v),
+            Scalar::Double(v) if v.fract() == 0.0 && v.abs() < 9.0e18 => Some(v as i64),
+            _ => None,
+        }
+    }
+    /// Truthiness as MongoDB judges `ok`.
+    pub fn truthy(&self) -> bool {
+        match *self {
+            Scalar::Double(v) => v != 0.0,
+            Scalar::Int32(v) => v != 0,
+            Scalar::Int64(v) => v != 0,
+            Scalar::Bool(b) => b,
+            _ => false,
+        }
+    }
+}
+
+/// Told of the elements of a walked document.
+pub trait Visitor {
+    /// An element of the container tagged `parent` starts: its key (cut at [`KEY_CAP`]), type
+    /// and index in the container.
+    fn element(&mut self, parent: Ctx, key: &[u8], ty: u8, index: u32) -> Act;
+    /// The value of an element answered with [`Act::Read`] (never for containers).
+    fn scalar(&mut self, parent: Ctx, key: &[u8], v: Scalar<'_>);
+    /// A container that was descended into (or the root) ended.
+    fn leave(&mut self, ctx: Ctx);
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Frame {
+    /// Position just past the container's terminator.
+    end: u64,
+    ctx: Ctx,
+    index: u32,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum St {
+    /// The int32 length of a container we enter, tagged `ctx`.
+    DocLen(Ctx),
+    /// The type byte of the next element, or the terminator.
+    Type,
+    Key,
+    /// A fixed-size value.
+    Fixed {
+        n: u8,
+        read: bool,
+    },
+    /// The int32 length of a string (or a string-like).
+    StrLen {
+        read: bool,
+    },
+    StrBody {
+        read: bool,
+    },
+    /// The int32 length of a binary, or of a container we skip, or of code with scope.
+    SkipLen {
+        extra: u64,
+        counts_self: bool,
+    },
+    Skip,
+    /// Regex: pattern then options; `second` once the pattern is done.
+    Regex {
+        second: bool,
+        read: bool,
+    },
+    /// DBPointer: the string, then 12 bytes.
+    DbPointerStr,
+    Done,
+}
+
+/// Walks one BSON document fed in pieces.
+#[derive(Debug)]
+pub struct Walker {
+    frames: Vec<Frame>,
+    pos: u64,
+    /// The most bytes the document may take (what remains of its section or message).
+    limit: u64,
+    st: St,
+    ty: u8,
+    key: Vec<u8>,
+    r: FieldReader,
+}
+
+impl Default for Walker {
+    fn default() -> Self {
+        Walker {
+            frames: Vec::new(),
+            pos: 0,
+            limit: 0,
+            st: St::Done,
+            ty: 0,
+            key: Vec::new(),
+            r: FieldReader::default(),
+        }
+    }
+}
+
+fn fixed_size(t: u8) -> Option<u8> {
+    Some(match t {
+        ty::DOUBLE | ty::DATETIME | ty::TIMESTAMP | ty::INT64 => 8,
+        ty::OBJECT_ID => 12,
+        ty::BOOL => 1,
+        ty::NULL | ty::UNDEFINED | ty::MIN_KEY | ty::MAX_KEY => 0,
+        ty::INT32 => 4,
+        ty::DECIMAL128 => 16,
+        _ => return None,
+    })
+}
+
+impl Walker {
+    /// Starts a document whose root elements get context `root`, and which may take at most
+    /// `limit` bytes.
+    pub fn start(&mut self, root: Ctx, limit: u64) {
+        self.frames.clear();
+        if self.frames.capacity() > 2 * MAX_DEPTH {
+            self.frames = Vec::new();
+        }
+        self.pos = 0;
+        self.limit = limit;
+        self.st = St::DocLen(root);
+        self.r.reset();
+        self.r.fixed(4);
+    }
+
+    /// The document ended (its terminator was read).
+    pub fn done(&self) -> bool {
+        self.st == St::Done
+    }
+
+    /// Bytes of the document consumed so far.
+    pub fn pos(&self) -> u64 {
+        self.pos
+    }
+
+    /// Heap bytes held.
+    pub fn buffered_bytes(&self) -> usize {
+        self.frames.capacity() * std::mem::size_of::<Frame>()
+            + self.key.capacity()
+            + self.r.buffered_bytes()
+    }
+
+    /// How far the current primitive may read: up to the terminator of the innermost
+    /// container (its end, for the type byte that may be the terminator).
+    fn bound(&self) -> u64 {
+        match self.frames.last() {
+            Some(f) => {
+                let end = if self.st == St::Type {
+                    f.end
+                } else {
+                    f.end - 1
+                };
+                end.saturating_sub(self.pos)
+            }
+            None => self.limit.saturating_sub(self.pos),
+        }
+    }
+
+    /// Feeds bytes; returns how many were consumed. Stops at the end of the document (the
+    /// rest of the input is not consumed). An error leaves the walker unusable until the next
+    /// [`Walker::start`].
+    pub fn push(&mut self, input: &[u8], v: &mut dyn Visitor) -> Result<usize, WireError> {
+        let mut used = 0usize;
+        while self.st != St::Done {
+            let bound = self.bound();
+            let avail = input.get(used..).unwrap_or(&[]);
+            if avail.is_empty() {
+                break;
+            }
+            let lim = usize::try_from(bound)
+                .unwrap_or(usize::MAX)
+                .min(avail.len());
+            let (n, complete) = self.r.push(avail.get(..lim).unwrap_or(&[]));
+            used += n;
+            self.pos += n as u64;
+            if !complete {
+                if n == lim && lim < avail.len() || bound == 0 {
+                    return Err(WireError::Overrun {
+                        what: "BSON element",
+                    });
+                }
+                continue;
+            }
+            self.step(v)?;
+        }
+        Ok(used)
+    }
+
+    /// A primitive completed: act on it and start the next one.
+    fn step(&mut self, v: &mut dyn Visitor) -> Result<(), WireError> {
+        match self.st {
+            St::DocLen(ctx) => {
+                let len = self.r.i32();
+                let start = self.pos - 4;
+                let room = match self.frames.last() {
+                    Some(f) => (f.end - 1).saturating_sub(start),
+                    None => self.limit.saturating_sub(start),
+                };
+                if len < 5 || len as u64 > room {
+                    return Err(WireError::Invalid {
+                        what: "BSON document length",
+                        why: "below 5 or past its container",
+                    });
+                }
+                self.frames.push(Frame {
+                    end: start + len as u64,
+                    ctx,
+                    index: 0,
+                });
+                self.next_element();
+            }
+            St::Type => {
+                let b = self.r.bytes().first().copied().unwrap_or(0);
+                let Some(f) = self.frames.last() else {
+                    self.st = St::Done;
+                    return Ok(());
+                };
+                if self.pos == f.end {
+                    if b != 0 {
+                        return Err(WireError::Invalid {
+                            what: "BSON document",
+                            why: "no terminator at its end",
+                        });
+                    }
+                    let ctx = f.ctx;
+                    self.frames.pop();
+                    v.leave(ctx);
+                    if self.frames.is_empty() {
+                        self.st = St::Done;
+                    } else {
+                        self.next_element();
+                    }
+                    return Ok(());
+                }
+                if b == 0 {
+                    return Err(WireError::Invalid {
+                        what: "BSON document",
+                        why: "terminator before its end",
+                    });
+                }
+                self.ty = b;
+                self.st = St::Key;
+                self.r.cstr(KEY_CAP);
+            }
+            St::Key => {
+                self.key.clear();
+                self.key.extend_from_slice(self.r.bytes());
+                let Some(f) = self.frames.last_mut() else {
+                    return Err(WireError::Overrun { what: "BSON key" });
+                };
+                let (parent, index) = (f.ctx, f.index);
+                f.index = f.index.saturating_add(1);
+                let t = self.ty;
+                if !ty::is_container(t)
+                    && fixed_size(t).is_none()
+                    && !matches!(
+                        t,
+                        ty::STRING
+                            | ty::JAVASCRIPT
+                            | ty::SYMBOL
+                            | ty::BINARY
+                            | ty::REGEX
+                            | ty::DB_POINTER
+                            | ty::CODE_W_SCOPE
+                    )
+                {
+                    return Err(WireError::Invalid {
+                        what: "BSON element",
+                        why: "unknown type",
+                    });
+                }
+                let mut act = v.element(parent, &self.key, t, index);
+                if matches!(act, Act::Descend(_))
+                    && (!ty::is_container(t) || self.frames.len() >= MAX_DEPTH)
+                {
+                    act = Act::Skip;
+                }
+                let read = act == Act::Read;
+                match (t, act) {
+                    (_, Act::Descend(c)) => {
+                        self.st = St::DocLen(c);
+                        self.r.fixed(4);
+                    }
+                    (ty::DOCUMENT | ty::ARRAY, _) => self.skip_len(0, true),
+                    (ty::STRING | ty::JAVASCRIPT | ty::SYMBOL, _) => {
+                        self.st = St::StrLen { read };
+                        self.r.fixed(4);
+                    }
+                    (ty::BINARY, _) => self.skip_len(1, false),
+                    (ty::CODE_W_SCOPE, _) => self.skip_len(0, true),
+                    (ty::REGEX, _) => {
+                        self.st = St::Regex {
+                            second: false,
+                            read,
+                        };
+                        self.r.cstr(0);
+                    }
+                    (ty::DB_POINTER, _) => {
+                        self.st = St::DbPointerStr;
+                        self.r.fixed(4);
+                    }
+                    _ => {
+                        let n = fixed_size(t).unwrap_or(0);
+                        self.st = St::Fixed { n, read };
+                        if n == 0 {
+                            return self.fixed_done(v);
+                        }
+                        self.r.fixed(n);
+                    }
+                }
+            }
+            St::Fixed { .. } => return self.fixed_done(v),
+            St::StrLen { read } => {
+                let len = self.r.i32();
+                if len < 1 || len as u64 > self.bound() {
+                    return Err(WireError::Invalid {
+                        what: "BSON string length",
+                        why: "below 1 or past its container",
+                    });
+                }
+                self.st = St::StrBody { read };
+                self.r.take(len as u64, if read { STR_CAP + 1 } else { 0 });
+            }
+            St::StrBody { read } => {
+                if read {
+                    let b = self.r.bytes();
+                    // The kept prefix ends with the NUL only when the string was not cut.
+                    let (bytes, complete) = match b.split_last() {
+                        Some((0, s)) if s.len() <= STR_CAP as usize => (s, true),
+                        _ => (b.get(..STR_CAP as usize).unwrap_or(b), false),
+                    };
+                    let parent = self.frames.last().map_or(0, |f| f.ctx);
+                    v.scalar(parent, &self.key, Scalar::Str { bytes, complete });
+                }
+                self.next_element();
+            }
+            St::SkipLen { extra, counts_self } => {
+                let len = self.r.i32();
+                let body = if counts_self {
+                    i64::from(len) - 4
+                } else {
+                    i64::from(len) + extra as i64
+                };
+                let min = if counts_self { 1 } else { 0 };
+                if len < 0 || body < min || body as u64 > self.bound() {
+                    return Err(WireError::Invalid {
+                        what: "BSON length",
+                        why: "negative or past its container",
+                    });
+                }
+                if body == 0 {
+                    self.next_element();
+                } else {
+                    self.st = St::Skip;
+                    self.r.take(body as u64, 0);
+                }
+            }
+            St::Skip => self.next_element(),
+            St::Regex { second, read } => {
+                if !second {
+                    self.st = St::Regex { second: true, read };
+                    self.r.cstr(0);
+                } else {
+                    if read {
+                        let parent = self.frames.last().map_or(0, |f| f.ctx);
+                        v.scalar(parent, &self.key, Scalar::Other(ty::REGEX));
+                    }
+                    self.next_element();
+                }
+            }
+            St::DbPointerStr => {
+                let len = self.r.i32();
+                let body = i64::from(len) + 12;
+                if len < 1 || body as u64 > self.bound() {
+                    return Err(WireError::Invalid {
+                        what: "BSON DBPointer",
+                        why: "bad length",
+                    });
+                }
+                self.st = St::Skip;
+                self.r.take(body as u64, 0);
+            }
+            St::Done => {}
+        }
+        Ok(())
+    }
+
+    fn skip_len(&mut self, extra: u64, counts_self: bool) {
+        self.st = St::SkipLen { extra, counts_self };
+        self.r.fixed(4);
+    }
+
+    fn fixed_done(&mut self, v: &mut dyn Visitor) -> Result<(), WireError> {
+        if let St::Fixed { read: true, .. } = self.st {
+            let r = &self.r;
+            let s = match self.ty {
+                ty::DOUBLE => Scalar::Double(r.f64()),
+                ty::INT32 => Scalar::Int32(r.i32()),
+                ty::INT64 => Scalar::Int64(r.i64()),
+                ty::BOOL => Scalar::Bool(r.bytes().first().is_some_and(|&b| b != 0)),
+                ty::NULL | ty::UNDEFINED => Scalar::Null,
+                t => Scalar::Other(t),
+            };
+            let parent = self.frames.last().map_or(0, |f| f.ctx);
+            v.scalar(parent, &self.key, s);
+        }
+        self.next_element();
+        Ok(())
+    }
+
+    fn next_element(&mut self) {
+        self.st = St::Type;
+        self.r.fixed(1);
+    }
+}
+
+/// Builds BSON documents: for tests and examples.
+pub mod build {
+    /// A document under construction.
+    #[derive(Clone, Debug, Default)]
+    pub struct Doc(Vec<u8>);
+
+    impl Doc {
+        pub fn new() -> Self {
+            Doc(Vec::new())
+        }
+        fn el(mut self, t: u8, key: &str, v: &[u8]) -> Self {
+            self.0.push(t);
+            self.0.extend_from_slice(key.as_bytes());
+            self.0.push(0);
+            self.0.extend_from_slice(v);
+            self
+        }
+        pub fn str(self, key: &str, s: &str) -> Self {
+            let mut v = ((s.len() + 1) as i32).to_le_bytes().to_vec();
+            v.extend_from_slice(s.as_bytes());
+            v.push(0);
+            self.el(0x02, key, &v)
+        }
+        pub fn i32(self, key: &str, x: i32) -> Self {
+            self.el(0x10, key, &x.to_le_bytes())
+        }
+        pub fn i64(self, key: &str, x: i64) -> Self {
+            self.el(0x12, key, &x.to_le_bytes())
+        }
+        pub fn f64(self, key: &str, x: f64) -> Self {
+            self.el(0x01, key, &x.to_le_bytes())
+        }
+        pub fn bool(self, key: &str, b: bool) -> Self {
+            self.el(0x08, key, &[u8::from(b)])
+        }
+        pub fn null(self, key: &str) -> Self {
+            self.el(0x0A, key, &[])
+        }
+        pub fn oid(self, key: &str, id: [u8; 12]) -> Self {
+            self.el(0x07, key, &id)
+        }
+        pub fn regex(self, key: &str, pattern: &str, opts: &str) -> Self {
+            let mut v = pattern.as_bytes().to_vec();
+            v.push(0);
+            v.extend_from_slice(opts.as_bytes());
+            v.push(0);
+            self.el(0x0B, key, &v)
+        }
+        pub fn bin(self, key: &str, data: &[u8]) -> Self {
+            let mut v = (data.len() as i32).to_le_bytes().to_vec();
+            v.push(0);
+            v.extend_from_slice(data);
+            self.el(0x05, key, &v)
+        }
+        pub fn doc(self, key: &str, d: Doc) -> Self {
+            let b = d.bytes();
+            self.el(0x03, key, &b)
+        }
+        /// An array of documents.
+        pub fn arr(self, key: &str, items: Vec<Doc>) -> Self {
+            let mut a = Doc::new();
+            for (i, d) in items.into_iter().enumerate() {
+                a = a.doc(&i.to_string(), d);
+            }
+            self.el(0x04, key, &a.bytes())
+        }
+        /// An array of int32.
+        pub fn arr_i32(self, key: &str, items: &[i32]) -> Self {
+            let mut a = Doc::new();
+            for (i, x) in items.iter().enumerate() {
+                a = a.i32(&i.to_string(), *x);
+            }
+            self.el(0x04, key, &a.bytes())
+        }
+        /// An array of int64.
+        pub fn arr_i64(self, key: &str, items: &[i64]) -> Self {
+            let mut a = Doc::new();
+            for (i, x) in items.iter().enumerate() {
+                a = a.i64(&i.to_string(), *x);
+            }
+            self.el(0x04, key, &a.bytes())
+        }
+        /// An array of strings.
+        pub fn arr_str(self, key: &str, items: &[&str]) -> Self {
+            let mut a = Doc::new();
+            for (i, x) in items.iter().enumerate() {
+                a = a.str(&i.to_string(), x);
+            }
+            self.el(0x04, key, &a.bytes())
+        }
+        /// The encoded document.
+        pub fn bytes(&self) -> Vec<u8> {
+            let mut out = ((self.0.len() + 5) as i32).to_le_bytes().to_vec();
+            out.extend_from_slice(&self.0);
+            out.push(0);
+            out
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::build::Doc;
+    use super::*;
+
+    /// Records everything, descending into every container.
+    #[derive(Default)]
+    struct Log(Vec<String>, u16);
+
+    impl Visitor for Log {
+        fn element(&mut self, parent: Ctx, key: &[u8], t: u8, index: u32) -> Act {
+            self.0.push(format!(
+                "{parent}:{}#{index}:{t:02x}",
+                String::from_utf8_lossy(key)
+            ));
+            if ty::is_container(t) {
+                self.1 += 1;
+                Act::Descend(self.1)
+            } else {
+                Act::Read
+            }
+        }
+        fn scalar(&mut self, _: Ctx, _: &[u8], v: Scalar<'_>) {
+            self.0.push(format!("={v:?}"));
+        }
+        fn leave(&mut self, ctx: Ctx) {
+            self.0.push(format!("<{ctx}"));
+        }
+    }
+
+    fn walk(doc: &[u8], piece: usize) -> Result<Vec<String>, WireError> {
+        let mut w = Walker::default();
+        let mut log = Log::default();
+        w.start(0, doc.len() as u64);
+        let mut pos = 0;
+        for c in doc.chunks(piece) {
+            let n = w.push(c, &mut log)?;
+            pos += n;
+            if w.done() {
+                break;
+            }
+        }
+        assert!(w.done(), "not done after {pos} bytes");
+        assert_eq!(w.pos(), doc.len() as u64);
+        Ok(log.0)
+    }
+
+    #[test]
+    fn walks_every_type_in_any_pieces() {
+        let d = Doc::new()
+            .str("s", "hello")
+            .i32("i", -3)
+            .i64("l", 1 << 40)
+            .f64("d", 2.5)
+            .bool("b", true)
+            .null("n")
+            .oid("o", [7; 12])
+            .regex("r", "a+", "i")
+            .bin("bin", &[1, 2, 3])
+            .doc("sub", Doc::new().i32("x", 1))
+            .arr_i32("arr", &[4, 5])
+            .bytes();
+        let whole = walk(&d, d.len()).unwrap();
+        for piece in [1, 2, 3, 7] {
+            assert_eq!(walk(&d, piece).unwrap(), whole);
+        }
+        let text = whole.join(" ");
+        assert!(
+            text.contains("0:s#0:02 =Str { bytes: [104, 101, 108, 108, 111], complete: true }"),
+            "{text}"
+        );
+        assert!(text.contains("=Int32(-3)") && text.contains("=Int64(1099511627776)"));
+        assert!(
+            text.contains("=Double(2.5)") && text.contains("=Bool(true)") && text.contains("=Null")
+        );
+        assert!(text.contains("=Other(7)") && text.contains("=Other(11)"));
+        assert!(text.contains("0:sub#9:03 1:x#0:10 =Int32(1) <1"), "{text}");
+        assert!(
+            text.contains("2:0#0:10 =Int32(4) 2:1#1:10 =Int32(5) <2 <0"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn skipping_never_descends() {
+        struct SkipAll(u32);
+        impl Visitor for SkipAll {
+            fn element(&mut self, _: Ctx, _: &[u8], _: u8, _: u32) -> Act {
+                self.0 += 1;
+                Act::Skip
+            }
+            fn scalar(&mut self, _: Ctx, _: &[u8], _: Scalar<'_>) {
+                panic!("not read")
+            }
+            fn leave(&mut self, _: Ctx) {}
+        }
+        let big = Doc::new().arr_i32("a", &(0..1000).collect::<Vec<_>>());
+        let d = Doc::new().doc("x", big).str("y", &"z".repeat(5000)).bytes();
+        let mut w = Walker::default();
+        let mut v = SkipAll(0);
+        w.start(0, d.len() as u64);
+        for c in d.chunks(100) {
+            w.push(c, &mut v).unwrap();
+        }
+        assert!(w.done());
+        assert_eq!(v.0, 2);
+        assert!(w.buffered_bytes() < 4096);
+    }
+
+    #[test]
+    fn long_strings_and_keys_are_cut() {
+        let long = "k".repeat(600);
+        let d = Doc::new().str(&long, &"v".repeat(3000)).bytes();
+        let log = walk(&d, 13).unwrap();
+        assert!(log[0].starts_with(&format!("0:{}#0", "k".repeat(256))));
+        assert!(log[1].contains("complete: false"));
+    }
+
+    #[test]
+    fn malformed_documents_are_errors() {
+        let good = Doc::new().str("a", "b").i32("c", 1).bytes();
+        // Length past the limit, below 5, string past its document, no terminator, a
+        // terminator too early, unknown type, key without NUL.
+        let mut bad = vec![];
+        let mut b = good.clone();
+        b[0] = 200;
+        bad.push(b);
+        bad.push(vec![4, 0, 0, 0]);
+        let mut b = good.clone();
+        b[7] = 100;
+        bad.push(b);
+        let mut b = good.clone();
+        let n = b.len();
+        b[n - 1] = 1;
+        bad.push(b);
+        let mut b = good.clone();
+        b[4] = 0;
+        bad.push(b);
+        let mut b = good.clone();
+        b[4] = 0x42;
+        bad.push(b);
+        bad.push(vec![10, 0, 0, 0, 0x10, b'a', b'b', b'c', b'd', 0]);
+        for (i, d) in bad.iter().enumerate() {
+            for piece in [1, 3, 64] {
+                let mut w = Walker::default();
+                w.start(0, d.len() as u64);
+                let mut log = Log::default();
+                let mut err = false;
+                for c in d.chunks(piece) {
+                    if w.push(c, &mut log).is_err() {
+                        err = true;
+                        break;
+                    }
+                }
+                assert!(err || !w.done(), "case {i} piece {piece}: {:?}", log.0);
+            }
+        }
+    }
+
+    #[test]
+    fn deep_nesting_is_skipped_not_followed() {
+        let mut d = Doc::new().i32("x", 1);
+        for _ in 0..100 {
+            d = Doc::new().doc("a", d);
+        }
+        let bytes = d.bytes();
+        let log = walk(&bytes, 5).unwrap();
+        let depth = log.iter().filter(|l| l.starts_with('<')).count();
+        assert_eq!(depth, MAX_DEPTH, "containers entered");
+    }
+}
