@@ -61,6 +61,7 @@
 //! (32 digits; reports print it as `0x` + these digits). [`hash64`] is a fast in-process group key.
 
 mod lex;
+pub mod mongodb;
 pub mod mysql;
 pub mod postgres;
 pub mod redis;
