@@ -322,6 +322,18 @@ def test_pipeline_mode(scripted):
     assert ins["no_response"] == sel["no_response"] == 0
 
 
+def test_pipeline_several_syncs_in_flight(scripted):
+    """libpq pipeline mode: every batch and its Sync sent before any result is read."""
+    sent = scripted.extra["ledger"]["sent"]
+    ins = query_group(scripted.pcap, "INSERT INTO pipe2 (id, v) VALUES ($1, $2)")
+    sel = query_group(scripted.pcap, "SELECT count(*) FROM pipe2 WHERE id < $1")
+    assert scripted.pgss["INSERT INTO pipe2 (id, v) VALUES ($1, $2)"]["calls"] == sent["pq_insert"]
+    assert scripted.pgss["SELECT count(*) FROM pipe2 WHERE id < $1"]["calls"] == sent["pq_select"]
+    assert (ins["count"], ins["errors"], ins["rows_affected"]) == (sent["pq_insert"], 0, sent["pq_insert"])
+    assert (sel["count"], sel["errors"], sel["rows"]) == (sent["pq_select"], 0, sent["pq_select"])
+    assert ins["no_response"] == sel["no_response"] == 0
+
+
 def test_named_prepared_statement(scripted):
     n = scripted.extra["ledger"]["sent"]["prepared"]
     fp = "SELECT v FROM items WHERE id = $1"
