@@ -96,12 +96,15 @@ pub struct Builder {
     info: Option<&'static CommandInfo>,
     name: Vec<u8>,
     name_complete: bool,
-    sub: Option<Vec<u8>>,
+    /// The subcommand, when `has_sub` (buffers are reused across commands).
+    sub: Vec<u8>,
+    has_sub: bool,
     rule: KeyRule,
     numkeys: Option<u64>,
     /// `After` rule: index of the keyword once found.
     keyword_at: Option<u64>,
-    key: Option<Vec<u8>>,
+    key: Vec<u8>,
+    has_key: bool,
     key_truncated: bool,
     arg1: Vec<u8>,
     arg2: Vec<u8>,
@@ -122,8 +125,8 @@ impl Builder {
     /// Heap bytes held.
     pub fn buffered_bytes(&self) -> usize {
         self.name.capacity()
-            + self.sub.as_ref().map_or(0, Vec::capacity)
-            + self.key.as_ref().map_or(0, Vec::capacity)
+            + self.sub.capacity()
+            + self.key.capacity()
             + self.arg1.capacity()
             + self.arg2.capacity()
             + self.user.as_ref().map_or(0, Vec::capacity)
@@ -135,11 +138,11 @@ impl Builder {
         self.info = None;
         self.name.clear();
         self.name_complete = false;
-        self.sub = None;
+        self.has_sub = false;
         self.rule = KeyRule::None;
         self.numkeys = None;
         self.keyword_at = None;
-        self.key = None;
+        self.has_key = false;
         self.key_truncated = false;
         self.arg1.clear();
         self.arg2.clear();
@@ -219,7 +222,9 @@ impl Builder {
                     .iter()
                     .all(|&b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
             if plausible {
-                self.sub = Some(head.to_vec());
+                self.sub.clear();
+                self.sub.extend_from_slice(head);
+                self.has_sub = true;
                 self.rule = subcommand_key(c.name, head);
             }
         }
@@ -277,7 +282,9 @@ impl Builder {
 
     fn set_key(&mut self, head: &[u8], len: u64) {
         let k = head.get(..KEY_KEEP).unwrap_or(head);
-        self.key = Some(k.to_vec());
+        self.key.clear();
+        self.key.extend_from_slice(k);
+        self.has_key = true;
         self.key_truncated = (k.len() as u64) < len;
     }
 
@@ -311,11 +318,7 @@ impl Builder {
             },
             "select" if self.argc == 2 => Special::Select { db: lossy(arg1) },
             "client"
-                if self.argc == 3
-                    && self
-                        .sub
-                        .as_deref()
-                        .is_some_and(|s| s.eq_ignore_ascii_case(b"reply")) =>
+                if self.argc == 3 && self.has_sub && self.sub.eq_ignore_ascii_case(b"reply") =>
             {
                 let a = self.arg2.as_slice();
                 if a.eq_ignore_ascii_case(b"on") {
@@ -358,23 +361,21 @@ impl Builder {
 
     /// The command is complete. `max_text` caps the text.
     pub fn finish(&mut self, max_text: usize) -> Request {
-        let mut text = String::with_capacity(
-            self.name.len() + 1 + self.sub.as_ref().map_or(0, Vec::len) + 1 + KEY_KEEP.min(64),
-        );
+        let mut text = String::with_capacity(self.name.len() + 2 + self.sub.len() + self.key.len());
         let mut truncated = false;
         match self.info {
             Some(c) => {
                 text.push_str(c.name);
                 text.make_ascii_uppercase();
-                if let Some(sub) = &self.sub {
+                if self.has_sub {
                     text.push(' ');
-                    for &b in sub {
+                    for &b in &self.sub {
                         text.push(char::from(b.to_ascii_uppercase()));
                     }
                 }
-                if let Some(key) = self.key.as_deref().filter(|k| !k.is_empty()) {
+                if self.has_key && !self.key.is_empty() {
                     text.push(' ');
-                    push_lossy(&mut text, key, self.key_truncated);
+                    push_lossy(&mut text, &self.key, self.key_truncated);
                     truncated |= self.key_truncated;
                 }
             }
