@@ -73,6 +73,9 @@ fn sniff(dir: Dir, data: &[u8], opening: bool) -> Option<Protocol> {
         Dir::ToServer if !opening && proto::mysql::looks_like_client_command(data) => {
             Some(Protocol::Mysql)
         }
+        Dir::ToServer if !opening && proto::postgres::looks_like_client_message(data) => {
+            Some(Protocol::Postgres)
+        }
         _ => None,
     }
 }

@@ -62,13 +62,18 @@ pub fn new_session(meta: ConnMeta, cfg: SessionConfig) -> MysqlSession {
     MysqlSession::new(meta, cfg)
 }
 
-/// Whether bytes a client sent, on a connection picked up mid-stream, start with a plausible
-/// command packet (sequence id 0, a known command byte, a length that fits the command, and
-/// statement text that starts like text), for detection on ports given without a protocol.
+/// Whether bytes a client sent, on a connection picked up mid-stream, are one plausible command
+/// packet (sequence id 0, a known command byte, a length that fits the command and is exactly
+/// what was delivered, and statement text that starts like text), for detection on ports given
+/// without a protocol. MySQL clients send one command at a time, so a delivery holding exactly
+/// one packet is the normal case, and requiring it keeps other protocols' bytes from passing.
 pub fn looks_like_client_command(client_bytes: &[u8]) -> bool {
     let Some(h) = wire::PacketHeader::parse(client_bytes) else {
         return false;
     };
+    if client_bytes.len() != h.len as usize + 4 {
+        return false;
+    }
     let payload = client_bytes.get(4..).unwrap_or(&[]);
     let Some(&code) = payload.first() else {
         return false;
@@ -123,5 +128,31 @@ pub fn looks_like_server_greeting(first_server_bytes: &[u8]) -> bool {
                 && msg.iter().all(|b| *b >= 0x20 || *b == b'\n' || *b == b'\t')
         }
         _ => false,
+    }
+}
+
+#[cfg(test)]
+mod sniff_tests {
+    use super::looks_like_client_command;
+
+    #[test]
+    fn one_whole_command_packet_is_recognized() {
+        assert!(looks_like_client_command(b"\x09\x00\x00\x00\x03SELECT 1"));
+        assert!(looks_like_client_command(b"\x01\x00\x00\x00\x0e")); // COM_PING
+    }
+
+    #[test]
+    fn partial_extra_or_foreign_bytes_are_not() {
+        // Cut short, or followed by more bytes.
+        assert!(!looks_like_client_command(b"\x09\x00\x00\x00\x03SELE"));
+        assert!(!looks_like_client_command(b"\x01\x00\x00\x00\x0e\x01"));
+        // Not sequence 0 (a continuation or a response).
+        assert!(!looks_like_client_command(b"\x09\x00\x00\x01\x03SELECT 1"));
+        // A PostgreSQL Bind whose length byte reads as COM_CHANGE_USER.
+        let mut bind = vec![b'B', 0, 0, 0, 0x11];
+        bind.extend([0u8; 12]);
+        assert!(!looks_like_client_command(&bind));
+        assert!(!looks_like_client_command(b"*1\r\n$4\r\nPING\r\n"));
+        assert!(!looks_like_client_command(b""));
     }
 }

@@ -134,3 +134,95 @@ pub fn new_session(meta: ConnMeta, cfg: SessionConfig) -> PgSession {
 pub fn looks_like_startup(first_client_bytes: &[u8]) -> bool {
     message::looks_like_startup(first_client_bytes)
 }
+
+/// Whether bytes a client sent, on a connection picked up mid-stream, are a run of plausible
+/// frontend messages: each a known type byte with a length that fits it (a Query's text ending
+/// in its NUL), back to back to the end of the delivery (the last may be cut short). For
+/// detection on ports given without a protocol; walking the whole delivery keeps other
+/// protocols' bytes from passing by chance.
+pub fn looks_like_client_message(client_bytes: &[u8]) -> bool {
+    let mut rest = client_bytes;
+    let mut seen = 0;
+    while !rest.is_empty() {
+        let Some(len) = one_client_message(rest) else {
+            return false;
+        };
+        seen += 1;
+        match rest.get(len..) {
+            Some(r) => rest = r,
+            None => break,
+        }
+    }
+    seen > 0
+}
+
+/// The wire length of the plausible frontend message at the start of `b` (type byte included),
+/// or `None`. Messages longer than 16 MiB are not taken as evidence.
+fn one_client_message(b: &[u8]) -> Option<usize> {
+    let ty = *b.first()?;
+    let h = b.get(1..5)?;
+    let len = u32::from_be_bytes([h[0], h[1], h[2], h[3]]);
+    if !(4..1 << 24).contains(&len) {
+        return None;
+    }
+    let body = b.get(5..).unwrap_or(&[]);
+    let complete = body.len() >= len as usize - 4;
+    let body = body.get(..len as usize - 4).unwrap_or(body);
+    let ok = match ty {
+        message::fe::SYNC | message::fe::FLUSH | message::fe::TERMINATE => len == 4,
+        message::fe::EXECUTE => len >= 9,
+        message::fe::BIND => len >= 12,
+        message::fe::PARSE => len >= 8,
+        message::fe::DESCRIBE | message::fe::CLOSE => {
+            len >= 6 && matches!(body.first(), Some(b'S' | b'P'))
+        }
+        message::fe::QUERY => {
+            len >= 5
+                && body
+                    .iter()
+                    .take(16)
+                    .all(|&b| b >= 0x20 || b.is_ascii_whitespace() || b == 0)
+                && (!complete || body.last() == Some(&0))
+        }
+        _ => false,
+    };
+    ok.then_some(len as usize + 1)
+}
+
+#[cfg(test)]
+mod sniff_tests {
+    use super::looks_like_client_message;
+
+    fn msg(ty: u8, body: &[u8]) -> Vec<u8> {
+        let mut v = vec![ty];
+        v.extend_from_slice(&(body.len() as u32 + 4).to_be_bytes());
+        v.extend_from_slice(body);
+        v
+    }
+
+    #[test]
+    fn frontend_runs_are_recognized() {
+        assert!(looks_like_client_message(&msg(b'Q', b"SELECT 1\0")));
+        let mut pipeline = msg(b'B', b"\0\0\0\0\0\0\0\0\0\0");
+        pipeline.extend(msg(b'E', b"\0\0\0\0\0"));
+        pipeline.extend(msg(b'S', b""));
+        assert!(looks_like_client_message(&pipeline));
+        // The last message may be cut short by the segment boundary.
+        let q = msg(b'Q', b"SELECT * FROM a_rather_long_table_name\0");
+        assert!(looks_like_client_message(&q[..12]));
+    }
+
+    #[test]
+    fn other_protocols_and_garbage_are_not() {
+        // A MySQL COM_QUERY packet: 3-byte length, sequence 0, command 3.
+        assert!(!looks_like_client_message(b"\x09\x00\x00\x00\x03SELECT 1"));
+        // A MySQL COM_STMT_EXECUTE of 66 bytes starts with 'B' but does not walk as PostgreSQL.
+        let mut exec = vec![0x42, 0, 0, 0, 0x17];
+        exec.extend([1u8; 65]);
+        assert!(!looks_like_client_message(&exec));
+        assert!(!looks_like_client_message(b"*1\r\n$4\r\nPING\r\n"));
+        assert!(!looks_like_client_message(b""));
+        assert!(!looks_like_client_message(&msg(b'S', b"x")));
+        assert!(!looks_like_client_message(&msg(b'Q', b"SELECT 1")));
+    }
+}
