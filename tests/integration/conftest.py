@@ -4,9 +4,7 @@ comes with the server's counter deltas over exactly the captured window."""
 
 from __future__ import annotations
 
-import shutil
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 

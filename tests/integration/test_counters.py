@@ -9,7 +9,6 @@ import pymysql
 import pymysql.constants.CLIENT as CLIENT
 import pytest
 
-import harness
 from binproto import BinaryClient
 from harness import PASSWORD, PASSWORD2, USER, USER2, delta
 

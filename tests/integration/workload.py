@@ -11,7 +11,6 @@ from __future__ import annotations
 import collections
 import os
 import socket
-import tempfile
 from dataclasses import dataclass, field
 
 import pymysql
@@ -56,8 +55,6 @@ class Ledger:
     def __init__(self) -> None:
         self.conns: dict[int, Conn] = {}
         self.sql_prepare = self.sql_execute = self.sql_dealloc = 0   # text PREPARE/EXECUTE/...
-        self.use_statements = 0
-        self.statements_by_class = collections.Counter()  # from text queries, per statement
 
     def conn(self, name: str, port: int, **kw) -> Conn:
         c = Conn(name, port, **kw)
@@ -345,7 +342,6 @@ class Workload:
             _q(conn, cur, "SELECT 1 AS after_binary_marker", None, "after_binary_marker")
         c.close()
         conn.add("quit", outcome="no_reply_expected")
-        self.binary_sent = dict(bc.sent)
         # sent[] counts what went out on the wire; the ledger must agree with it.
         got = conn.counts()
         for k, v in bc.sent.items():
