@@ -37,15 +37,8 @@ PY=/usr/bin/python3   # Debian's, with pymysql (tests/setup.sh)
 mkdir -p "$OUT"
 
 cleanup() {
-  local rc=$? f pid cmd
-  while IFS= read -r -d '' f; do
-    pid=$(cat "$f" 2>/dev/null || true)
-    [[ "$pid" =~ ^[0-9]+$ ]] || continue
-    cmd=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null || true)
-    case "$cmd" in
-      *mariadbd*"$OUT/"*|*tcpdump*"$OUT/"*) kill "$pid" 2>/dev/null || true ;;
-    esac
-  done < <(find "$OUT" -name '*.pid' -print0 2>/dev/null)
+  local rc=$?
+  bash "$ROOT/tests/stop-leftovers.sh" "$OUT"
   exit "$rc"
 }
 trap cleanup EXIT

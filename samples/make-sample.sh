@@ -14,16 +14,13 @@ PORT=33306
 EVENTS=${EVENTS:-40}
 rm -rf "$WORK"; mkdir -p "$WORK"
 cleanup() {
-  local rc=$? f pid cmd
-  while IFS= read -r -d '' f; do
-    pid=$(cat "$f" 2>/dev/null || true)
-    [[ "$pid" =~ ^[0-9]+$ ]] || continue
-    cmd=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null || true)
-    case "$cmd" in *mariadbd*"$WORK/"*|*tcpdump*"$WORK/"*) kill "$pid" 2>/dev/null || true ;; esac
-  done < <(find "$WORK" -name '*.pid' -print0 2>/dev/null)
+  local rc=$?
+  bash "$ROOT/tests/stop-leftovers.sh" "$WORK"
   exit "$rc"
 }
 trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 
 /usr/bin/python3 tests/integration/harness.py sysbench-capture --port "$PORT" --workdir "$WORK/server" \
   --out "$WORK/mysql-sysbench.pcap" --json "$WORK/mysql-sysbench.json" \

@@ -15,19 +15,7 @@ section() { printf '\n======== %s ========\n' "$*"; }
 # and checked to be ours by its command line before it is signalled.
 cleanup() {
   local rc=$?
-  local f pid cmd
-  while IFS= read -r -d '' f; do
-    pid=$(cat "$f" 2>/dev/null || true)
-    [[ "$pid" =~ ^[0-9]+$ ]] || continue
-    cmd=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null || true)
-    case "$cmd" in
-      *mariadbd*"$ROOT/tests/out/"*|*tcpdump*"$ROOT/tests/out/"*)
-        echo "cleanup: stopping leftover pid $pid: ${cmd:0:100}"
-        kill "$pid" 2>/dev/null || true
-        for _ in $(seq 50); do [ -e "/proc/$pid" ] || break; sleep 0.2; done
-        kill -9 "$pid" 2>/dev/null || true ;;
-    esac
-  done < <(find "$ROOT/tests/out" -name '*.pid' -print0 2>/dev/null)
+  bash "$ROOT/tests/stop-leftovers.sh" "$ROOT/tests/out"
   exit "$rc"
 }
 trap cleanup EXIT
