@@ -48,6 +48,10 @@ pub struct InputArgs {
     #[arg(long, value_enum, default_value_t = FingerprintMode::Dbtap)]
     pub fingerprint: FingerprintMode,
 
+    /// Redis: group by key shape too (`SET user:?:profile`), not only by command.
+    #[arg(long)]
+    pub key_patterns: bool,
+
     /// Never show a progress bar.
     #[arg(long, short = 'q')]
     pub quiet: bool,

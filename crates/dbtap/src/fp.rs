@@ -43,15 +43,17 @@ const CACHE_MAX: usize = 1 << 16;
 
 pub struct Fingerprinter {
     mode: FingerprintMode,
+    key_patterns: bool,
     buf: String,
     scratch: String,
     cache: HashMap<(usize, &'static str), Cached, foldhash::fast::RandomState>,
 }
 
 impl Fingerprinter {
-    pub fn new(mode: FingerprintMode) -> Self {
+    pub fn new(mode: FingerprintMode, key_patterns: bool) -> Self {
         Fingerprinter {
             mode,
+            key_patterns,
             buf: String::with_capacity(1024),
             scratch: String::new(),
             cache: HashMap::default(),
@@ -143,7 +145,11 @@ impl Fingerprinter {
         match protocol {
             Protocol::Mysql => {}
             Protocol::Postgres => return fingerprint::postgres::fingerprint(text, &mut self.buf),
-            Protocol::Redis | Protocol::Mongodb => {
+            Protocol::Redis => {
+                fingerprint::redis::fingerprint(text, self.key_patterns, &mut self.buf);
+                return fingerprint::hash64(&self.buf);
+            }
+            Protocol::Mongodb => {
                 self.buf.clear();
                 self.buf.push_str(text);
                 return fingerprint::hash64(&self.buf);

@@ -102,7 +102,7 @@ impl Consumer for DigestConsumer {
 fn digest(args: DigestArgs) -> anyhow::Result<()> {
     let settings = settings(&args.input);
     let consumer = DigestConsumer {
-        fp: Fingerprinter::new(args.input.fingerprint),
+        fp: Fingerprinter::new(args.input.fingerprint, args.input.key_patterns),
         agg: Aggregator::new(AggConfig {
             keep_examples: !args.no_examples,
             ..AggConfig::default()
@@ -170,7 +170,7 @@ fn events(args: EventsArgs) -> anyhow::Result<()> {
     let settings = settings(&args.input);
     let stdout = std::io::stdout();
     let consumer = EventsConsumer {
-        fp: Fingerprinter::new(args.input.fingerprint),
+        fp: Fingerprinter::new(args.input.fingerprint, args.input.key_patterns),
         out: BufWriter::new(stdout.lock()),
         keep_text: args.text,
         ids: Default::default(),
