@@ -50,10 +50,22 @@
 //! 9. Every `LIMIT a, b` folds, not only the first; `LIMIT a , b` (space before the comma) too.
 //! 10. `ASC` is dropped only as a whole word (pt: `order by a, ascii(b)` -> `order by a,ii(b)`).
 //! 11. `CALL`, `USE`: whitespace and comments around them do not matter (`USE  db`, `use db;`,
-//!     `CALL  p(1)`, `/* c */ CALL p(1)`).
+//!     `CALL  p(1)`, `/* c */ CALL p(1)`), and `CALL p` without arguments keeps the name as it
+//!     is, like `CALL p(...)` does (`CALL proc1` -> `call proc1`; pt: `call proc?`).
+//!
+//! Details of the default mode that pt has no counterpart for: a `?` glued to identifier bytes
+//! belongs to the word (so output such as `sbtest?` or `?oo` lexes back to itself), and words
+//! starting with a digit or `?` (`12foo`) count as literals for the list, LIMIT and sign rules.
+//!
+//! The default mode is idempotent (`fingerprint(fingerprint(q)) == fingerprint(q)`, checked by a
+//! property test on well-formed SQL) except for the `/*repeat union*/` marker, a comment that
+//! the second pass strips, `administrator command: ...` text, and malformed token gluing such
+//! as `3.5is null`.
 //!
 //! [`mysql::fingerprint_pt`] reproduces pt-query-digest 3.2.1 byte for byte, bugs included, so
-//! [`query_id`] of its output joins with pt-query-digest reports.
+//! [`query_id`] of its output joins with pt-query-digest reports. That is pt-query-digest's
+//! `QueryRewriter::fingerprint`; the `pt-fingerprint` 3.2.1 tool differs from it in one step:
+//! it leaves `true`/`false` alone (`tests/data/golden.tsv` has both columns).
 //!
 //! # IDs and keys
 //!

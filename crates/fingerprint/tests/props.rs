@@ -338,3 +338,39 @@ fn hash64_is_deterministic_and_distinguishes() {
     assert_eq!(a, hash64("select ?"));
     assert_ne!(a, hash64("select ? from t"));
 }
+
+/// Shapes that make naive regex emulation quadratic; each must stay fast (a regression shows as
+/// a test that takes minutes instead of milliseconds).
+#[test]
+fn large_pathological_inputs() {
+    let n = 20_000;
+    let inputs = [
+        "select ".repeat(n) + "union",
+        (0..n / 4)
+            .map(|i| format!("select c{i} from t{i}"))
+            .collect::<Vec<_>>()
+            .join(" union "),
+        "select a from t union ".repeat(n / 4) + "select a from t",
+        "select ".to_string() + &"+-".repeat(n) + "1",
+        "select ".to_string() + &"/* ".repeat(n),
+        "select ".to_string() + &"(".repeat(n),
+        format!(
+            "insert into t values {}",
+            vec!["(now(), 1)"; n / 4].join(",")
+        ),
+        format!("INSERT INTO t VALUES ({}", "VALUES ".repeat(n / 4)),
+        format!(
+            "select a from t order by {}",
+            vec!["c asc"; n / 4].join(", ")
+        ),
+        format!("select '{}", "a\\'".repeat(n)),
+    ];
+    let mut out = String::new();
+    for q in &inputs {
+        let t = std::time::Instant::now();
+        mysql::fingerprint(q, &mut out);
+        mysql::fingerprint_pt(q, &mut out);
+        // Generous even for a debug build on a busy machine; quadratic behaviour takes minutes.
+        assert!(t.elapsed().as_secs() < 20, "{:?}...", &q[..40]);
+    }
+}

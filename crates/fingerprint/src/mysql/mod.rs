@@ -35,6 +35,9 @@ pub fn fingerprint_pt(sql: &str, out: &mut String) {
     *out = crate::into_string(buf);
 }
 
+/// Longest chain of glued signs and comments (`-+-1`) still read as one signed literal.
+const MAX_SIGNS: usize = 16;
+
 const MYSQLDUMP: &[u8] = b"SELECT /*!40001 SQL_NO_CACHE */ * FROM `";
 const ADMIN: &[u8] = b"administrator command: ";
 
@@ -646,11 +649,15 @@ fn literal_group<'a>(mut lx: Lexer<'a>, s: &[u8]) -> Option<Lexer<'a>> {
                 b')' => return Some(lx),
                 b'+' | b'-' if !prev_literal => {
                     let mut t2 = lx.next_token();
-                    while !t2.ws_before
+                    // Bounded, so a long `+-+-...` run stays linear.
+                    let mut hops = 0;
+                    while hops < MAX_SIGNS
+                        && !t2.ws_before
                         && (t2.kind == Kind::Comment
                             || (t2.kind == Kind::Punct && matches!(s[t2.start], b'+' | b'-')))
                     {
                         t2 = lx.next_token();
+                        hops += 1;
                     }
                     if t2.ws_before || !literal(&t2) {
                         return None;
@@ -863,11 +870,15 @@ fn normalize(s: &[u8], buf: &mut Vec<u8>) {
                 b'+' | b'-' if !st.prev_operand => {
                     let mut ahead = lx;
                     let mut t2 = ahead.next_token();
-                    while !t2.ws_before
+                    // Bounded, so a long `+-+-...` run stays linear.
+                    let mut hops = 0;
+                    while hops < MAX_SIGNS
+                        && !t2.ws_before
                         && (t2.kind == Kind::Comment
                             || (t2.kind == Kind::Punct && matches!(s[t2.start], b'+' | b'-')))
                     {
                         t2 = ahead.next_token();
+                        hops += 1;
                     }
                     // A word starting with a digit or `?` (`1abc`, `?oo`) folds like a number; NULL, TRUE
                     // and FALSE are literals too.
@@ -1003,7 +1014,7 @@ fn normalize(s: &[u8], buf: &mut Vec<u8>) {
         st.busy = !st.quiet();
     }
     if st.union {
-        pt::union_fold(buf);
+        pt::union_fold(buf, 8);
     }
     // Only an unterminated quoted identifier can end in whitespace.
     while buf.last() == Some(&b' ') {

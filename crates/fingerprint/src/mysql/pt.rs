@@ -105,7 +105,7 @@ pub(crate) fn fingerprint(q: &[u8], out: &mut Vec<u8>, bool_rule: bool) {
     squeeze_and_lowercase(out);
     nulls(out);
     in_values_lists(out);
-    union_fold(out);
+    union_fold(out, usize::MAX);
     limit(out);
     order_by_asc(out);
 }
@@ -236,11 +236,11 @@ fn strip_block_comments(buf: &mut Vec<u8>) {
     let mut copied = 0;
     while i + 2 < n {
         let s = p.src();
-        if s[i] == b'/'
-            && s[i + 1] == b'*'
-            && s[i + 2] != b'!'
-            && let Some(e) = crate::lex::find2(s, i + 3, b'*', b'/')
-        {
+        if s[i] == b'/' && s[i + 1] == b'*' && s[i + 2] != b'!' {
+            let Some(e) = crate::lex::find2(s, i + 3, b'*', b'/') else {
+                // No `*/` after here: no later `/*` can close either.
+                break;
+            };
             p.copy(copied, i);
             i = e + 2;
             copied = i;
@@ -537,15 +537,22 @@ pub(crate) fn in_values_lists(buf: &mut Vec<u8>) {
 
 /// `s/\b(select\s.*?)(?:(\sunion(?:\sall)?)\s\1)+/$1 \/*repeat$2*\//xg`
 ///
-/// Shared with the default mode, which folds repeated UNIONs the same way.
-pub(crate) fn union_fold(buf: &mut Vec<u8>) {
-    if memchr::memmem::find(buf, b"union").is_none() {
+/// Shared with the default mode, which folds repeated UNIONs the same way. `$1` can only end
+/// right before a whitespace byte followed by `union`, so only those ends are tried, at most
+/// `max_tries` per `select` (`usize::MAX` for pt's exact behaviour; the default mode bounds the
+/// work on long chains of distinct UNIONs, where pt itself goes quadratic).
+pub(crate) fn union_fold(buf: &mut Vec<u8>, max_tries: usize) {
+    let finder = memchr::memmem::Finder::new(b"union");
+    if finder.find(buf).is_none() {
         return;
     }
     let mut p = Pass::new(buf);
     let n = p.n;
     let mut i = 0;
     let mut copied = 0;
+    // (searched from, first `union` found there), (searched from, first newline or the end)
+    let mut cache: Option<(usize, Option<usize>)> = None;
+    let mut nl_cache: Option<(usize, usize)> = None;
     while i < n {
         let s = p.src();
         if s[i] == b's'
@@ -555,19 +562,52 @@ pub(crate) fn union_fold(buf: &mut Vec<u8>) {
             && sp(s[i + 6])
         {
             let base = i + 7;
-            let mut end1 = base;
-            let mut found = None;
-            loop {
-                if let Some(m) = union_reps(s, i, end1) {
-                    found = Some(m);
-                    break;
-                }
-                if end1 >= n || s[end1] == b'\n' {
-                    break;
-                }
-                end1 += 1;
+            // `.*?` does not cross a newline (cached: `base` only grows).
+            if nl_cache.is_none_or(|(from, hit)| from > base || hit < base) {
+                nl_cache = Some((
+                    base,
+                    memchr::memchr(b'\n', &s[base..]).map_or(n, |k| base + k),
+                ));
             }
-            if let Some((end, u_start, u_end)) = found {
+            let last = nl_cache.map_or(n, |(_, hit)| hit);
+            let mut found = None;
+            let mut search = base + 1;
+            let mut tries = 0;
+            while search < n {
+                // The first `union` at or after `search`; the first lookup per `select` reuses
+                // the previous one while it is still ahead (keeps `select select ...` linear).
+                let k = match cache {
+                    Some((from, hit)) if from <= search && hit.is_none_or(|u| u >= search) => {
+                        hit.map(|u| u - search)
+                    }
+                    _ => {
+                        let hit = finder.find(&s[search..]).map(|k| search + k);
+                        if tries == 0 {
+                            cache = Some((search, hit));
+                        }
+                        hit.map(|u| u - search)
+                    }
+                };
+                let Some(k) = k else {
+                    break;
+                };
+                let end1 = search + k - 1;
+                if end1 > last {
+                    break;
+                }
+                if sp(s[end1]) {
+                    if let Some(m) = union_reps(s, i, end1) {
+                        found = Some((end1, m));
+                        break;
+                    }
+                    tries += 1;
+                    if tries >= max_tries {
+                        break;
+                    }
+                }
+                search = search + k + 1;
+            }
+            if let Some((end1, (end, u_start, u_end))) = found {
                 p.copy(copied, end1);
                 p.push(b" /*repeat");
                 p.copy(u_start, u_end);
