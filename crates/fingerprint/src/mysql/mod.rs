@@ -465,9 +465,14 @@ fn fast_run(s: &[u8], lx: &mut Lexer, buf: &mut Vec<u8>, st: &mut State) {
     let mut row_after = false;
     let stop = loop {
         let before = pos;
-        match s[pos..].iter().position(|&b| !lex::is_space(b)) {
-            Some(k) => pos += k,
-            None => break before,
+        // Usually exactly one space, or none.
+        if s.get(pos) == Some(&b' ') && s.get(pos + 1).is_some_and(|&b| !lex::is_space(b)) {
+            pos += 1;
+        } else {
+            match s[pos..].iter().position(|&b| !lex::is_space(b)) {
+                Some(k) => pos += k,
+                None => break before,
+            }
         }
         let ws = pos != before;
         let c = s[pos];
@@ -476,9 +481,10 @@ fn fast_run(s: &[u8], lx: &mut Lexer, buf: &mut Vec<u8>, st: &mut State) {
                 break before;
             }
             // Words of up to 7 bytes: length and value from one 8-byte load.
-            let (end, x8) = match load8(s, pos) {
-                Some(x) if word_bytes(x) != HIGH => {
-                    let len = ((!word_bytes(x) & HIGH).trailing_zeros() / 8) as usize;
+            let loaded = load8(s, pos).map(|x| (x, !word_bytes(x) & HIGH));
+            let (end, x8) = match loaded {
+                Some((x, non_word)) if non_word != 0 => {
+                    let len = (non_word.trailing_zeros() / 8) as usize;
                     (pos + len, Some(x & ((1u64 << (8 * len)) - 1)))
                 }
                 _ => {
