@@ -458,7 +458,7 @@ impl Conn {
         match Request::parse(m.head, self.caps) {
             Ok(Request::Query { sql }) => {
                 let total = sql_total(m, sql);
-                let (t, tr) = make_text(sql, total, max);
+                let (t, tr) = make_text(sql, m.tail, total, max);
                 if let Some(db) = use_statement(&t) {
                     p.effect = Effect::SetDb(db.into());
                 }
@@ -467,7 +467,7 @@ impl Conn {
             }
             Ok(Request::Prepare { sql }) => {
                 let total = sql_total(m, sql);
-                let (t, tr) = make_text(sql, total, max);
+                let (t, tr) = make_text(sql, m.tail, total, max);
                 p.text = Some(t);
                 p.text_truncated = tr;
             }
@@ -926,8 +926,28 @@ fn lossy_arc(b: &[u8]) -> Arc<str> {
     }
 }
 
-/// Statement text kept for an event: at most `max` bytes, cut at a char boundary.
-fn make_text(sql: &[u8], total: u64, max: usize) -> (Arc<str>, bool) {
+/// Statement text kept for an event: at most `max` bytes, cut at a char boundary. When the
+/// middle of a longer statement was dropped on the way (`tail` holds its last bytes), the text is
+/// its beginning joined to its end: a statement is huge because of one long literal or VALUES
+/// list, so the join lands inside it and the fingerprint still sees the whole statement's shape
+/// (`SELECT LENGTH('…') AS x` stays `select length(?) as x`).
+fn make_text(sql: &[u8], tail: &[u8], total: u64, max: usize) -> (Arc<str>, bool) {
+    if !tail.is_empty() && total > sql.len() as u64 && max > tail.len() {
+        let head = &sql[..sql.len().min(max - tail.len())];
+        let head = match std::str::from_utf8(head) {
+            Err(e) if e.error_len().is_none() => &head[..e.valid_up_to()],
+            _ => head,
+        };
+        // The tail may start inside a character: skip its continuation bytes.
+        let skip = tail
+            .iter()
+            .take(3)
+            .take_while(|&&b| b & 0xC0 == 0x80)
+            .count();
+        let mut text = String::from_utf8_lossy(head).into_owned();
+        text.push_str(&String::from_utf8_lossy(&tail[skip..]));
+        return (Arc::from(text), true);
+    }
     let mut bytes = &sql[..sql.len().min(max)];
     let truncated = total > bytes.len() as u64;
     if truncated

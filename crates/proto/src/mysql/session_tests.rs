@@ -887,12 +887,54 @@ fn huge_packets_stream_through() {
     let e = &res.events[0];
     assert!(e.text_truncated);
     let t = text(e);
-    assert!(t.len() <= max_text && t.len() > max_text - 4);
-    assert!(t.ends_with('é'));
+    // The beginning and the end of the statement are kept, the middle of the literal dropped.
+    assert!(t.len() <= max_text && t.len() > max_text - 8, "{}", t.len());
+    assert!(t.starts_with("INSERT INTO t VALUES ('éé"));
+    assert!(t.ends_with("éé')"));
     assert_eq!(e.bytes_in, (sql.len() + 1 + 8) as u64);
     assert_eq!(e.rows_affected, 1);
     assert_eq!(res.events[1].rows_sent, 2);
     assert!(res.events[1].bytes_out > 0xFF_FFFF);
+}
+
+#[test]
+fn statement_cut_in_the_middle_keeps_its_end() {
+    // Longer than max_text: what follows the long literal must survive for the fingerprint.
+    let max_text = 1 << 20;
+    let cfg = SessionConfig {
+        max_inflight: 16,
+        max_text,
+    };
+    let mut b = B::new();
+    b.handshake(BASE_CAPS | caps::CLIENT_DEPRECATE_EOF, "app", None);
+    let sql = format!(
+        "SELECT LENGTH('{}') AS huge_query_marker",
+        "b".repeat(3 << 20)
+    );
+    b.cmd(query(&sql));
+    b.srv(vec![
+        count(1),
+        coldef("huge_query_marker"),
+        row(&["3145728"]),
+        ok_fe(2),
+    ]);
+    b.cmd(query("SELECT 1"));
+    b.srv(vec![count(1), coldef("1"), row(&["1"]), ok_fe(2)]);
+    let res = assert_chunkings(
+        || super::super::new_session(meta(true), cfg.clone()),
+        &b.steps(),
+        &[Chunking::Whole, Chunking::Random(4), Chunking::Random(5)],
+    );
+    let e = &res.events[0];
+    assert!(e.text_truncated);
+    let t = text(e);
+    assert!(t.len() <= max_text, "{}", t.len());
+    assert!(t.starts_with("SELECT LENGTH('bbb"));
+    assert!(t.ends_with("bbb') AS huge_query_marker"));
+    assert_eq!(e.bytes_in, (sql.len() + 1 + 4) as u64);
+    assert_eq!(e.rows_sent, 1);
+    assert_eq!(text(&res.events[1]), "SELECT 1");
+    assert!(!res.events[1].text_truncated);
 }
 
 #[test]

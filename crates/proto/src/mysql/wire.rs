@@ -300,9 +300,19 @@ pub struct Message<'a> {
     /// caller's policy asked for when the message began (exactly that many: the framing never
     /// hands out more, so parsing cannot depend on how the bytes were chunked).
     pub head: &'a [u8],
+    /// When the payload was longer than `head` and the caller kept at least [`TAIL_KEEP_MIN`]
+    /// bytes of it: its last bytes (at most [`TAIL_KEEP`]) after `head`, so statement text can
+    /// be kept whole at both ends with only its middle dropped. Empty otherwise.
+    pub tail: &'a [u8],
     /// Timestamp of the bytes that carried the first header byte.
     pub start_ts: u64,
 }
+
+/// How many of the last payload bytes are kept of a message whose middle is dropped.
+pub const TAIL_KEEP: usize = 64 * 1024;
+/// Messages whose `keep` is below this (rows, responses) keep no tail: only statement text
+/// needs it.
+pub const TAIL_KEEP_MIN: usize = 1024 * 1024;
 
 /// Joins packets into logical messages, streaming: payload bytes beyond the caller's `keep`
 /// limit are counted and dropped, never buffered.
@@ -316,6 +326,8 @@ pub struct Assembler {
     keep: usize,
     keep_set: bool,
     head: Vec<u8>,
+    /// The last payload bytes past `head` (see [`Message::tail`]).
+    tail: std::collections::VecDeque<u8>,
     len: u64,
     packets: u32,
     seq: u8,
@@ -340,7 +352,7 @@ impl Assembler {
 
     /// Heap bytes held.
     pub fn buffered_bytes(&self) -> usize {
-        self.head.capacity()
+        self.head.capacity() + self.tail.capacity()
     }
 
     /// The header of the first packet of the message in progress, once read.
@@ -369,6 +381,7 @@ impl Assembler {
         if self.head.capacity() > 64 * 1024 {
             self.head = Vec::new();
         }
+        self.tail = Default::default();
         n
     }
 
@@ -388,12 +401,21 @@ impl Assembler {
             && h.len < MAX_PACKET_PAYLOAD
             && let Some(payload) = input.get(HEADER_LEN..HEADER_LEN + h.len as usize)
         {
-            let k = payload.first().map_or(0, |&b| keep(b)).min(payload.len());
+            let want = payload.first().map_or(0, |&b| keep(b));
+            let k = want.min(payload.len());
+            let tail = if want >= TAIL_KEEP_MIN && payload.len() > k {
+                payload
+                    .get(k.max(payload.len().saturating_sub(TAIL_KEEP))..)
+                    .unwrap_or(&[])
+            } else {
+                &[]
+            };
             let msg = Message {
                 seq: h.seq,
                 packets: 1,
                 len: u64::from(h.len),
                 head: payload.get(..k).unwrap_or(&[]),
+                tail,
                 start_ts: ts,
             };
             return (HEADER_LEN + h.len as usize, Some(msg));
@@ -426,6 +448,7 @@ impl Assembler {
                         // Do not hold on to the memory of one huge message.
                         self.head = Vec::new();
                     }
+                    self.tail = Default::default();
                 }
                 self.packets += 1;
                 self.consumed += HEADER_LEN as u64;
@@ -443,6 +466,13 @@ impl Assembler {
                 }
                 let room = self.keep.saturating_sub(self.head.len()).min(n);
                 self.head.extend_from_slice(&chunk[..room]);
+                if self.keep >= TAIL_KEEP_MIN && room < n {
+                    let rest = &chunk[room..];
+                    let rest = &rest[rest.len().saturating_sub(TAIL_KEEP)..];
+                    let over = (self.tail.len() + rest.len()).saturating_sub(TAIL_KEEP);
+                    self.tail.drain(..over.min(self.tail.len()));
+                    self.tail.extend(rest);
+                }
                 self.len += n as u64;
                 self.consumed += n as u64;
                 self.pkt_left -= n as u32;
@@ -458,6 +488,7 @@ impl Assembler {
                         packets: self.packets,
                         len: self.len,
                         head: &self.head,
+                        tail: self.tail.make_contiguous(),
                         start_ts: self.start_ts,
                     };
                     return (pos, Some(msg));
