@@ -1,8 +1,11 @@
 //! Turns a query event into its group: fingerprint text, 64-bit group hash and display Query ID.
 //!
-//! Prepared-statement executions carry the statement's SQL as a shared `Arc<str>`; the
-//! fingerprint of each (statement, command) is computed once and cached by pointer, so the
-//! dominant case of a sysbench-like workload costs a hash lookup instead of a normalization.
+//! Statement commands other than plain queries (prepared-statement executions, PostgreSQL
+//! Parse/Bind/Execute) repeat the same SQL text over and over; the fingerprint of each
+//! (text, command) is computed once and cached by the text's content, so the dominant case of a
+//! sysbench or pgbench workload costs a hash of the text and a lookup instead of a
+//! normalization. Plain queries carry their literals and rarely repeat byte for byte: they are
+//! not cached.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -30,23 +33,28 @@ pub fn group_command(protocol: Protocol, command: &'static str) -> &'static str 
 }
 
 struct Cached {
-    /// Holds the statement text alive so its address cannot be reused by another statement
-    /// while the entry exists.
-    _text: Arc<str>,
+    /// The raw statement text, compared on a hit so a hash collision cannot misfile a query.
+    text: Arc<str>,
     hash: u64,
     fingerprint: Box<str>,
 }
 
+/// A fixed-seed hasher for raw statement texts (cache keys only; never persisted).
+fn text_key(text: &str) -> u64 {
+    use std::hash::BuildHasher;
+    foldhash::fast::FixedState::with_seed(0x64_62_74_61_70).hash_one(text)
+}
+
 /// Most entries are a few dozen statements per connection; a capture with millions of
 /// short-lived connections must not grow the cache without bound.
-const CACHE_MAX: usize = 1 << 16;
+const CACHE_MAX: usize = 1 << 14;
 
 pub struct Fingerprinter {
     mode: FingerprintMode,
     key_patterns: bool,
     buf: String,
     scratch: String,
-    cache: HashMap<(usize, &'static str), Cached, foldhash::fast::RandomState>,
+    cache: HashMap<(u64, &'static str), Cached, foldhash::fast::RandomState>,
 }
 
 impl Fingerprinter {
@@ -84,16 +92,28 @@ impl Fingerprinter {
                 command,
             };
         }
-        let key = (Arc::as_ptr(text) as *const u8 as usize, ev.command);
-        if !self.cache.contains_key(&key) {
+        let key = (text_key(text), ev.command);
+        let hit = self
+            .cache
+            .get(&key)
+            .is_some_and(|c| Arc::ptr_eq(&c.text, text) || c.text == *text);
+        if !hit {
             let hash = self.normalize(ev.protocol, ev.command, text);
+            if self.cache.contains_key(&key) {
+                // A different text with the same key: answer without caching it.
+                return Group {
+                    hash,
+                    text: &self.buf,
+                    command,
+                };
+            }
             if self.cache.len() >= CACHE_MAX {
                 self.cache.clear();
             }
             self.cache.insert(
                 key,
                 Cached {
-                    _text: Arc::clone(text),
+                    text: Arc::clone(text),
                     hash,
                     fingerprint: self.buf.as_str().into(),
                 },
