@@ -593,12 +593,17 @@ impl MongoSession {
     /// Lost: judges the probe; on a plausible message start, feeds it to the framing.
     fn eval_probe(&mut self, d: usize, sink: &mut dyn Sink) {
         loop {
-            let bytes: Vec<u8> = self.dirs[d].probe.iter().map(|p| p.0).collect();
-            if bytes.is_empty() {
+            let mut buf = [0u8; PROBE_LEN];
+            let probe = &self.dirs[d].probe;
+            if probe.is_empty() {
                 return;
             }
-            match plausible_start(&bytes, d == CLIENT) {
-                Plausible::NeedMore if bytes.len() < PROBE_LEN => return,
+            for (b, p) in buf.iter_mut().zip(probe) {
+                *b = p.0;
+            }
+            let bytes = &buf[..probe.len().min(PROBE_LEN)];
+            match plausible_start(bytes, d == CLIENT) {
+                Plausible::NeedMore if probe.len() < PROBE_LEN => return,
                 Plausible::Yes => break,
                 _ => {
                     self.dirs[d].probe.remove(0);
