@@ -52,6 +52,11 @@ pub struct InputArgs {
     #[arg(long)]
     pub key_patterns: bool,
 
+    /// MongoDB: keep the key order of filters and documents as sent (for users whose indexes
+    /// depend on it); by default keys are sorted so the same query in another order is one group.
+    #[arg(long)]
+    pub keep_key_order: bool,
+
     /// Never show a progress bar.
     #[arg(long, short = 'q')]
     pub quiet: bool,

@@ -52,16 +52,18 @@ const CACHE_MAX: usize = 1 << 14;
 pub struct Fingerprinter {
     mode: FingerprintMode,
     key_patterns: bool,
+    keep_key_order: bool,
     buf: String,
     scratch: String,
     cache: HashMap<(u64, &'static str), Cached, foldhash::fast::RandomState>,
 }
 
 impl Fingerprinter {
-    pub fn new(mode: FingerprintMode, key_patterns: bool) -> Self {
+    pub fn new(mode: FingerprintMode, key_patterns: bool, keep_key_order: bool) -> Self {
         Fingerprinter {
             mode,
             key_patterns,
+            keep_key_order,
             buf: String::with_capacity(1024),
             scratch: String::new(),
             cache: HashMap::default(),
@@ -170,9 +172,7 @@ impl Fingerprinter {
                 return fingerprint::hash64(&self.buf);
             }
             Protocol::Mongodb => {
-                self.buf.clear();
-                self.buf.push_str(text);
-                return fingerprint::hash64(&self.buf);
+                return fingerprint::mongodb::fingerprint(text, self.keep_key_order, &mut self.buf);
             }
         }
         self.normalize_mysql(command, text);

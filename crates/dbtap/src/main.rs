@@ -102,7 +102,11 @@ impl Consumer for DigestConsumer {
 fn digest(args: DigestArgs) -> anyhow::Result<()> {
     let settings = settings(&args.input);
     let consumer = DigestConsumer {
-        fp: Fingerprinter::new(args.input.fingerprint, args.input.key_patterns),
+        fp: Fingerprinter::new(
+            args.input.fingerprint,
+            args.input.key_patterns,
+            args.input.keep_key_order,
+        ),
         agg: Aggregator::new(AggConfig {
             keep_examples: !args.no_examples,
             ..AggConfig::default()
@@ -170,7 +174,11 @@ fn events(args: EventsArgs) -> anyhow::Result<()> {
     let settings = settings(&args.input);
     let stdout = std::io::stdout();
     let consumer = EventsConsumer {
-        fp: Fingerprinter::new(args.input.fingerprint, args.input.key_patterns),
+        fp: Fingerprinter::new(
+            args.input.fingerprint,
+            args.input.key_patterns,
+            args.input.keep_key_order,
+        ),
         out: BufWriter::new(stdout.lock()),
         keep_text: args.text,
         ids: Default::default(),

@@ -33,6 +33,7 @@ pub const DEFAULT_PORTS: &[(u16, Protocol)] = &[
     (3306, Protocol::Mysql),
     (5432, Protocol::Postgres),
     (6379, Protocol::Redis),
+    (27017, Protocol::Mongodb),
 ];
 
 /// Expire idle connections every this much capture time.
@@ -55,7 +56,7 @@ fn new_session(p: Protocol, meta: ConnMeta, cfg: &SessionConfig) -> Option<Box<d
         Protocol::Mysql => Some(Box::new(proto::mysql::new_session(meta, cfg.clone()))),
         Protocol::Postgres => Some(Box::new(proto::postgres::new_session(meta, cfg.clone()))),
         Protocol::Redis => Some(Box::new(proto::redis::new_session(meta, cfg.clone()))),
-        Protocol::Mongodb => None,
+        Protocol::Mongodb => Some(Box::new(proto::mongodb::new_session(meta, cfg.clone()))),
     }
 }
 
@@ -70,6 +71,7 @@ fn sniff(dir: Dir, data: &[u8], opening: bool) -> Option<Protocol> {
             Some(Protocol::Postgres)
         }
         Dir::ToServer if proto::redis::looks_like_request(data) => Some(Protocol::Redis),
+        Dir::ToServer if proto::mongodb::looks_like_message(data) => Some(Protocol::Mongodb),
         Dir::ToServer if !opening && proto::mysql::looks_like_client_command(data) => {
             Some(Protocol::Mysql)
         }
