@@ -16,6 +16,7 @@ PACKAGES=(
   openssl                         # self-signed certificate for the TLS test
   gzip procps
   postgresql-15 redis-server redis-tools python3-psycopg2 python3-psycopg python3-redis  # PG/Redis tests + bench
+  maven default-jdk-headless python3-venv   # MongoDB tests + bench: tests/mongo-server jar, pymongo venv
 )
 
 missing=()
@@ -55,4 +56,18 @@ for b in mariadbd mariadb-install-db mariadb tcpdump sysbench pt-query-digest ts
 done
 /usr/bin/python3 -c 'import pymysql, MySQLdb, pytest' || { echo "setup: python modules missing" >&2; exit 1; }
 [ -x /usr/bin/time ] || { echo "setup: /usr/bin/time missing" >&2; exit 1; }
+# MongoDB: the wire-protocol server (tests/mongo-server) and pymongo in a venv (not in Debian 12).
+MONGO_JAR=tests/mongo-server/target/mongo-server.jar
+MONGO_VENV=tests/out/venv-mongo
+cd "$(dirname "$0")/.."
+if [ ! -s "$MONGO_JAR" ]; then
+  echo "setup: building $MONGO_JAR"
+  mvn -q -f tests/mongo-server/pom.xml package -DskipTests
+fi
+if ! "$MONGO_VENV/bin/python" -c 'import pymongo' 2>/dev/null; then
+  echo "setup: creating $MONGO_VENV with pymongo"
+  rm -rf "$MONGO_VENV"
+  /usr/bin/python3 -m venv "$MONGO_VENV"
+  "$MONGO_VENV/bin/pip" install -q pymongo
+fi
 echo "setup: ok"
