@@ -237,8 +237,9 @@ def _workload(port: int, kind: str, min_bytes: int, watch: str | None) -> dict:
     rounds = 0
     while True:
         coll = db[f"users{rounds}"] if kind == "bulk" else db["users"]
-        coll.insert_many([{"_id": i, "name": f"user{i % 50}", "age": i % 90, "city": f"c{i % 7}"}
-                          for i in range(N_DOCS)])
+        pad = {"pad": "x" * 500} if kind == "bulk" else {}  # bulk: ~1.5 MB of capture a round
+        coll.insert_many([{"_id": i, "name": f"user{i % 50}", "age": i % 90, "city": f"c{i % 7}",
+                           **pad} for i in range(N_DOCS)])
         # the same filter+sort, keys sent in two orders (SON keeps the order on the wire)
         for i in range(N_FINDS):
             if i % 2 == 0:
