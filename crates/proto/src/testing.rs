@@ -4,7 +4,7 @@
 
 use std::fmt::Write as _;
 
-use crate::{Direction, Health, Progress, QueryEvent, Session, Sink, VecSink};
+use crate::{ConnMeta, Direction, Health, Progress, QueryEvent, Session, Sink, VecSink};
 
 /// Bytes of one connection in capture order: direction, payload, timestamp (ns).
 pub type Transcript = Vec<(Direction, Vec<u8>, u64)>;
@@ -210,6 +210,98 @@ pub fn assert_chunkings<S: Session>(
 /// [`assert_chunkings`] with [`DEFAULT_CHUNKINGS`].
 pub fn assert_chunking_invariant<S: Session>(make: impl Fn() -> S, steps: &[Step]) -> VecSink {
     assert_chunkings(make, steps, &DEFAULT_CHUNKINGS)
+}
+
+/// Connection 1 from `127.0.0.1:40000` to `127.0.0.1:<server_port>`, for tests.
+pub fn loopback_meta(server_port: u16, saw_open: bool) -> ConnMeta {
+    ConnMeta {
+        id: 1,
+        client: "127.0.0.1:40000".parse().unwrap(),
+        server: ([127, 0, 0, 1], server_port).into(),
+        saw_open,
+    }
+}
+
+/// Feeds `t` to `session` in seeded random pieces of 1..=300 bytes, then closes it one
+/// nanosecond after the last timestamp. With `gap_one_in: Some(k)`, each piece is instead lost
+/// (a [`Session::gap`] of its length) with probability `1/k`. Asserts `buffered(session) <=
+/// bound` after every call. Stops feeding after [`Progress::Stop`].
+pub fn drive_random<S: Session>(
+    mut session: S,
+    buffered: impl Fn(&S) -> usize,
+    bound: usize,
+    t: &Transcript,
+    seed: u64,
+    gap_one_in: Option<u64>,
+) -> VecSink {
+    let mut sink = VecSink::default();
+    let mut rng = Rng::new(seed);
+    let mut ts = 0;
+    'outer: for (d, bytes, t_ns) in t {
+        ts = *t_ns;
+        let mut rest = &bytes[..];
+        while !rest.is_empty() {
+            let n = (1 + rng.below(300) as usize).min(rest.len());
+            if gap_one_in.is_some_and(|k| rng.below(k) == 0) {
+                session.gap(*d, n as u64, ts, &mut sink);
+            } else if session.feed(*d, &rest[..n], ts, &mut sink) == Progress::Stop {
+                break 'outer;
+            }
+            rest = &rest[n..];
+            assert!(
+                buffered(&session) <= bound,
+                "buffered {}",
+                buffered(&session)
+            );
+        }
+    }
+    session.close(ts + 1, &mut sink);
+    sink
+}
+
+/// Damages `t` with `n` seeded mutations, each on a random segment: flip a bit, truncate,
+/// insert 1..=40 bytes from `garbage_byte`, drop the segment, overwrite a byte with
+/// `lying_byte` (a plausible but lying length), or swap it with another segment.
+pub fn mutate(
+    t: &mut Transcript,
+    rng: &mut Rng,
+    n: usize,
+    garbage_byte: impl Fn(&mut Rng) -> u8,
+    lying_byte: impl Fn(&mut Rng) -> u8,
+) {
+    for _ in 0..n {
+        if t.is_empty() {
+            return;
+        }
+        let i = rng.below(t.len() as u64) as usize;
+        let seg = &mut t[i].1;
+        match rng.below(6) {
+            0 if !seg.is_empty() => {
+                let p = rng.below(seg.len() as u64) as usize;
+                seg[p] ^= 1 << rng.below(8);
+            }
+            1 if !seg.is_empty() => {
+                let p = rng.below(seg.len() as u64) as usize;
+                seg.truncate(p);
+            }
+            2 => {
+                let p = rng.below(seg.len() as u64 + 1) as usize;
+                let garbage: Vec<u8> = (0..1 + rng.below(40)).map(|_| garbage_byte(rng)).collect();
+                seg.splice(p..p, garbage);
+            }
+            3 => {
+                t.remove(i);
+            }
+            4 if !seg.is_empty() => {
+                let p = rng.below(seg.len() as u64) as usize;
+                seg[p] = lying_byte(rng);
+            }
+            _ => {
+                let j = rng.below(t.len() as u64) as usize;
+                t.swap(i, j);
+            }
+        }
+    }
 }
 
 /// A sink that only counts, for runs that must not keep events (fuzzing, benchmarks).

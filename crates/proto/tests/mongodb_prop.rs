@@ -1,14 +1,15 @@
 //! Property tests: arbitrary bytes, plausible messages and damaged real conversations, in any
 //! chunking, never make the MongoDB session panic, and its buffers stay bounded.
 
-use std::net::SocketAddr;
-
 use proptest::prelude::*;
 use proto::mongodb::bson::build::Doc;
 use proto::mongodb::wire::{op, put_message};
 use proto::mongodb::{MongoSession, new_session};
-use proto::testing::{Chunking, Rng, Step, Transcript, assert_chunkings, parse_hex_transcript};
-use proto::{ConnMeta, Direction, Session, SessionConfig, VecSink};
+use proto::testing::{
+    self, Chunking, Rng, Step, Transcript, assert_chunkings, drive_random, loopback_meta,
+    parse_hex_transcript,
+};
+use proto::{Direction, SessionConfig};
 
 const REAL: [&str; 2] = [
     include_str!("data/mongodb/pymongo_crud.txt"),
@@ -21,14 +22,8 @@ const MAX_TEXT: usize = 4096;
 const MEMORY_BOUND: usize = 1024 * 1024;
 
 fn session(saw_open: bool) -> MongoSession {
-    let meta = ConnMeta {
-        id: 1,
-        client: "127.0.0.1:40000".parse::<SocketAddr>().unwrap(),
-        server: "127.0.0.1:27017".parse::<SocketAddr>().unwrap(),
-        saw_open,
-    };
     new_session(
-        meta,
+        loopback_meta(27017, saw_open),
         SessionConfig {
             max_inflight: 16,
             max_text: MAX_TEXT,
@@ -38,29 +33,14 @@ fn session(saw_open: bool) -> MongoSession {
 
 /// Feeds in random pieces, with occasional gaps, checking the memory bound after each call.
 fn drive(t: &Transcript, saw_open: bool, seed: u64, gaps: bool) {
-    let mut s = session(saw_open);
-    let mut sink = VecSink::default();
-    let mut rng = Rng::new(seed);
-    let mut ts = 0;
-    'outer: for (d, bytes, t_ns) in t {
-        ts = *t_ns;
-        let mut rest = &bytes[..];
-        while !rest.is_empty() {
-            let n = (1 + rng.below(300) as usize).min(rest.len());
-            if gaps && rng.below(200) == 0 {
-                s.gap(*d, n as u64, ts, &mut sink);
-            } else if s.feed(*d, &rest[..n], ts, &mut sink) == proto::Progress::Stop {
-                break 'outer;
-            }
-            rest = &rest[n..];
-            assert!(
-                s.buffered_bytes() <= MEMORY_BOUND,
-                "buffered {}",
-                s.buffered_bytes()
-            );
-        }
-    }
-    s.close(ts + 1, &mut sink);
+    let sink = drive_random(
+        session(saw_open),
+        MongoSession::buffered_bytes,
+        MEMORY_BOUND,
+        t,
+        seed,
+        gaps.then_some(200),
+    );
     for e in &sink.events {
         assert!(e.text.as_ref().is_none_or(|t| t.len() <= MAX_TEXT));
         assert!(e.end_ns.is_none() || e.first_response_ns.is_some(), "{e:?}");
@@ -68,42 +48,13 @@ fn drive(t: &Transcript, saw_open: bool, seed: u64, gaps: bool) {
 }
 
 fn mutate(t: &mut Transcript, rng: &mut Rng, n: usize) {
-    for _ in 0..n {
-        if t.is_empty() {
-            return;
-        }
-        let i = rng.below(t.len() as u64) as usize;
-        let seg = &mut t[i].1;
-        match rng.below(6) {
-            0 if !seg.is_empty() => {
-                let p = rng.below(seg.len() as u64) as usize;
-                seg[p] ^= 1 << rng.below(8);
-            }
-            1 if !seg.is_empty() => {
-                let p = rng.below(seg.len() as u64) as usize;
-                seg.truncate(p);
-            }
-            2 => {
-                let p = rng.below(seg.len() as u64 + 1) as usize;
-                let garbage: Vec<u8> = (0..1 + rng.below(40))
-                    .map(|_| rng.next_u64() as u8)
-                    .collect();
-                seg.splice(p..p, garbage);
-            }
-            3 => {
-                t.remove(i);
-            }
-            4 if !seg.is_empty() => {
-                // A plausible but lying length.
-                let p = rng.below(seg.len() as u64) as usize;
-                seg[p] = if rng.below(2) == 0 { 0x7F } else { 0xFF };
-            }
-            _ => {
-                let j = rng.below(t.len() as u64) as usize;
-                t.swap(i, j);
-            }
-        }
-    }
+    testing::mutate(
+        t,
+        rng,
+        n,
+        |rng| rng.next_u64() as u8,
+        |rng| if rng.below(2) == 0 { 0x7F } else { 0xFF },
+    );
 }
 
 const OPCODES: [i32; 11] = [
