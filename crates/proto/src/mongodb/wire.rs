@@ -512,15 +512,17 @@ impl Inflater {
                 loop {
                     let rest = input.get(pos..).unwrap_or(&[]);
                     let (i0, o0) = (z.total_in(), z.total_out());
-                    let st = z
-                        .decompress(rest, &mut buf, flate2::FlushDecompress::None)
-                        .map_err(|_| WireError::Decompress("bad zlib data"))?;
+                    let res = z.decompress(rest, &mut buf, flate2::FlushDecompress::None);
                     let used = (z.total_in() - i0) as usize;
                     let made = (z.total_out() - o0) as usize;
                     pos += used;
+                    // Hand over what was decoded before any error, so the same damaged stream
+                    // gives the same decoded prefix however it was chunked (zlib-rs reports an
+                    // error in the same call that produced the output before it).
                     if made > 0 {
                         out(buf.get(..made).unwrap_or(&[]))?;
                     }
+                    let st = res.map_err(|_| WireError::Decompress("bad zlib data"))?;
                     if st == flate2::Status::StreamEnd {
                         return if pos < input.len() {
                             Err(WireError::Decompress("bytes after the zlib stream"))
@@ -541,13 +543,13 @@ impl Inflater {
                 let mut src = InBuffer::around(input);
                 loop {
                     let mut dst = OutBuffer::around(&mut buf[..]);
-                    let hint = z
-                        .run(&mut src, &mut dst)
-                        .map_err(|_| WireError::Decompress("bad zstd data"))?;
+                    let res = z.run(&mut src, &mut dst);
                     let made = dst.pos();
+                    // As for zlib: what was decoded before an error is handed over first.
                     if made > 0 {
                         out(buf.get(..made).unwrap_or(&[]))?;
                     }
+                    let hint = res.map_err(|_| WireError::Decompress("bad zstd data"))?;
                     if src.pos() >= input.len() && made < INFLATE_CHUNK {
                         if last && hint != 0 {
                             return Err(WireError::Decompress("zstd frame cut short"));
