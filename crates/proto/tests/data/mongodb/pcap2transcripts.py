@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Split a pcap (Ethernet or Linux cooked, IPv4/IPv6, TCP) into one transcript per MongoDB
 connection: lines `C <ts_ns> <hex>` (client to server) and `S <ts_ns> <hex>`, in capture order.
-Retransmitted bytes are dropped by TCP sequence number. Stdlib only. (The capture helpers are
-those of ../postgres/pcap2transcripts.py.)
+Retransmitted bytes are dropped by TCP sequence number. Stdlib only; the capture
+reading and reassembly are ../pcapsplit.py.
 
 usage: pcap2transcripts.py CAPTURE.pcap SERVER_PORT OUT_DIR < EXPECT
 
@@ -16,96 +16,18 @@ import os
 import struct
 import sys
 
-
-def packets(path):
-    with open(path, "rb") as f:
-        data = f.read()
-    magic = struct.unpack("<I", data[:4])[0]
-    if magic == 0xA1B2C3D4:
-        endian, scale = "<", 1000
-    elif magic == 0xA1B23C4D:
-        endian, scale = "<", 1
-    else:
-        raise SystemExit("not a little-endian pcap")
-    linktype = struct.unpack(endian + "I", data[20:24])[0]
-    off = 24
-    while off + 16 <= len(data):
-        sec, frac, incl, _ = struct.unpack(endian + "IIII", data[off:off + 16])
-        off += 16
-        yield sec * 1_000_000_000 + frac * scale, linktype, data[off:off + incl]
-        off += incl
-
-
-def tcp(linktype, frame):
-    if linktype == 1:  # Ethernet
-        etype, p = struct.unpack(">H", frame[12:14])[0], 14
-        while etype == 0x8100:
-            etype, p = struct.unpack(">H", frame[p + 2:p + 4])[0], p + 4
-    elif linktype == 113:  # Linux cooked
-        etype, p = struct.unpack(">H", frame[14:16])[0], 16
-    else:
-        return None
-    if etype == 0x0800:
-        ihl = (frame[p] & 0x0F) * 4
-        if frame[p + 9] != 6:
-            return None
-        total = struct.unpack(">H", frame[p + 2:p + 4])[0]
-        src, dst = frame[p + 12:p + 16], frame[p + 16:p + 20]
-        seg = frame[p + ihl:p + total]
-    elif etype == 0x86DD:
-        if frame[p + 6] != 6:
-            return None
-        plen = struct.unpack(">H", frame[p + 4:p + 6])[0]
-        src, dst = frame[p + 8:p + 24], frame[p + 24:p + 40]
-        seg = frame[p + 40:p + 40 + plen]
-    else:
-        return None
-    sport, dport, seq = struct.unpack(">HHI", seg[:8])
-    doff = (seg[12] >> 4) * 4
-    flags = seg[13]
-    return (src, sport), (dst, dport), seq, flags, seg[doff:]
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import pcapsplit  # noqa: E402  (../pcapsplit.py)
 
 
 def main():
     path, port, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
     expect = ast.literal_eval(sys.stdin.read())
-    conns = {}
-    order = []
-    for ts, lt, frame in packets(path):
-        t = tcp(lt, frame)
-        if t is None:
-            continue
-        a, b, seq, flags, payload = t
-        if b[1] == port:
-            key, d = (a, b), "C"
-        elif a[1] == port:
-            key, d = (b, a), "S"
-        else:
-            continue
-        c = conns.get(key)
-        if c is None:
-            c = conns[key] = {"lines": [], "next": {}, "client": bytearray()}
-            order.append(key)
-        if flags & 0x02:  # SYN
-            c["next"][d] = (seq + 1) & 0xFFFFFFFF
-            continue
-        if not payload:
-            continue
-        nxt = c["next"].get(d, seq)
-        skip = (nxt - seq) & 0xFFFFFFFF
-        if skip >= 0x80000000:
-            skip = 0  # a hole: keep what we have
-        if skip >= len(payload):
-            continue  # retransmission
-        payload = payload[skip:]
-        c["next"][d] = (seq + skip + len(payload)) & 0xFFFFFFFF
-        c["lines"].append(f"{d} {ts} {payload.hex()}")
-        if d == "C":
-            c["client"] += payload
+    order, conns = pcapsplit.split(path, port)
     os.makedirs(out, exist_ok=True)
     for dbname, (name, lines) in expect.items():
         marker = b"\x02$db\x00" + struct.pack("<i", len(dbname) + 1) + dbname.encode() + b"\x00"
-        found = [k for k in order if marker in conns[k]["client"]]
+        found = [k for k in order if marker in pcapsplit.client_bytes(conns[k]["lines"])]
         if len(found) != 1:
             raise SystemExit(f"{dbname}: {len(found)} connections")
         c = conns[found[0]]
