@@ -154,17 +154,26 @@ impl<W: Write> Consumer for EventsConsumer<W> {
         if self.error.is_some() {
             return;
         }
-        let mode = self.fp.mode();
-        let group = self.fp.group(&ev);
-        let (hash, command, text) = (group.hash, group.command, group.text.to_string());
-        let id = self
-            .ids
-            .entry((ev.protocol, hash, command))
-            .or_insert_with(|| fp::query_id(mode, ev.protocol, command, &text, hash));
-        if !self.keep_text {
+        // Disjoint fields: the group borrows the fingerprinter while the ids and the writer are
+        // used, so the fingerprint text is not copied per event.
+        let Self {
+            fp,
+            ids,
+            out,
+            keep_text,
+            ..
+        } = self;
+        let mode = fp.mode();
+        let group = fp.group(&ev);
+        let id = ids
+            .entry((ev.protocol, group.hash, group.command))
+            .or_insert_with(|| {
+                crate::fp::query_id(mode, ev.protocol, group.command, group.text, group.hash)
+            });
+        if !*keep_text {
             ev.text = None;
         }
-        if let Err(e) = report::events::write_ndjson(&ev, &text, id, &mut self.out) {
+        if let Err(e) = report::events::write_ndjson(&ev, group.text, id, out) {
             self.error = Some(e);
         }
     }
