@@ -1,0 +1,356 @@
+//! Real captures on the loopback device (needs CAP_NET_RAW: skipped with a message otherwise).
+//!
+//! Each test listens on its own ephemeral port and filters on it, so tests running in parallel
+//! (and unrelated traffic on the machine) do not disturb one another.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{Read, Write};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use live::bpf::{self, FilterSpec, Insn};
+use live::{LiveError, Packet, Ring, RingConfig};
+
+const DEADLINE: Duration = Duration::from_secs(30);
+
+fn cfg(interface: &str) -> RingConfig {
+    // Small rings: the tests move little data and run in parallel.
+    RingConfig { block_size: 256 << 10, block_count: 8, ..RingConfig::new(interface) }
+}
+
+/// Opens a ring, or None (after printing why) when not privileged.
+fn open(interface: &str, filter: &[Insn]) -> Option<Ring> {
+    match Ring::open(&cfg(interface), filter) {
+        Ok(r) => Some(r),
+        Err(LiveError::NoPrivilege) => {
+            eprintln!("skipped: live capture needs CAP_NET_RAW (run the tests as root)");
+            None
+        }
+        Err(e) => panic!("opening a ring on {interface}: {e}"),
+    }
+}
+
+struct Tcp {
+    src: SocketAddr,
+    dst: SocketAddr,
+    flags: u8,
+    payload: usize,
+}
+
+fn parse(data: &[u8]) -> Option<Tcp> {
+    let (src, dst, l4, end) = match data.first()? >> 4 {
+        4 => {
+            let ihl = usize::from(data[0] & 0xf) * 4;
+            let total = usize::from(u16::from_be_bytes([data[2], data[3]]));
+            if data[9] != 6 {
+                return None;
+            }
+            let s = Ipv4Addr::new(data[12], data[13], data[14], data[15]);
+            let d = Ipv4Addr::new(data[16], data[17], data[18], data[19]);
+            (IpAddr::V4(s), IpAddr::V4(d), ihl, total)
+        }
+        6 => {
+            if *data.get(6)? != 6 {
+                return None;
+            }
+            let plen = usize::from(u16::from_be_bytes([data[4], data[5]]));
+            let s: [u8; 16] = data.get(8..24)?.try_into().ok()?;
+            let d: [u8; 16] = data.get(24..40)?.try_into().ok()?;
+            (IpAddr::V6(Ipv6Addr::from(s)), IpAddr::V6(Ipv6Addr::from(d)), 40, 40 + plen)
+        }
+        _ => return None,
+    };
+    let tcp = data.get(l4..l4 + 20)?;
+    let sport = u16::from_be_bytes([tcp[0], tcp[1]]);
+    let dport = u16::from_be_bytes([tcp[2], tcp[3]]);
+    let doff = usize::from(tcp[12] >> 4) * 4;
+    Some(Tcp { src: SocketAddr::new(src, sport), dst: SocketAddr::new(dst, dport), flags: tcp[13], payload: end - l4 - doff })
+}
+
+/// What a capture saw of the connections to one server port.
+#[derive(Default, Debug)]
+struct Seen {
+    packets: usize,
+    /// Client ports of SYNs (without ACK), in order.
+    syns: Vec<u16>,
+    to_server: usize,
+    to_client: usize,
+    /// Client port → packets.
+    per_conn: BTreeMap<u16, usize>,
+    /// Packets not to/from the server port, or not TCP.
+    foreign: usize,
+    outgoing_lo: usize,
+}
+
+impl Seen {
+    fn add(&mut self, p: &Packet<'_>, port: u16) {
+        self.packets += 1;
+        if p.pkttype == libc::PACKET_OUTGOING && p.ifindex == live::loopback_index().unwrap() {
+            self.outgoing_lo += 1;
+        }
+        let Some(t) = parse(p.data) else {
+            self.foreign += 1;
+            return;
+        };
+        let client = if t.dst.port() == port {
+            self.to_server += t.payload;
+            t.src.port()
+        } else if t.src.port() == port {
+            self.to_client += t.payload;
+            t.dst.port()
+        } else {
+            self.foreign += 1;
+            return;
+        };
+        if t.flags & 0x12 == 0x02 {
+            self.syns.push(client);
+        }
+        *self.per_conn.entry(client).or_default() += 1;
+    }
+}
+
+/// Serves `n` connections on `listener`: reads the request to EOF, answers `reply` bytes.
+fn serve(listener: TcpListener, n: usize, reply: usize) -> thread::JoinHandle<usize> {
+    thread::spawn(move || {
+        let mut got = 0;
+        for _ in 0..n {
+            let (mut s, _) = listener.accept().unwrap();
+            let mut buf = Vec::new();
+            s.read_to_end(&mut buf).unwrap();
+            got += buf.len();
+            s.write_all(&vec![b's'; reply]).unwrap();
+        }
+        got
+    })
+}
+
+/// Makes `n` connections to `addr`, each sending `req` bytes and reading the reply to EOF.
+/// Returns the client ports.
+fn clients(addr: SocketAddr, n: usize, req: usize, reply: usize) -> Vec<u16> {
+    let mut ports = Vec::new();
+    for _ in 0..n {
+        let mut c = TcpStream::connect(addr).unwrap();
+        ports.push(c.local_addr().unwrap().port());
+        c.write_all(&vec![b'c'; req]).unwrap();
+        c.shutdown(std::net::Shutdown::Write).unwrap();
+        let mut buf = Vec::new();
+        c.read_to_end(&mut buf).unwrap();
+        assert_eq!(buf.len(), reply);
+    }
+    ports
+}
+
+/// Runs `n` connections against a fresh listener on `ip` with `req`/`reply` bytes each.
+fn traffic(listener: TcpListener, n: usize, req: usize, reply: usize) -> Vec<u16> {
+    let addr = listener.local_addr().unwrap();
+    let server = serve(listener, n, reply);
+    let ports = clients(addr, n, req, reply);
+    assert_eq!(server.join().unwrap(), n * req);
+    ports
+}
+
+/// Polls `ring` into `seen` until `done(seen)` holds (then 300 ms more, to catch any extra
+/// copy) or the deadline passes.
+fn capture(ring: &mut Ring, port: u16, seen: &mut Seen, done: impl Fn(&Seen) -> bool) {
+    let start = Instant::now();
+    let mut settled: Option<Instant> = None;
+    while start.elapsed() < DEADLINE {
+        ring.poll(Duration::from_millis(50), |p| seen.add(p, port)).unwrap();
+        if done(seen) {
+            let t = *settled.get_or_insert_with(Instant::now);
+            if t.elapsed() > Duration::from_millis(300) {
+                return;
+            }
+        }
+    }
+}
+
+fn listener(ip: IpAddr) -> TcpListener {
+    TcpListener::bind(SocketAddr::new(ip, 0)).unwrap()
+}
+
+const V4: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
+const V6: IpAddr = IpAddr::V6(Ipv6Addr::LOCALHOST);
+
+fn spec(port: u16) -> FilterSpec {
+    FilterSpec { ports: vec![port], servers: vec![], sample: 1, loopback_ifindex: live::loopback_index() }
+}
+
+/// The common check: `n` connections on each of IPv4 and IPv6, bytes both ways, once each.
+fn check_once_each(interface: &str, filter: impl Fn(u16) -> Vec<Insn>) {
+    let (l4, l6) = (listener(V4), listener(V6));
+    let port4 = l4.local_addr().unwrap().port();
+    let port6 = l6.local_addr().unwrap().port();
+    // Two rings, one per listener port (each an independent filter).
+    let Some(mut r4) = open(interface, &filter(port4)) else { return };
+    let Some(mut r6) = open(interface, &filter(port6)) else { return };
+    // Unrelated traffic on another port must not be seen.
+    let other = listener(V4);
+    let other_ports = traffic(other, 3, 1000, 1000);
+    let (n, req, reply) = (5, 3000, 200_000);
+    let p4 = traffic(l4, n, req, reply);
+    let p6 = traffic(l6, n, req, reply);
+    for (ring, port, ports) in [(&mut r4, port4, &p4), (&mut r6, port6, &p6)] {
+        let mut seen = Seen::default();
+        capture(ring, port, &mut seen, |s| s.syns.len() >= n && s.to_server >= n * req && s.to_client >= n * reply);
+        let st = ring.stats().unwrap();
+        eprintln!(
+            "{interface} port {port}: {} packets, {} SYNs, {} bytes to server, {} to client; kernel stats {st:?}",
+            seen.packets,
+            seen.syns.len(),
+            seen.to_server,
+            seen.to_client
+        );
+        assert_eq!(seen.foreign, 0, "packets of other ports or not TCP");
+        assert_eq!(seen.outgoing_lo, 0, "outgoing loopback copies");
+        assert_eq!(seen.syns.len(), n, "one SYN per connection");
+        assert_eq!(seen.syns.iter().copied().collect::<BTreeSet<_>>(), ports.iter().copied().collect());
+        assert_eq!(seen.to_server, n * req);
+        assert_eq!(seen.to_client, n * reply);
+        assert!(seen.per_conn.keys().all(|p| !other_ports.contains(p)));
+        assert_eq!(st.drops, 0);
+        assert_eq!(st.packets as usize, seen.packets);
+    }
+}
+
+#[test]
+fn lo_each_packet_once_v4_and_v6() {
+    check_once_each("lo", |port| bpf::servers_filter(&spec(port)));
+}
+
+#[test]
+fn any_sees_lo_traffic_once() {
+    check_once_each("any", |port| bpf::servers_filter(&spec(port)));
+}
+
+#[test]
+fn lo_servers_by_address() {
+    check_once_each("lo", |port| {
+        let servers = vec![SocketAddr::new(V4, port), SocketAddr::new(V6, port)];
+        bpf::servers_filter(&FilterSpec { ports: vec![], servers, ..spec(port) })
+    });
+}
+
+#[test]
+fn lo_libpcap_expression_and_loopback_rule() {
+    let probe = match bpf::compile_expr("tcp") {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("skipped: {e}");
+            return;
+        }
+    };
+    assert!(!probe.is_empty());
+    check_once_each("lo", |port| {
+        let expr = bpf::compile_expr(&format!("tcp port {port}")).unwrap();
+        bpf::and(&expr, &bpf::drop_outgoing(live::loopback_index().unwrap())).unwrap()
+    });
+}
+
+#[test]
+fn lo_sampling_keeps_even_client_ports() {
+    let l = listener(V4);
+    let port = l.local_addr().unwrap().port();
+    let Some(mut ring) = open("lo", &bpf::servers_filter(&FilterSpec { sample: 2, ..spec(port) })) else { return };
+    let (n, req, reply) = (16, 100, 5000);
+    let ports = traffic(l, n, req, reply);
+    let even: BTreeSet<u16> = ports.iter().copied().filter(|p| p % 2 == 0).collect();
+    let mut seen = Seen::default();
+    let k = even.len();
+    capture(&mut ring, port, &mut seen, |s| s.syns.len() >= k && s.to_server >= k * req && s.to_client >= k * reply);
+    eprintln!("sample=2: {n} connections, {k} with even client ports; saw {} SYNs, {} packets", seen.syns.len(), seen.packets);
+    assert_eq!(seen.foreign, 0);
+    assert_eq!(seen.syns.iter().copied().collect::<BTreeSet<_>>(), even);
+    assert_eq!(seen.per_conn.keys().copied().collect::<BTreeSet<_>>(), even);
+    assert_eq!(seen.syns.len(), k);
+    assert_eq!(seen.to_server, k * req);
+    assert_eq!(seen.to_client, k * reply);
+}
+
+#[test]
+fn fanout_group_keeps_connections_whole() {
+    let l = listener(V4);
+    let port = l.local_addr().unwrap().port();
+    let filter = bpf::servers_filter(&spec(port));
+    let rings = match live::open_group(&cfg("lo"), &filter, 2) {
+        Ok(r) => r,
+        Err(LiveError::NoPrivilege) => {
+            eprintln!("skipped: live capture needs CAP_NET_RAW (run the tests as root)");
+            return;
+        }
+        Err(e) => panic!("{e}"),
+    };
+    assert_eq!(rings.len(), 2);
+    let g0 = rings[0].fanout_group().unwrap();
+    assert!(g0.is_some());
+    assert_eq!(g0, rings[1].fanout_group().unwrap());
+    let (n, req, reply) = (24, 500, 20_000);
+    let ports = traffic(l, n, req, reply);
+    // Each ring polled on its own thread (as dbtap would), until together they saw everything.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let handles: Vec<_> = rings
+        .into_iter()
+        .map(|mut ring| {
+            let stop = stop.clone();
+            thread::spawn(move || {
+                let mut seen = Seen::default();
+                let start = Instant::now();
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) && start.elapsed() < DEADLINE {
+                    ring.poll(Duration::from_millis(50), |p| seen.add(p, port)).unwrap();
+                }
+                seen
+            })
+        })
+        .collect();
+    // The rings fill within a few retire timeouts; give them time, then stop.
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(2) {
+        thread::sleep(Duration::from_millis(100));
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let seen: Vec<Seen> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    let a: BTreeSet<u16> = seen[0].per_conn.keys().copied().collect();
+    let b: BTreeSet<u16> = seen[1].per_conn.keys().copied().collect();
+    eprintln!(
+        "fanout: ring 0 saw {} connections ({} packets), ring 1 saw {} ({} packets)",
+        a.len(),
+        seen[0].packets,
+        b.len(),
+        seen[1].packets
+    );
+    assert!(a.is_disjoint(&b), "a connection split across rings: {:?}", a.intersection(&b).collect::<Vec<_>>());
+    assert_eq!(a.union(&b).copied().collect::<BTreeSet<_>>(), ports.iter().copied().collect());
+    assert_eq!(seen.iter().map(|s| s.syns.len()).sum::<usize>(), n);
+    assert_eq!(seen.iter().map(|s| s.to_server).sum::<usize>(), n * req);
+    assert_eq!(seen.iter().map(|s| s.to_client).sum::<usize>(), n * reply);
+    assert!(seen.iter().all(|s| s.foreign == 0 && s.outgoing_lo == 0));
+}
+
+#[test]
+fn poll_returns_within_timeout_when_idle() {
+    // A filter that accepts nothing: poll must come back after the timeout with 0.
+    let Some(mut ring) = open("lo", &[Insn::stmt(bpf::BPF_RET | bpf::BPF_K, 0)]) else { return };
+    let t = Instant::now();
+    let n = ring.poll(Duration::from_millis(100), |_| panic!("no packet expected")).unwrap();
+    let took = t.elapsed();
+    assert_eq!(n, 0);
+    assert!(took >= Duration::from_millis(95) && took < Duration::from_millis(1000), "{took:?}");
+    let t = Instant::now();
+    assert_eq!(ring.poll(Duration::ZERO, |_| ()).unwrap(), 0);
+    assert!(t.elapsed() < Duration::from_millis(50));
+}
+
+#[test]
+fn errors_are_one_line() {
+    let e = Ring::open(&cfg("no-such-if0"), &[]).err().unwrap();
+    assert!(matches!(e, LiveError::NoSuchInterface(_)), "{e}");
+    assert_eq!(e.to_string(), "no such network interface: no-such-if0");
+    let e = Ring::open(&RingConfig { block_size: 4096, ..cfg("lo") }, &[]).err().unwrap();
+    assert!(matches!(e, LiveError::Config(_)), "{e}");
+    assert!(!e.to_string().contains('\n'));
+    let p = LiveError::NoPrivilege.to_string();
+    assert!(p.starts_with("live capture needs the CAP_NET_RAW capability") && !p.contains('\n'));
+    assert_eq!(live::interface_index("any").unwrap(), 0);
+    assert_eq!(live::interface_index("lo").unwrap(), live::loopback_index().unwrap());
+}
