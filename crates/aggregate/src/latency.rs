@@ -183,6 +183,27 @@ impl Latency {
         &self.decades
     }
 
+    /// Number of latencies at or below `ns` (what a Prometheus histogram bucket `le` counts).
+    ///
+    /// Exact while the raw samples are kept. From the histogram it is bucket-granular: it counts
+    /// every bucket that starts at or below `ns`, so samples just above `ns` that share its bucket
+    /// (at most 1/128 of `ns` above it, 0.78%) are counted too. Counting only buckets that *end* at
+    /// or below `ns` would instead miss the samples of that bucket just below `ns`, by the same
+    /// margin; this side is chosen because it makes the count never decrease as samples are
+    /// recorded or merged, including at the switch from raw samples to the histogram (a sample
+    /// counted exactly stays counted), which exported counters rely on. Latencies above the
+    /// histogram's range sit in its top bucket, which starts far above any practical bound.
+    pub fn count_le(&self, ns: u64) -> u64 {
+        match &self.samples {
+            Samples::Exact(v) => v.iter().filter(|&&x| x <= ns).count() as u64,
+            Samples::Hist(h) => {
+                let counts = h.as_slice();
+                let end = bucket_index(ns).saturating_add(1).min(counts.len());
+                counts[..end].iter().sum()
+            }
+        }
+    }
+
     /// True while percentiles are computed from the raw samples.
     pub fn is_exact(&self) -> bool {
         matches!(self.samples, Samples::Exact(_))
@@ -222,6 +243,19 @@ impl Latency {
         }
         out
     }
+}
+
+/// Index of the histogram bucket holding `ns` (buckets of [`GROUPING_POWER`]: values below
+/// 2^(p+1) have one bucket each, then each power of two splits into 2^p equal buckets). This is
+/// the bucket layout of `histogram::Config` that `as_slice` exposes; a test checks it against the
+/// buckets the histogram reports. Values past the top bucket give an index past the end.
+fn bucket_index(ns: u64) -> usize {
+    let p = u32::from(GROUPING_POWER);
+    if ns < 1u64 << (p + 1) {
+        return ns as usize;
+    }
+    let s = (63 - ns.leading_zeros()) - p;
+    (((s as u64) << p) + (ns >> s)) as usize
 }
 
 /// 1-based nearest rank for quantile `q` of `n` sorted values: `ceil(q * n)` clamped to `1..=n`.
@@ -306,6 +340,62 @@ mod tests {
         assert_eq!(l.quantiles_ns([0.5, 0.99]), [None, None]);
         assert_eq!(l.mean_ns(), None);
         assert_eq!(l.min_ns(), None);
+    }
+
+    #[test]
+    fn bucket_index_matches_histogram_layout() {
+        let h = new_histogram().unwrap();
+        for (i, b) in h.iter().enumerate() {
+            assert_eq!(bucket_index(b.start()), i, "{b:?}");
+            assert_eq!(bucket_index(b.end()), i, "{b:?}");
+        }
+        assert!(bucket_index(u64::MAX) >= h.as_slice().len());
+    }
+
+    #[test]
+    fn count_le_exact_then_bucketed() {
+        let mut l = Latency::default();
+        assert_eq!(l.count_le(u64::MAX), 0);
+        for v in [10, 99_900, 100_000, 100_001, 5_000_000] {
+            l.record(v);
+        }
+        assert!(l.is_exact());
+        assert_eq!(l.count_le(9), 0);
+        assert_eq!(l.count_le(10), 1);
+        assert_eq!(l.count_le(100_000), 3);
+        assert_eq!(l.count_le(u64::MAX), 5);
+        // Past the cap: 100_000 sits in the bucket [99_840, 100_351], so 100_001 is counted too.
+        let mut prev = l.count_le(100_000);
+        for _ in 0..EXACT_CAP {
+            l.record(7);
+            let now = l.count_le(100_000);
+            assert!(now >= prev, "count_le decreased: {prev} -> {now}");
+            prev = now;
+        }
+        assert!(!l.is_exact());
+        assert_eq!(l.count_le(100_000), EXACT_CAP as u64 + 4);
+        assert_eq!(l.count_le(99_839), EXACT_CAP as u64 + 1);
+        assert_eq!(l.count_le(10), EXACT_CAP as u64 + 1);
+        assert_eq!(l.count_le(6), 0);
+        assert_eq!(l.count_le(u64::MAX), l.count());
+    }
+
+    #[test]
+    fn count_le_never_decreases_across_the_switch() {
+        // A sample just below a bound is counted exactly before the switch and must stay counted.
+        let bounds = [100_000u64, 250_000, 1_000_000, 2_500_000_000];
+        let mut l = Latency::default();
+        let mut prev = [0u64; 4];
+        for i in 0..200u64 {
+            l.record(bounds[(i % 4) as usize] - (i % 7));
+            l.record(u64::MAX);
+            for (b, p) in bounds.iter().zip(prev.iter_mut()) {
+                let now = l.count_le(*b);
+                assert!(now >= *p && now <= l.count());
+                *p = now;
+            }
+        }
+        assert_eq!(l.count_le(u64::MAX), l.count());
     }
 
     #[test]

@@ -1,0 +1,646 @@
+//! Prometheus text exposition (format 0.0.4) of the agent's counters.
+//!
+//! Every series is a counter since the agent started (except the few gauges named as such), so
+//! `rate()` and `increase()` work on all of them. The number of per-group series is bounded by
+//! [`Exporter::new`]'s `top_n` without ever letting a counter go down; see [`Exporter`].
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fmt::Write as _;
+
+use aggregate::{Aggregator, GroupKey, Stats};
+use report::CaptureHealth;
+
+/// Upper bounds of the latency histogram buckets: (nanoseconds, the `le` label). The `+Inf`
+/// bucket follows them.
+pub const LATENCY_BUCKETS: [(u64, &str); 16] = [
+    (100_000, "0.0001"),
+    (250_000, "0.00025"),
+    (500_000, "0.0005"),
+    (1_000_000, "0.001"),
+    (2_500_000, "0.0025"),
+    (5_000_000, "0.005"),
+    (10_000_000, "0.01"),
+    (25_000_000, "0.025"),
+    (50_000_000, "0.05"),
+    (100_000_000, "0.1"),
+    (250_000_000, "0.25"),
+    (500_000_000, "0.5"),
+    (1_000_000_000, "1"),
+    (2_500_000_000, "2.5"),
+    (5_000_000_000, "5"),
+    (10_000_000_000, "10"),
+];
+
+/// Longest fingerprint label, in characters (longer ones end with `…`).
+pub const FINGERPRINT_MAX_CHARS: usize = 120;
+
+/// The label values of the series that sums every group not exported on its own.
+pub const OTHER: &str = "other";
+
+/// The agent process's own resource use.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct AgentInfo {
+    /// User plus system CPU time, seconds.
+    pub cpu_seconds: f64,
+    /// Resident set size, bytes.
+    pub rss_bytes: u64,
+    /// When the agent started, seconds since the Unix epoch.
+    pub start_time_unix: f64,
+    /// Threads the agent runs.
+    pub threads: u32,
+}
+
+impl AgentInfo {
+    /// Reads CPU time from `/proc/self/stat` (utime + stime, in clock ticks of
+    /// `sysconf(_SC_CLK_TCK)`) and the resident set from `/proc/self/status` (`VmRSS`). Where
+    /// those cannot be read (not Linux), CPU time and memory are 0.
+    pub fn read_self(start_time_unix: f64, threads: u32) -> AgentInfo {
+        let cpu_seconds = std::fs::read_to_string("/proc/self/stat")
+            .ok()
+            .and_then(|s| parse_stat_cpu_ticks(&s))
+            .map_or(0.0, |ticks| ticks as f64 / clock_ticks_per_second());
+        let rss_bytes = std::fs::read_to_string("/proc/self/status")
+            .ok()
+            .and_then(|s| parse_status_rss_bytes(&s))
+            .unwrap_or(0);
+        AgentInfo {
+            cpu_seconds,
+            rss_bytes,
+            start_time_unix,
+            threads,
+        }
+    }
+}
+
+/// `sysconf(_SC_CLK_TCK)`: the unit of the CPU times in `/proc/<pid>/stat`.
+#[cfg(unix)]
+#[allow(unsafe_code)]
+fn clock_ticks_per_second() -> f64 {
+    // SAFETY: sysconf takes an integer name, touches no memory of ours and returns -1 on error.
+    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if t > 0 { t as f64 } else { 100.0 }
+}
+
+#[cfg(not(unix))]
+fn clock_ticks_per_second() -> f64 {
+    100.0
+}
+
+/// utime + stime (fields 14 and 15) of a `/proc/<pid>/stat` line. The command name (field 2) is
+/// in parentheses and may hold spaces and parentheses, so fields are counted after the last `)`.
+pub fn parse_stat_cpu_ticks(stat: &str) -> Option<u64> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let mut fields = rest.split_ascii_whitespace().skip(11); // field 3 is the first after ')'
+    let utime: u64 = fields.next()?.parse().ok()?;
+    let stime: u64 = fields.next()?.parse().ok()?;
+    Some(utime.saturating_add(stime))
+}
+
+/// The `VmRSS:   1234 kB` line of `/proc/<pid>/status`, in bytes.
+pub fn parse_status_rss_bytes(status: &str) -> Option<u64> {
+    let line = status.lines().find_map(|l| l.strip_prefix("VmRSS:"))?;
+    let mut it = line.split_ascii_whitespace();
+    let n: u64 = it.next()?.parse().ok()?;
+    match it.next() {
+        Some("kB") | None => Some(n.saturating_mul(1024)),
+        _ => None,
+    }
+}
+
+/// Packet counts the kernel keeps for the capture socket (lost before dbtap saw them).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KernelStats {
+    /// Packets the kernel handed to (or queued for) the capture.
+    pub packets: u64,
+    /// Packets the kernel dropped because the capture did not keep up.
+    pub drops: u64,
+}
+
+/// What one series of the per-group families counts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Counters {
+    queries: u64,
+    errors: u64,
+    rows_sent: u128,
+    bytes_in: u128,
+    bytes_out: u128,
+    latency_count: u64,
+    latency_sum_ns: u128,
+    /// Cumulative: latencies at or below each bound of [`LATENCY_BUCKETS`].
+    le: [u64; LATENCY_BUCKETS.len()],
+}
+
+impl Counters {
+    fn of(s: &Stats) -> Counters {
+        let mut le = [0; LATENCY_BUCKETS.len()];
+        for (c, (ns, _)) in le.iter_mut().zip(LATENCY_BUCKETS) {
+            *c = s.latency.count_le(ns);
+        }
+        Counters {
+            queries: s.count,
+            errors: s.errors,
+            rows_sent: s.rows_sent.sum,
+            bytes_in: s.bytes_in.sum,
+            bytes_out: s.bytes_out.sum,
+            latency_count: s.latency.count(),
+            latency_sum_ns: s.latency.sum_ns(),
+            le,
+        }
+    }
+
+    fn add(&mut self, o: &Counters) {
+        self.queries += o.queries;
+        self.errors += o.errors;
+        self.rows_sent += o.rows_sent;
+        self.bytes_in += o.bytes_in;
+        self.bytes_out += o.bytes_out;
+        self.latency_count += o.latency_count;
+        self.latency_sum_ns += o.latency_sum_ns;
+        for (a, b) in self.le.iter_mut().zip(o.le) {
+            *a += b;
+        }
+    }
+}
+
+/// A group exported as its own series.
+#[derive(Debug)]
+struct Exported {
+    key: GroupKey,
+    /// `protocol="…",command="…",query_id="…",fingerprint="…"`, escaped.
+    labels: String,
+}
+
+/// Renders the exposition, keeping the per-group series bounded and every counter monotonic.
+///
+/// Groups are exported individually up to `top_n`, and the exported set only grows: at each
+/// render, free places go to the not-yet-exported groups with the largest total latency (ties:
+/// more events, then id). Every other group, and the aggregator's own overflow group, is summed
+/// into one series per protocol with `command`, `query_id` and `fingerprint` all `"other"`. (The
+/// overflow group holds events of every protocol past the aggregator's group bound; it is filed
+/// under the protocol of its first event.)
+///
+/// Free places are filled before anything is summed into "other", so a group is counted in
+/// "other" only once every place is taken, and then it stays there for good: a group never moves
+/// between series. With the aggregator's counters only growing (and
+/// [`Latency::count_le`](aggregate::Latency::count_le) never decreasing as samples come), no
+/// series ever goes down, nothing is counted twice, and the series of a family add up to the
+/// aggregator's totals.
+///
+/// The aggregator passed to successive [`render`](Exporter::render) calls must be the same
+/// since-start aggregate (its counters only grow) for the series to be counters.
+#[derive(Debug)]
+pub struct Exporter {
+    top_n: usize,
+    exported: Vec<Exported>,
+    index: HashMap<GroupKey, usize>,
+    label_sets: HashSet<String>,
+}
+
+impl Exporter {
+    /// An exporter that exports at most `top_n` groups as their own series.
+    pub fn new(top_n: usize) -> Exporter {
+        Exporter {
+            top_n,
+            exported: Vec::new(),
+            index: HashMap::new(),
+            label_sets: HashSet::new(),
+        }
+    }
+
+    /// Groups exported as their own series so far.
+    pub fn exported(&self) -> usize {
+        self.exported.len()
+    }
+
+    /// Appends the whole exposition to `out`. `total` is the since-start aggregate,
+    /// `sample_one_in` the connection sampling rate (1: every connection).
+    pub fn render(
+        &mut self,
+        total: &Aggregator,
+        health: &CaptureHealth,
+        kernel: KernelStats,
+        agent: &AgentInfo,
+        sample_one_in: u32,
+        out: &mut String,
+    ) {
+        self.promote(total);
+
+        // Per-group series, then one "other" series per protocol seen.
+        let mut rows: Vec<(String, Counters)> = Vec::with_capacity(self.exported.len() + 4);
+        let mut other: BTreeMap<&'static str, Counters> = BTreeMap::new();
+        for g in total.groups() {
+            let o = other.entry(g.key.protocol.name()).or_default();
+            if !self.index.contains_key(&g.key) {
+                o.add(&Counters::of(&g.stats));
+            }
+        }
+        for e in &self.exported {
+            let now = total
+                .group(&e.key)
+                .map_or_else(Counters::default, |g| Counters::of(&g.stats));
+            rows.push((e.labels.clone(), now));
+        }
+        for (protocol, c) in other {
+            rows.push((group_labels(protocol, OTHER, OTHER, OTHER), c));
+        }
+
+        write_group_families(&rows, out);
+        write_health(health, kernel, out);
+        family(
+            out,
+            "dbtap_sampling_one_in",
+            "gauge",
+            "Connection sampling: 1 when every connection is captured; N when one connection in N \
+             is. The counters here are NOT scaled by it: they count what the sampled connections \
+             did, so rate() stays an honest measured rate (multiply by this gauge to estimate the \
+             whole; the JSON digest does).",
+        );
+        sample(out, "dbtap_sampling_one_in", "", sample_one_in);
+        family(
+            out,
+            "dbtap_agent_cpu_seconds_total",
+            "counter",
+            "User and system CPU time the agent used, seconds.",
+        );
+        sample(out, "dbtap_agent_cpu_seconds_total", "", agent.cpu_seconds);
+        family(
+            out,
+            "dbtap_agent_resident_memory_bytes",
+            "gauge",
+            "Resident memory of the agent, bytes.",
+        );
+        sample(
+            out,
+            "dbtap_agent_resident_memory_bytes",
+            "",
+            agent.rss_bytes,
+        );
+        family(
+            out,
+            "dbtap_agent_start_time_seconds",
+            "gauge",
+            "When the agent started, seconds since the Unix epoch.",
+        );
+        sample(
+            out,
+            "dbtap_agent_start_time_seconds",
+            "",
+            agent.start_time_unix,
+        );
+        family(
+            out,
+            "dbtap_agent_threads",
+            "gauge",
+            "Threads the agent runs.",
+        );
+        sample(out, "dbtap_agent_threads", "", agent.threads);
+    }
+
+    /// Fills free places with the not-yet-exported groups of largest total latency.
+    fn promote(&mut self, total: &Aggregator) {
+        if self.exported.len() >= self.top_n {
+            return;
+        }
+        let mut candidates: Vec<&aggregate::Group> = total
+            .groups()
+            .filter(|g| !g.overflow && !self.index.contains_key(&g.key))
+            .collect();
+        if candidates.is_empty() {
+            return;
+        }
+        candidates.sort_by(|a, b| {
+            b.stats
+                .latency
+                .sum_ns()
+                .cmp(&a.stats.latency.sum_ns())
+                .then_with(|| b.stats.count.cmp(&a.stats.count))
+                .then_with(|| a.id.cmp(&b.id))
+                .then_with(|| a.key.cmp(&b.key))
+        });
+        for g in candidates {
+            if self.exported.len() >= self.top_n {
+                break;
+            }
+            let protocol = g.key.protocol.name();
+            let labels = group_labels(
+                protocol,
+                g.key.command,
+                &g.id,
+                &fingerprint_label(&g.fingerprint),
+            );
+            // Two groups whose labels coincide (the same id, and fingerprints alike in their first
+            // 120 characters) cannot both be series: the later one stays in "other" for good.
+            if !self.label_sets.insert(labels.clone()) {
+                continue;
+            }
+            self.index.insert(g.key, self.exported.len());
+            self.exported.push(Exported { key: g.key, labels });
+        }
+    }
+}
+
+/// The fingerprint as a label: control characters and runs of white space become one space, and
+/// past [`FINGERPRINT_MAX_CHARS`] characters it is cut and ends with `…`.
+pub fn fingerprint_label(fp: &str) -> String {
+    let mut s = String::with_capacity(fp.len().min(FINGERPRINT_MAX_CHARS * 4));
+    let mut chars = 0;
+    let mut space = false;
+    for c in fp.trim().chars() {
+        if c.is_whitespace() || c.is_control() {
+            space = true;
+            continue;
+        }
+        if space {
+            s.push(' ');
+            chars += 1;
+            space = false;
+        }
+        s.push(c);
+        chars += 1;
+        if chars > FINGERPRINT_MAX_CHARS {
+            break;
+        }
+    }
+    if chars > FINGERPRINT_MAX_CHARS {
+        let cut = s
+            .char_indices()
+            .nth(FINGERPRINT_MAX_CHARS - 1)
+            .map_or(s.len(), |(i, _)| i);
+        s.truncate(cut);
+        s.truncate(s.trim_end().len());
+        s.push('…');
+    }
+    s
+}
+
+/// Escapes a label value for the text format: backslash, double quote and line feed.
+pub fn escape_label_value(v: &str, out: &mut String) {
+    for c in v.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+}
+
+fn group_labels(protocol: &str, command: &str, id: &str, fingerprint: &str) -> String {
+    let mut s = String::with_capacity(64 + fingerprint.len());
+    for (i, (k, v)) in [
+        ("protocol", protocol),
+        ("command", command),
+        ("query_id", id),
+        ("fingerprint", fingerprint),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        if i > 0 {
+            s.push(',');
+        }
+        s.push_str(k);
+        s.push_str("=\"");
+        escape_label_value(v, &mut s);
+        s.push('"');
+    }
+    s
+}
+
+/// `# HELP` and `# TYPE` lines. HELP texts here are constants without backslashes or newlines.
+fn family(out: &mut String, name: &str, kind: &str, help: &str) {
+    debug_assert!(!help.contains(['\\', '\n']));
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} {kind}");
+}
+
+/// One sample line; `labels` is the escaped inside of the braces, or empty.
+fn sample(out: &mut String, name: &str, labels: &str, v: impl std::fmt::Display) {
+    if labels.is_empty() {
+        let _ = writeln!(out, "{name} {v}");
+    } else {
+        let _ = writeln!(out, "{name}{{{labels}}} {v}");
+    }
+}
+
+fn seconds(ns: u128) -> f64 {
+    ns as f64 / 1e9
+}
+
+const GROUP_NOTE: &str = "Series with query_id=\"other\" sum the groups not exported on their \
+                          own (and groups past the aggregation bound).";
+
+fn write_group_families(rows: &[(String, Counters)], out: &mut String) {
+    let counter = |out: &mut String, name: &str, help: &str, f: &dyn Fn(&Counters) -> u128| {
+        family(out, name, "counter", &format!("{help} {GROUP_NOTE}"));
+        for (labels, c) in rows {
+            sample(out, name, labels, f(c));
+        }
+    };
+    counter(
+        out,
+        "dbtap_queries_total",
+        "Queries seen, by query group.",
+        &|c| c.queries.into(),
+    );
+    counter(
+        out,
+        "dbtap_query_errors_total",
+        "Queries that ended in an error, by query group.",
+        &|c| c.errors.into(),
+    );
+
+    let name = "dbtap_query_duration_seconds";
+    family(
+        out,
+        name,
+        "histogram",
+        &format!(
+            "Response time (request start to last response byte) of answered queries, by query \
+             group. Past 64 samples a group keeps a histogram of buckets at most 0.78% wide, and \
+             a bucket then also counts the samples sharing the histogram bucket of its le (at \
+             most 0.78% above le). {GROUP_NOTE}"
+        ),
+    );
+    let mut l = String::new();
+    for (labels, c) in rows {
+        for (n, (_, le)) in c.le.iter().zip(LATENCY_BUCKETS) {
+            l.clear();
+            let _ = write!(l, "{labels},le=\"{le}\"");
+            sample(out, "dbtap_query_duration_seconds_bucket", &l, n);
+        }
+        l.clear();
+        let _ = write!(l, "{labels},le=\"+Inf\"");
+        sample(
+            out,
+            "dbtap_query_duration_seconds_bucket",
+            &l,
+            c.latency_count,
+        );
+        sample(
+            out,
+            "dbtap_query_duration_seconds_sum",
+            labels,
+            seconds(c.latency_sum_ns),
+        );
+        sample(
+            out,
+            "dbtap_query_duration_seconds_count",
+            labels,
+            c.latency_count,
+        );
+    }
+
+    counter(
+        out,
+        "dbtap_query_rows_sent_total",
+        "Rows the server sent in results, by query group.",
+        &|c| c.rows_sent,
+    );
+
+    let name = "dbtap_query_bytes_total";
+    family(
+        out,
+        name,
+        "counter",
+        &format!(
+            "Protocol bytes of queries, by query group: direction=\"in\" from client to server \
+             (requests), \"out\" from server to client (responses). {GROUP_NOTE}"
+        ),
+    );
+    for (labels, c) in rows {
+        sample(out, name, &format!("{labels},direction=\"in\""), c.bytes_in);
+        sample(
+            out,
+            name,
+            &format!("{labels},direction=\"out\""),
+            c.bytes_out,
+        );
+    }
+}
+
+fn write_health(h: &CaptureHealth, k: KernelStats, out: &mut String) {
+    let all: [(&str, &str, u64); 12] = [
+        (
+            "dbtap_capture_packets_total",
+            "Link-layer frames read from the capture.",
+            h.packets,
+        ),
+        (
+            "dbtap_capture_bytes_total",
+            "Bytes of the frames read, as captured.",
+            h.bytes,
+        ),
+        (
+            "dbtap_capture_kernel_packets_total",
+            "Packets the kernel counted for the capture socket.",
+            k.packets,
+        ),
+        (
+            "dbtap_capture_kernel_drops_total",
+            "Packets the kernel dropped before dbtap read them (the capture did not keep up).",
+            k.drops,
+        ),
+        (
+            "dbtap_tcp_connections_total",
+            "TCP connections tracked.",
+            h.connections,
+        ),
+        (
+            "dbtap_tcp_gaps_total",
+            "Holes in TCP streams that were never filled: queries in them are missing.",
+            h.gaps,
+        ),
+        (
+            "dbtap_tcp_gap_bytes_total",
+            "Bytes missing in TCP stream holes.",
+            h.gap_bytes,
+        ),
+        (
+            "dbtap_tcp_duplicates_total",
+            "TCP segments that repeated bytes already seen (retransmissions).",
+            h.duplicates,
+        ),
+        (
+            "dbtap_unparsed_bytes_total",
+            "Stream bytes the protocol parsers could not interpret and skipped.",
+            h.unparsed_bytes,
+        ),
+        (
+            "dbtap_malformed_messages_total",
+            "Protocol messages that failed to parse.",
+            h.malformed_messages,
+        ),
+        (
+            "dbtap_responses_without_request_total",
+            "Response messages that matched no request.",
+            h.responses_without_request,
+        ),
+        (
+            "dbtap_encrypted_connections_total",
+            "Connections that switched to TLS and could not be read.",
+            h.encrypted_connections,
+        ),
+    ];
+    for (name, help, v) in all {
+        family(out, name, "counter", help);
+        sample(out, name, "", v);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_line() {
+        let stat = "1234 (my (odd) proc) S 1 1234 1234 0 -1 4194560 500 0 0 0 250 50 0 0 20 0 \
+                    3 0 100 1000000 200 18446744073709551615";
+        assert_eq!(parse_stat_cpu_ticks(stat), Some(300));
+        assert_eq!(parse_stat_cpu_ticks("garbage"), None);
+        assert_eq!(parse_stat_cpu_ticks("1 (x) S 1 2"), None);
+    }
+
+    #[test]
+    fn status_rss() {
+        let status = "Name:\tdbtap\nVmPeak:\t  9000 kB\nVmRSS:\t    1234 kB\nThreads:\t4\n";
+        assert_eq!(parse_status_rss_bytes(status), Some(1234 * 1024));
+        assert_eq!(parse_status_rss_bytes("Name:\tx\n"), None);
+    }
+
+    #[test]
+    fn read_self_sees_this_process() {
+        let a = AgentInfo::read_self(1.5, 3);
+        assert_eq!((a.start_time_unix, a.threads), (1.5, 3));
+        if cfg!(target_os = "linux") {
+            assert!(a.rss_bytes > 0);
+            assert!(a.cpu_seconds >= 0.0);
+        }
+    }
+
+    #[test]
+    fn label_escaping() {
+        let mut s = String::new();
+        escape_label_value("a\\b\"c\nd", &mut s);
+        assert_eq!(s, r#"a\\b\"c\nd"#);
+    }
+
+    #[test]
+    fn fingerprint_one_line_and_short() {
+        assert_eq!(
+            fingerprint_label("  select *\n\tfrom  t\r\nwhere a = ? "),
+            "select * from t where a = ?"
+        );
+        let long = "x".repeat(300);
+        let l = fingerprint_label(&long);
+        assert_eq!(l.chars().count(), FINGERPRINT_MAX_CHARS);
+        assert!(l.ends_with('…'));
+        let exact = "é".repeat(FINGERPRINT_MAX_CHARS);
+        assert_eq!(fingerprint_label(&exact), exact);
+        let over = "é".repeat(FINGERPRINT_MAX_CHARS + 1);
+        assert_eq!(
+            fingerprint_label(&over).chars().count(),
+            FINGERPRINT_MAX_CHARS
+        );
+    }
+}

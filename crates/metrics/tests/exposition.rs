@@ -1,0 +1,721 @@
+//! The exposition read back by a strict parser of the Prometheus text format 0.0.4, and the
+//! monotonicity of every series over a sequence of renders.
+//!
+//! The `prometheus-parse` crate was the first choice of parser, but it splits label pairs on `,`
+//! and `=` and ends the label set at the first `}`, so it silently mangles exactly the label
+//! values we emit (fingerprints such as `select a, b from t where x = ?` or MongoDB shapes with
+//! braces). The parser here follows the format's grammar instead and rejects anything else.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::net::SocketAddr;
+
+use aggregate::{AggConfig, Aggregator, GroupKey};
+use metrics::prom::{AgentInfo, Exporter, FINGERPRINT_MAX_CHARS, KernelStats, LATENCY_BUCKETS};
+use proto::{DbError, Outcome, Protocol, QueryEvent};
+use report::CaptureHealth;
+
+// ---------------------------------------------------------------------------------------------
+// A strict parser of the text format.
+
+#[derive(Debug, Clone, PartialEq)]
+struct Sample {
+    name: String,
+    labels: BTreeMap<String, String>,
+    value: f64,
+}
+
+impl Sample {
+    /// Name and labels: what identifies the series.
+    fn series(&self) -> String {
+        let l: Vec<String> = self
+            .labels
+            .iter()
+            .map(|(k, v)| format!("{k}={v:?}"))
+            .collect();
+        format!("{}{{{}}}", self.name, l.join(","))
+    }
+}
+
+#[derive(Debug, Default)]
+struct Exposition {
+    types: HashMap<String, String>,
+    helps: HashMap<String, String>,
+    samples: Vec<Sample>,
+}
+
+impl Exposition {
+    fn get(&self, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+        self.samples
+            .iter()
+            .find(|s| {
+                s.name == name
+                    && s.labels.len() == labels.len()
+                    && labels
+                        .iter()
+                        .all(|(k, v)| s.labels.get(*k).map(String::as_str) == Some(v))
+            })
+            .map(|s| s.value)
+    }
+
+    fn sum(&self, name: &str, filter: impl Fn(&Sample) -> bool) -> f64 {
+        self.samples
+            .iter()
+            .filter(|s| s.name == name && filter(s))
+            .map(|s| s.value)
+            .sum()
+    }
+}
+
+fn is_metric_name(s: &str) -> bool {
+    let mut c = s.chars();
+    matches!(c.next(), Some(ch) if ch.is_ascii_alphabetic() || ch == '_' || ch == ':')
+        && c.all(|ch| ch.is_ascii_alphanumeric() || ch == '_' || ch == ':')
+}
+
+fn is_label_name(s: &str) -> bool {
+    let mut c = s.chars();
+    matches!(c.next(), Some(ch) if ch.is_ascii_alphabetic() || ch == '_')
+        && c.all(|ch| ch.is_ascii_alphanumeric() || ch == '_')
+}
+
+fn parse_value(s: &str) -> Result<f64, String> {
+    match s {
+        "+Inf" => Ok(f64::INFINITY),
+        "-Inf" => Ok(f64::NEG_INFINITY),
+        "NaN" => Ok(f64::NAN),
+        _ => s.parse::<f64>().map_err(|_| format!("bad value {s:?}")),
+    }
+}
+
+/// `{...}` at the start of `s`: the labels and the rest after `}`.
+fn parse_labels(s: &str) -> Result<(BTreeMap<String, String>, &str), String> {
+    let mut labels = BTreeMap::new();
+    let mut rest = s.strip_prefix('{').ok_or("no {")?;
+    loop {
+        if let Some(r) = rest.strip_prefix('}') {
+            return Ok((labels, r));
+        }
+        let eq = rest.find('=').ok_or("label without =")?;
+        let name = &rest[..eq];
+        if !is_label_name(name) {
+            return Err(format!("bad label name {name:?}"));
+        }
+        rest = rest[eq + 1..]
+            .strip_prefix('"')
+            .ok_or("label value not quoted")?;
+        let mut value = String::new();
+        let mut chars = rest.char_indices();
+        let end = loop {
+            match chars.next().ok_or("unterminated label value")? {
+                (i, '"') => break i,
+                (_, '\\') => match chars.next().ok_or("dangling backslash")?.1 {
+                    '\\' => value.push('\\'),
+                    '"' => value.push('"'),
+                    'n' => value.push('\n'),
+                    c => return Err(format!("bad escape \\{c}")),
+                },
+                (_, '\n') => return Err("raw newline in label value".into()),
+                (_, c) => value.push(c),
+            }
+        };
+        rest = &rest[end + 1..];
+        if labels.insert(name.to_string(), value).is_some() {
+            return Err(format!("label {name} twice"));
+        }
+        if let Some(r) = rest.strip_prefix(',') {
+            rest = r;
+        } else if !rest.starts_with('}') {
+            return Err("expected , or } after a label".into());
+        }
+    }
+}
+
+/// The family a sample belongs to, given the TYPEs declared so far.
+fn family_of(name: &str, types: &HashMap<String, String>) -> Option<String> {
+    if types.contains_key(name) {
+        return Some(name.to_string());
+    }
+    for suffix in ["_bucket", "_sum", "_count"] {
+        if let Some(base) = name.strip_suffix(suffix)
+            && types.get(base).map(String::as_str) == Some("histogram")
+        {
+            return Some(base.to_string());
+        }
+    }
+    None
+}
+
+/// Parses an exposition, enforcing: every line is a HELP, TYPE or sample line; each family has
+/// exactly one HELP and one TYPE, before its samples; a family's samples are contiguous; no
+/// series repeats; counters are finite and non-negative; histograms have cumulative buckets in
+/// increasing `le` order ending with `+Inf` equal to `_count`, and a `_sum`.
+fn parse(text: &str) -> Result<Exposition, String> {
+    let mut x = Exposition::default();
+    let mut closed: HashSet<String> = HashSet::new();
+    let mut current: Option<String> = None;
+    let mut seen_series = HashSet::new();
+    if !text.ends_with('\n') {
+        return Err("exposition does not end with a newline".into());
+    }
+    for (n, line) in text.lines().enumerate() {
+        let err = |m: String| format!("line {}: {m}: {line:?}", n + 1);
+        if let Some(rest) = line.strip_prefix("# ") {
+            let (kw, rest) = rest
+                .split_once(' ')
+                .ok_or_else(|| err("short comment".into()))?;
+            let (name, arg) = rest.split_once(' ').ok_or_else(|| err("no text".into()))?;
+            if !is_metric_name(name) {
+                return Err(err("bad metric name".into()));
+            }
+            if closed.contains(name) || current.as_deref().is_some_and(|c| c != name) {
+                // A new family starts: the previous one is complete.
+                if let Some(c) = current.take() {
+                    closed.insert(c);
+                }
+            }
+            if closed.contains(name) {
+                return Err(err("family declared again after its samples".into()));
+            }
+            current = Some(name.to_string());
+            match kw {
+                "HELP" => {
+                    if arg.contains('\\')
+                        && arg.replace("\\\\", "").replace("\\n", "").contains('\\')
+                    {
+                        return Err(err("bad escape in HELP".into()));
+                    }
+                    if x.helps.insert(name.into(), arg.into()).is_some() {
+                        return Err(err("second HELP".into()));
+                    }
+                }
+                "TYPE" => {
+                    if !["counter", "gauge", "histogram", "summary", "untyped"].contains(&arg) {
+                        return Err(err("bad type".into()));
+                    }
+                    if x.types.insert(name.into(), arg.into()).is_some() {
+                        return Err(err("second TYPE".into()));
+                    }
+                }
+                _ => return Err(err("comment that is neither HELP nor TYPE".into())),
+            }
+            continue;
+        }
+        if line.is_empty() || line.starts_with('#') {
+            return Err(err("blank line or bare comment".into()));
+        }
+        let name_end = line
+            .find(['{', ' '])
+            .ok_or_else(|| err("no value".into()))?;
+        let name = &line[..name_end];
+        if !is_metric_name(name) {
+            return Err(err("bad metric name".into()));
+        }
+        let (labels, rest) = if line[name_end..].starts_with('{') {
+            parse_labels(&line[name_end..]).map_err(err)?
+        } else {
+            (BTreeMap::new(), &line[name_end..])
+        };
+        let rest = rest
+            .strip_prefix(' ')
+            .ok_or_else(|| err("no space before value".into()))?;
+        let mut parts = rest.split(' ');
+        let value = parse_value(parts.next().unwrap_or("")).map_err(err)?;
+        if let Some(ts) = parts.next() {
+            ts.parse::<i64>().map_err(|_| err("bad timestamp".into()))?;
+        }
+        if parts.next().is_some() {
+            return Err(err("trailing fields".into()));
+        }
+        let family =
+            family_of(name, &x.types).ok_or_else(|| err("sample before its TYPE".into()))?;
+        if current.as_deref() != Some(family.as_str()) {
+            return Err(err(format!(
+                "sample of {family} outside its family's block"
+            )));
+        }
+        if !x.helps.contains_key(&family) {
+            return Err(err("family without HELP".into()));
+        }
+        let s = Sample {
+            name: name.into(),
+            labels,
+            value,
+        };
+        if !seen_series.insert(s.series()) {
+            return Err(err("series repeated".into()));
+        }
+        let kind = x.types[&family].as_str();
+        if kind == "counter" || kind == "histogram" {
+            if !(value.is_finite() && value >= 0.0) {
+                return Err(err("counter value negative or not finite".into()));
+            }
+            if kind == "counter" && !name.ends_with("_total") {
+                return Err(err("counter not named _total".into()));
+            }
+        }
+        x.samples.push(s);
+    }
+    for f in x.types.keys().chain(x.helps.keys()) {
+        if !x.types.contains_key(f) || !x.helps.contains_key(f) {
+            return Err(format!("family {f} lacks HELP or TYPE"));
+        }
+    }
+    check_histograms(&x)?;
+    Ok(x)
+}
+
+fn check_histograms(x: &Exposition) -> Result<(), String> {
+    for (family, _) in x.types.iter().filter(|(_, t)| *t == "histogram") {
+        let bucket_name = format!("{family}_bucket");
+        let mut series: BTreeMap<BTreeMap<String, String>, Vec<(f64, f64)>> = BTreeMap::new();
+        for s in x.samples.iter().filter(|s| s.name == bucket_name) {
+            let mut l = s.labels.clone();
+            let le = l.remove("le").ok_or("bucket without le")?;
+            series
+                .entry(l)
+                .or_default()
+                .push((parse_value(&le)?, s.value));
+        }
+        for (labels, buckets) in series {
+            let key = format!("{family}{labels:?}");
+            for w in buckets.windows(2) {
+                if w[1].0 <= w[0].0 {
+                    return Err(format!("{key}: le not increasing"));
+                }
+                if w[1].1 < w[0].1 {
+                    return Err(format!("{key}: buckets not cumulative: {buckets:?}"));
+                }
+            }
+            let last = buckets.last().ok_or("no buckets")?;
+            if last.0 != f64::INFINITY {
+                return Err(format!("{key}: last bucket is not +Inf"));
+            }
+            let find = |suffix: &str| {
+                x.samples
+                    .iter()
+                    .find(|s| s.name == format!("{family}{suffix}") && s.labels == labels)
+                    .map(|s| s.value)
+            };
+            let count = find("_count").ok_or(format!("{key}: no _count"))?;
+            find("_sum").ok_or(format!("{key}: no _sum"))?;
+            if count != last.1 {
+                return Err(format!("{key}: +Inf bucket {} != _count {count}", last.1));
+            }
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn parser_rejects_what_the_format_forbids() {
+    let ok = "# HELP a_total A.\n# TYPE a_total counter\na_total{x=\"1\"} 2\n";
+    assert!(parse(ok).is_ok());
+    for bad in [
+        "a_total 1\n",                                                         // no TYPE
+        "# TYPE a_total counter\na_total 1\n",                                 // no HELP
+        "# HELP a_total A.\n# HELP a_total A.\n# TYPE a_total counter\n",      // HELP twice
+        "# HELP a_total A.\n# TYPE a_total counter\na_total{x=\"a\nb\"} 1\n",  // raw newline
+        "# HELP a_total A.\n# TYPE a_total counter\na_total{x=\"a\\tb\"} 1\n", // bad escape
+        "# HELP a_total A.\n# TYPE a_total counter\na_total{x=\"1\",x=\"2\"} 1\n",
+        "# HELP a_total A.\n# TYPE a_total counter\na_total 1\na_total 2\n", // series twice
+        "# HELP a_total A.\n# TYPE a_total counter\na_total -1\n",
+        "# HELP a_total A.\n# TYPE a_total counter\na_total x\n",
+        "# HELP a_total A.\n# TYPE a_total counter\na_total 1", // no final newline
+        "# HELP h H.\n# TYPE h histogram\nh_bucket{le=\"1\"} 2\nh_bucket{le=\"+Inf\"} 1\nh_sum 1\nh_count 1\n",
+        "# HELP h H.\n# TYPE h histogram\nh_bucket{le=\"1\"} 1\nh_sum 1\nh_count 1\n",
+        "# HELP h H.\n# TYPE h histogram\nh_bucket{le=\"+Inf\"} 1\nh_sum 1\nh_count 2\n",
+        // a family's samples split by another family
+        "# HELP a_total A.\n# TYPE a_total counter\na_total{x=\"1\"} 1\n# HELP b B.\n# TYPE b gauge\nb 1\na_total{x=\"2\"} 1\n",
+    ] {
+        assert!(parse(bad).is_err(), "accepted: {bad:?}");
+    }
+    let x =
+        parse("# HELP a_total A.\n# TYPE a_total counter\na_total{x=\"q\\\"\\\\\\n, }={\"} 1\n")
+            .unwrap();
+    assert_eq!(x.samples[0].labels["x"], "q\"\\\n, }={");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Building aggregates.
+
+fn addr(port: u16) -> SocketAddr {
+    SocketAddr::from(([10, 0, 0, 1], port))
+}
+
+fn event(protocol: Protocol, command: &'static str, latency_ns: u64, error: bool) -> QueryEvent {
+    QueryEvent {
+        protocol,
+        conn: 1,
+        client: addr(40000),
+        server: addr(3306),
+        start_ns: 1_000_000_000,
+        first_response_ns: Some(1_000_000_000 + latency_ns / 2),
+        end_ns: Some(1_000_000_000 + latency_ns),
+        user: None,
+        database: None,
+        command,
+        text: None,
+        text_truncated: false,
+        statement_id: None,
+        bytes_in: 40,
+        bytes_out: 300,
+        rows_sent: 3,
+        rows_affected: 0,
+        outcome: if error { Outcome::Error } else { Outcome::Ok },
+        error: error.then(|| DbError {
+            code: 1064,
+            state: None,
+            message: "bad".into(),
+        }),
+    }
+}
+
+/// Group `i`: alternately MySQL `query` and PostgreSQL `query`, with awkward fingerprints.
+fn add(agg: &mut Aggregator, i: u64, latency_ns: u64, error: bool) {
+    let protocol = if i % 3 == 2 {
+        Protocol::Postgres
+    } else {
+        Protocol::Mysql
+    };
+    let key = GroupKey {
+        protocol,
+        command: "query",
+        fingerprint_hash: i,
+    };
+    agg.add(&event(protocol, "query", latency_ns, error), key, || {
+        let fp = match i % 4 {
+            0 => format!("select a, b from t{i} where x = ? and y = \"?\""),
+            1 => format!("select *\nfrom t{i} -- back\\slash {{}} = , \"q\""),
+            2 => format!("update t{i} set {} = ?", "c".repeat(200)),
+            _ => format!("find t{i} {{\"a\": {{\"$in\": [?]}}}}"),
+        };
+        (fp, format!("{i:016X}"))
+    });
+}
+
+fn render(ex: &mut Exporter, agg: &Aggregator, health: &CaptureHealth) -> Exposition {
+    let mut out = String::new();
+    let agent = AgentInfo {
+        cpu_seconds: 1.25,
+        rss_bytes: 1 << 20,
+        start_time_unix: 1_700_000_000.5,
+        threads: 4,
+    };
+    let kernel = KernelStats {
+        packets: health.packets + 5,
+        drops: 2,
+    };
+    ex.render(agg, health, kernel, &agent, 4, &mut out);
+    parse(&out).unwrap_or_else(|e| panic!("{e}\n---\n{out}"))
+}
+
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn every_family_present_with_expected_values() {
+    let mut agg = Aggregator::new(AggConfig::default());
+    add(&mut agg, 0, 150_000, false); // 150 us
+    add(&mut agg, 0, 3_000_000_000, true); // 3 s
+    add(&mut agg, 2, 50_000, false);
+    let health = CaptureHealth {
+        packets: 100,
+        bytes: 9000,
+        connections: 3,
+        gaps: 1,
+        gap_bytes: 20,
+        duplicates: 4,
+        unparsed_bytes: 5,
+        malformed_messages: 6,
+        responses_without_request: 7,
+        encrypted_connections: 8,
+        ..Default::default()
+    };
+    let mut ex = Exporter::new(10);
+    let x = render(&mut ex, &agg, &health);
+
+    let families = [
+        ("dbtap_queries_total", "counter"),
+        ("dbtap_query_errors_total", "counter"),
+        ("dbtap_query_duration_seconds", "histogram"),
+        ("dbtap_query_rows_sent_total", "counter"),
+        ("dbtap_query_bytes_total", "counter"),
+        ("dbtap_capture_packets_total", "counter"),
+        ("dbtap_capture_bytes_total", "counter"),
+        ("dbtap_capture_kernel_packets_total", "counter"),
+        ("dbtap_capture_kernel_drops_total", "counter"),
+        ("dbtap_tcp_connections_total", "counter"),
+        ("dbtap_tcp_gaps_total", "counter"),
+        ("dbtap_tcp_gap_bytes_total", "counter"),
+        ("dbtap_tcp_duplicates_total", "counter"),
+        ("dbtap_unparsed_bytes_total", "counter"),
+        ("dbtap_malformed_messages_total", "counter"),
+        ("dbtap_responses_without_request_total", "counter"),
+        ("dbtap_encrypted_connections_total", "counter"),
+        ("dbtap_sampling_one_in", "gauge"),
+        ("dbtap_agent_cpu_seconds_total", "counter"),
+        ("dbtap_agent_resident_memory_bytes", "gauge"),
+        ("dbtap_agent_start_time_seconds", "gauge"),
+        ("dbtap_agent_threads", "gauge"),
+    ];
+    for (f, t) in families {
+        assert_eq!(x.types.get(f).map(String::as_str), Some(t), "{f}");
+    }
+    assert_eq!(x.types.len(), families.len());
+    assert!(x.helps["dbtap_sampling_one_in"].contains("NOT scaled"));
+
+    let g0 = [
+        ("protocol", "mysql"),
+        ("command", "query"),
+        ("query_id", "0000000000000000"),
+        (
+            "fingerprint",
+            "select a, b from t0 where x = ? and y = \"?\"",
+        ),
+    ];
+    assert_eq!(x.get("dbtap_queries_total", &g0), Some(2.0));
+    assert_eq!(x.get("dbtap_query_errors_total", &g0), Some(1.0));
+    assert_eq!(x.get("dbtap_query_rows_sent_total", &g0), Some(6.0));
+    let with = |extra: (&'static str, &'static str)| {
+        let mut v = g0.to_vec();
+        v.push(extra);
+        v
+    };
+    assert_eq!(
+        x.get("dbtap_query_bytes_total", &with(("direction", "in"))),
+        Some(80.0)
+    );
+    assert_eq!(
+        x.get("dbtap_query_bytes_total", &with(("direction", "out"))),
+        Some(600.0)
+    );
+    let bucket = |le| x.get("dbtap_query_duration_seconds_bucket", &with(("le", le)));
+    assert_eq!(bucket("0.0001"), Some(0.0));
+    assert_eq!(bucket("0.00025"), Some(1.0));
+    assert_eq!(bucket("2.5"), Some(1.0));
+    assert_eq!(bucket("5"), Some(2.0));
+    assert_eq!(bucket("+Inf"), Some(2.0));
+    assert_eq!(
+        x.get("dbtap_query_duration_seconds_sum", &g0),
+        Some(3.00015)
+    );
+    assert_eq!(x.get("dbtap_query_duration_seconds_count", &g0), Some(2.0));
+    // Every bound of LATENCY_BUCKETS is there.
+    for (_, le) in LATENCY_BUCKETS {
+        assert!(bucket(le).is_some(), "{le}");
+    }
+
+    // The "other" series: one per protocol seen, zero here since everything fits.
+    let other = |p| {
+        [
+            ("protocol", p),
+            ("command", "other"),
+            ("query_id", "other"),
+            ("fingerprint", "other"),
+        ]
+    };
+    assert_eq!(x.get("dbtap_queries_total", &other("mysql")), Some(0.0));
+    assert_eq!(x.get("dbtap_queries_total", &other("postgres")), Some(0.0));
+    assert_eq!(x.get("dbtap_queries_total", &other("redis")), None);
+
+    for (name, v) in [
+        ("dbtap_capture_packets_total", 100.0),
+        ("dbtap_capture_bytes_total", 9000.0),
+        ("dbtap_capture_kernel_packets_total", 105.0),
+        ("dbtap_capture_kernel_drops_total", 2.0),
+        ("dbtap_tcp_connections_total", 3.0),
+        ("dbtap_tcp_gaps_total", 1.0),
+        ("dbtap_tcp_gap_bytes_total", 20.0),
+        ("dbtap_tcp_duplicates_total", 4.0),
+        ("dbtap_unparsed_bytes_total", 5.0),
+        ("dbtap_malformed_messages_total", 6.0),
+        ("dbtap_responses_without_request_total", 7.0),
+        ("dbtap_encrypted_connections_total", 8.0),
+        ("dbtap_sampling_one_in", 4.0),
+        ("dbtap_agent_cpu_seconds_total", 1.25),
+        ("dbtap_agent_resident_memory_bytes", 1048576.0),
+        ("dbtap_agent_start_time_seconds", 1_700_000_000.5),
+        ("dbtap_agent_threads", 4.0),
+    ] {
+        assert_eq!(x.get(name, &[]), Some(v), "{name}");
+    }
+}
+
+#[test]
+fn fingerprints_are_escaped_shortened_single_line() {
+    let mut agg = Aggregator::new(AggConfig::default());
+    for i in 0..4 {
+        add(&mut agg, i, 1000, false);
+    }
+    let x = render(&mut Exporter::new(10), &agg, &CaptureHealth::default());
+    let fps: HashSet<&str> = x
+        .samples
+        .iter()
+        .filter(|s| s.name == "dbtap_queries_total")
+        .map(|s| s.labels["fingerprint"].as_str())
+        .collect();
+    assert!(
+        fps.contains("select * from t1 -- back\\slash {} = , \"q\""),
+        "{fps:?}"
+    );
+    assert!(fps.contains("find t3 {\"a\": {\"$in\": [?]}}"), "{fps:?}");
+    let long = fps.iter().find(|f| f.starts_with("update t2")).unwrap();
+    assert_eq!(long.chars().count(), FINGERPRINT_MAX_CHARS);
+    assert!(long.ends_with('…'));
+    assert!(fps.iter().all(|f| !f.contains('\n')));
+}
+
+/// Renders after every step of a growing aggregate, where groups keep appearing (more than
+/// `top_n`, and more than the aggregator's own bound), latencies sit just below bucket bounds
+/// and groups cross the switch from exact samples to the histogram. Every series seen once must
+/// stay, and never decrease; the exported set must stay within `top_n` and only grow; and each
+/// family's series must add up to the aggregator's totals.
+#[test]
+fn every_series_is_monotonic_across_renders() {
+    const TOP_N: usize = 4;
+    let mut agg = Aggregator::new(AggConfig {
+        max_groups: 9,
+        keep_examples: false,
+    });
+    let mut ex = Exporter::new(TOP_N);
+    let mut health = CaptureHealth::default();
+    let mut prev: BTreeMap<String, f64> = BTreeMap::new();
+    let mut exported_before: HashSet<String> = HashSet::new();
+    let mut rng: u64 = 0x9E37_79B9_7F4A_7C15;
+    let mut next = move || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    let mut promoted_late = false;
+    let mut overflowed = false;
+    for step in 0..40u64 {
+        // New groups arrive over time (2 per step for the first 7 steps: 14 > max_groups 9).
+        let live_groups = (2 * (step + 1)).min(14);
+        let events = if step == 0 { 3 } else { 10 + next() % 40 };
+        for _ in 0..events {
+            // Later groups get slower, so they outrank early ones on total latency.
+            let g = next() % live_groups;
+            let bound = LATENCY_BUCKETS[(next() % 16) as usize].0;
+            let latency = match next() % 3 {
+                0 => bound - next() % 300, // just below a bound: counted exactly, then bucketed
+                1 => bound + next() % 300,
+                _ => next() % 20_000_000_000,
+            } * (1 + g / 4);
+            add(&mut agg, g, latency, next() % 7 == 0);
+        }
+        health.packets += events * 2;
+        health.bytes += events * 500;
+        health.gaps += step % 2;
+
+        let x = render(&mut ex, &agg, &health);
+        let mut now: BTreeMap<String, f64> = BTreeMap::new();
+        for s in &x.samples {
+            if x.types.get(&s.name).map(String::as_str) == Some("gauge") {
+                continue;
+            }
+            now.insert(s.series(), s.value);
+        }
+        for (series, v) in &prev {
+            let n = now
+                .get(series)
+                .unwrap_or_else(|| panic!("step {step}: {series} vanished"));
+            assert!(n >= v, "step {step}: {series} went down: {v} -> {n}");
+        }
+
+        // Exported groups: at most TOP_N, and the set only grows.
+        let exported: HashSet<String> = x
+            .samples
+            .iter()
+            .filter(|s| s.name == "dbtap_queries_total" && s.labels["query_id"] != "other")
+            .map(|s| s.labels["query_id"].clone())
+            .collect();
+        assert!(exported.len() <= TOP_N);
+        assert!(exported.is_superset(&exported_before), "step {step}");
+        if step > 0 && exported.len() > exported_before.len() {
+            promoted_late = true;
+        }
+        exported_before = exported;
+
+        // Each family adds up to the totals (the overflow group is inside "other").
+        let t = &agg.totals().stats;
+        let all = |_: &Sample| true;
+        assert_eq!(x.sum("dbtap_queries_total", all), t.count as f64);
+        assert_eq!(x.sum("dbtap_query_errors_total", all), t.errors as f64);
+        assert_eq!(
+            x.sum("dbtap_query_rows_sent_total", all),
+            t.rows_sent.sum as f64
+        );
+        assert_eq!(
+            x.sum("dbtap_query_duration_seconds_count", all),
+            t.latency.count() as f64
+        );
+        let inf = x.sum("dbtap_query_duration_seconds_bucket", |s| {
+            s.labels["le"] == "+Inf"
+        });
+        assert_eq!(inf, t.latency.count() as f64);
+        let sum_s = x.sum("dbtap_query_duration_seconds_sum", all);
+        assert!((sum_s - t.latency.sum_ns() as f64 / 1e9).abs() < 1e-6 * sum_s.max(1.0));
+        assert_eq!(
+            x.sum("dbtap_query_bytes_total", |s| s.labels["direction"]
+                == "out"),
+            t.bytes_out.sum as f64
+        );
+        overflowed |= agg.overflow().is_some();
+        prev = now;
+    }
+    assert!(
+        overflowed,
+        "the sequence must reach the aggregator's own bound"
+    );
+    assert!(
+        promoted_late,
+        "some group must enter the exported set after the first render"
+    );
+    assert_eq!(exported_before.len(), TOP_N);
+    // Groups crossed the switch to the histogram.
+    assert!(agg.groups().any(|g| !g.stats.latency.is_exact()));
+    // The "other" series hold groups beyond top_n for both protocols.
+    let x = render(&mut ex, &agg, &health);
+    for p in ["mysql", "postgres"] {
+        let o = x
+            .get(
+                "dbtap_queries_total",
+                &[
+                    ("protocol", p),
+                    ("command", "other"),
+                    ("query_id", "other"),
+                    ("fingerprint", "other"),
+                ],
+            )
+            .unwrap();
+        assert!(o > 0.0, "{p}");
+    }
+}
+
+#[test]
+fn colliding_labels_stay_in_other() {
+    // Two groups with the same id and the same long fingerprint prefix.
+    let mut agg = Aggregator::new(AggConfig::default());
+    let long = "select ".to_string() + &"x, ".repeat(100);
+    for (hash, lat) in [(1u64, 5_000), (2, 9_000)] {
+        let key = GroupKey {
+            protocol: Protocol::Mysql,
+            command: "query",
+            fingerprint_hash: hash,
+        };
+        let fp = format!("{long}{hash}");
+        agg.add(&event(Protocol::Mysql, "query", lat, false), key, || {
+            (fp, "SAMEID".to_string())
+        });
+    }
+    let x = render(&mut Exporter::new(5), &agg, &CaptureHealth::default());
+    let ids: Vec<&str> = x
+        .samples
+        .iter()
+        .filter(|s| s.name == "dbtap_queries_total")
+        .map(|s| s.labels["query_id"].as_str())
+        .collect();
+    assert_eq!(ids, ["SAMEID", "other"]);
+    assert_eq!(x.sum("dbtap_queries_total", |_| true), 2.0);
+}
