@@ -30,7 +30,12 @@ pub struct Insn {
 
 impl Insn {
     pub const fn stmt(code: u16, k: u32) -> Insn {
-        Insn { code, jt: 0, jf: 0, k }
+        Insn {
+            code,
+            jt: 0,
+            jf: 0,
+            k,
+        }
     }
     pub const fn jump(code: u16, k: u32, jt: u8, jf: u8) -> Insn {
         Insn { code, jt, jf, k }
@@ -114,7 +119,12 @@ struct Label(usize);
 enum Op {
     Stmt(Insn),
     /// Conditional jump (`code` is BPF_JMP|op|BPF_K) to label `t` if true, `f` if false.
-    Cond { code: u16, k: u32, t: Label, f: Label },
+    Cond {
+        code: u16,
+        k: u32,
+        t: Label,
+        f: Label,
+    },
     Ja(Label),
     Here(Label),
 }
@@ -140,10 +150,20 @@ impl Asm {
         self.ops.push(Op::Stmt(Insn::stmt(code, k)));
     }
     fn jeq(&mut self, k: u32, t: Label, f: Label) {
-        self.ops.push(Op::Cond { code: BPF_JMP | BPF_JEQ | BPF_K, k, t, f });
+        self.ops.push(Op::Cond {
+            code: BPF_JMP | BPF_JEQ | BPF_K,
+            k,
+            t,
+            f,
+        });
     }
     fn jset(&mut self, k: u32, t: Label, f: Label) {
-        self.ops.push(Op::Cond { code: BPF_JMP | BPF_JSET | BPF_K, k, t, f });
+        self.ops.push(Op::Cond {
+            code: BPF_JMP | BPF_JSET | BPF_K,
+            k,
+            t,
+            f,
+        });
     }
     fn ja(&mut self, l: Label) {
         self.ops.push(Op::Ja(l));
@@ -152,9 +172,12 @@ impl Asm {
     fn finish(self) -> Vec<Insn> {
         let mut wide = vec![false; self.ops.len()];
         let mut at = vec![0usize; self.labels];
+        let mut op_pos = vec![0usize; self.ops.len()];
         loop {
+            // Lay out with the current widths, then widen every jump that does not reach.
             let mut pos = 0;
             for (i, op) in self.ops.iter().enumerate() {
+                op_pos[i] = pos;
                 match op {
                     Op::Here(l) => at[l.0] = pos,
                     Op::Cond { .. } if wide[i] => pos += 3,
@@ -162,18 +185,13 @@ impl Asm {
                 }
             }
             let mut changed = false;
-            pos = 0;
             for (i, op) in self.ops.iter().enumerate() {
-                match op {
-                    Op::Here(_) => {}
-                    Op::Cond { t, f, .. } => {
-                        if !wide[i] && (at[t.0] - (pos + 1) > 255 || at[f.0] - (pos + 1) > 255) {
-                            wide[i] = true;
-                            changed = true;
-                        }
-                        pos += if wide[i] { 3 } else { 1 };
+                if let Op::Cond { t, f, .. } = op {
+                    let next = op_pos[i] + 1;
+                    if !wide[i] && (at[t.0] - next > 255 || at[f.0] - next > 255) {
+                        wide[i] = true;
+                        changed = true;
                     }
-                    _ => pos += 1,
                 }
             }
             if !changed {
@@ -193,7 +211,12 @@ impl Asm {
                     out.push(Insn::stmt(BPF_JMP | BPF_JA, (at[f.0] - (pos + 3)) as u32));
                 }
                 Op::Cond { code, k, t, f } => {
-                    out.push(Insn::jump(code, k, (at[t.0] - (pos + 1)) as u8, (at[f.0] - (pos + 1)) as u8));
+                    out.push(Insn::jump(
+                        code,
+                        k,
+                        (at[t.0] - (pos + 1)) as u8,
+                        (at[f.0] - (pos + 1)) as u8,
+                    ));
                 }
             }
         }
@@ -320,7 +343,11 @@ fn ports_block(a: &mut Asm, spec: &FilterSpec, v6: bool, accept: Label, reject: 
         if sample <= 1 {
             a.ja(accept);
         } else {
-            if other_is_dst { dport(a) } else { sport(a) }
+            if other_is_dst {
+                dport(a)
+            } else {
+                sport(a)
+            }
             a.stmt(BPF_ALU | BPF_MOD | BPF_K, sample);
             a.jeq(0, accept, fail);
         }
@@ -329,7 +356,11 @@ fn ports_block(a: &mut Asm, spec: &FilterSpec, v6: bool, accept: Label, reject: 
         let (src_m, dst_chk, dst_m, done) = (a.label(), a.label(), a.label(), a.label());
         sport(a);
         for (i, &p) in spec.ports.iter().enumerate() {
-            let next = if i + 1 == spec.ports.len() { dst_chk } else { a.label() };
+            let next = if i + 1 == spec.ports.len() {
+                dst_chk
+            } else {
+                a.label()
+            };
             a.jeq(u32::from(p), src_m, next);
             if next != dst_chk {
                 a.here(next);
@@ -340,7 +371,11 @@ fn ports_block(a: &mut Asm, spec: &FilterSpec, v6: bool, accept: Label, reject: 
         a.here(dst_chk);
         dport(a);
         for (i, &p) in spec.ports.iter().enumerate() {
-            let next = if i + 1 == spec.ports.len() { done } else { a.label() };
+            let next = if i + 1 == spec.ports.len() {
+                done
+            } else {
+                a.label()
+            };
             a.jeq(u32::from(p), dst_m, next);
             if next != done {
                 a.here(next);
@@ -353,7 +388,11 @@ fn ports_block(a: &mut Asm, spec: &FilterSpec, v6: bool, accept: Label, reject: 
     for (ip, port) in servers {
         let words: Vec<u32> = match ip {
             IpAddr::V4(v) => vec![u32::from(v)],
-            IpAddr::V6(v) => v.octets().chunks(4).map(|c| u32::from_be_bytes([c[0], c[1], c[2], c[3]])).collect(),
+            IpAddr::V6(v) => v
+                .octets()
+                .chunks(4)
+                .map(|c| u32::from_be_bytes([c[0], c[1], c[2], c[3]]))
+                .collect(),
         };
         // Source address field offset, destination address field offset.
         let (src_off, dst_off) = if v6 { (8, 24) } else { (12, 16) };
@@ -367,7 +406,11 @@ fn ports_block(a: &mut Asm, spec: &FilterSpec, v6: bool, accept: Label, reject: 
                 a.here(ok);
             }
             let hit = a.label();
-            if is_src { sport(a) } else { dport(a) }
+            if is_src {
+                sport(a)
+            } else {
+                dport(a)
+            }
             a.jeq(u32::from(port), hit, miss);
             a.here(hit);
             // Server on the source side: the client port is the destination port.
@@ -394,15 +437,19 @@ const DLT_RAW: i32 = 12;
 /// libpcap's message is passed through.
 pub fn compile_expr(expr: &str) -> Result<Vec<Insn>, LiveError> {
     match crate::sys::pcap_compile(expr, DLT_RAW, 262_144) {
-        Ok(prog) if prog.is_empty() => Err(LiveError::Filter(format!("filter expression '{expr}': libpcap returned an empty program"))),
+        Ok(prog) if prog.is_empty() => Err(LiveError::Filter(format!(
+            "filter expression '{expr}': libpcap returned an empty program"
+        ))),
         Ok(mut prog) => {
             relocate_to_net(&mut prog);
             Ok(prog)
         }
-        Err(crate::sys::PcapError::Missing(e)) => {
-            Err(LiveError::Filter(format!("--filter needs libpcap at run time (apt-get install libpcap0.8): {e}")))
-        }
-        Err(crate::sys::PcapError::Compile(e)) => Err(LiveError::Filter(format!("filter expression '{expr}': {e}"))),
+        Err(crate::sys::PcapError::Missing(e)) => Err(LiveError::Filter(format!(
+            "--filter needs libpcap at run time (apt-get install libpcap0.8): {e}"
+        ))),
+        Err(crate::sys::PcapError::Compile(e)) => Err(LiveError::Filter(format!(
+            "filter expression '{expr}': {e}"
+        ))),
     }
 }
 
@@ -496,7 +543,9 @@ pub fn run(prog: &[Insn], pkt: &[u8], ad: &Ancillary) -> u32 {
                     BPF_LEN => Some(pkt.len() as u32),
                     BPF_ABS if !ldx => load(pkt, ad, k as i32, size, true),
                     BPF_IND if !ldx => load(pkt, ad, x.wrapping_add(k) as i32, size, false),
-                    BPF_MSH if ldx && size == 1 => load(pkt, ad, k as i32, 1, false).map(|b| 4 * (b & 0xf)),
+                    BPF_MSH if ldx && size == 1 => {
+                        load(pkt, ad, k as i32, 1, false).map(|b| 4 * (b & 0xf))
+                    }
                     _ => None,
                 };
                 let Some(v) = v else { return 0 };
@@ -532,7 +581,9 @@ pub fn run(prog: &[Insn], pkt: &[u8], ad: &Ancillary) -> u32 {
             BPF_JMP => {
                 let op = ins.code & 0xf0;
                 if op == BPF_JA {
-                    let Some(t) = pc.checked_add(k as usize) else { return 0 };
+                    let Some(t) = pc.checked_add(k as usize) else {
+                        return 0;
+                    };
                     pc = t;
                     continue;
                 }
@@ -567,7 +618,7 @@ pub fn run(prog: &[Insn], pkt: &[u8], ad: &Ancillary) -> u32 {
 }
 
 fn load(pkt: &[u8], ad: &Ancillary, off: i32, size: usize, abs: bool) -> Option<u32> {
-    if off >= SKF_AD_OFF && off < 0 {
+    if (SKF_AD_OFF..0).contains(&off) {
         if !abs {
             return None;
         }
@@ -578,7 +629,7 @@ fn load(pkt: &[u8], ad: &Ancillary, off: i32, size: usize, abs: bool) -> Option<
             _ => None,
         };
     }
-    if off < SKF_NET_OFF || off >= SKF_AD_OFF {
+    if !(SKF_NET_OFF..SKF_AD_OFF).contains(&off) {
         // link-relative (SKF_LL_OFF range or plain offsets): no link header here
         return None;
     }

@@ -51,7 +51,9 @@ mod ring;
 mod sys;
 
 pub use bpf::{FilterSpec, Insn, and, compile_expr, servers_filter};
-pub use ring::{Packet, Ring, RingConfig, RingStats, interface_index, loopback_index, open_group, walk_block};
+pub use ring::{
+    Packet, Ring, RingConfig, RingStats, interface_index, loopback_index, open_group, walk_block,
+};
 
 /// Errors of live capture; each displays as one line naming what failed.
 #[derive(thiserror::Error, Debug)]
@@ -69,7 +71,10 @@ pub enum LiveError {
     #[error("live capture configuration: {0}")]
     Config(String),
     #[error("live capture: {what} failed: {source}")]
-    Io { what: &'static str, source: std::io::Error },
+    Io {
+        what: &'static str,
+        source: std::io::Error,
+    },
 }
 
 #[cfg(test)]

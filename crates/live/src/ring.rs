@@ -27,13 +27,22 @@ pub struct RingConfig {
 impl RingConfig {
     /// Defaults (1 MiB x 16 blocks, 20 ms retire timeout, no fanout) on `interface`.
     pub fn new(interface: &str) -> RingConfig {
-        RingConfig { interface: interface.to_string(), ..RingConfig::default() }
+        RingConfig {
+            interface: interface.to_string(),
+            ..RingConfig::default()
+        }
     }
 }
 
 impl Default for RingConfig {
     fn default() -> RingConfig {
-        RingConfig { interface: "any".into(), block_size: 1 << 20, block_count: 16, retire_ms: 20, fanout_group: None }
+        RingConfig {
+            interface: "any".into(),
+            block_size: 1 << 20,
+            block_count: 16,
+            retire_ms: 20,
+            fanout_group: None,
+        }
     }
 }
 
@@ -115,14 +124,21 @@ pub fn loopback_index() -> Option<i32> {
 fn check_config(cfg: &RingConfig, filter: &[Insn]) -> Result<(), LiveError> {
     let page = sys::page_size();
     let bs = cfg.block_size as usize;
-    if bs % page != 0 || bs < 65536 + page {
+    if !bs.is_multiple_of(page) || bs < 65536 + page {
         return Err(LiveError::Config(format!(
             "block size {bs} must be a multiple of the page size ({page}) and at least {}",
             65536 + page
         )));
     }
-    if cfg.block_count == 0 || bs.checked_mul(cfg.block_count as usize).is_none_or(|t| t > (1 << 40)) {
-        return Err(LiveError::Config(format!("block count {} is out of range", cfg.block_count)));
+    if cfg.block_count == 0
+        || bs
+            .checked_mul(cfg.block_count as usize)
+            .is_none_or(|t| t > (1 << 40))
+    {
+        return Err(LiveError::Config(format!(
+            "block count {} is out of range",
+            cfg.block_count
+        )));
     }
     if filter.len() > BPF_MAXINSNS {
         return Err(LiveError::Filter(format!(
@@ -151,9 +167,13 @@ impl Ring {
         let ifindex = interface_index(&cfg.interface)?;
         let sock = Socket::packet().map_err(|e| match e.raw_os_error() {
             Some(libc::EPERM | libc::EACCES) => LiveError::NoPrivilege,
-            _ => LiveError::Io { what: "socket(AF_PACKET)", source: e },
+            _ => LiveError::Io {
+                what: "socket(AF_PACKET)",
+                source: e,
+            },
         })?;
-        sock.attach_filter(&[Insn::stmt(BPF_RET, 0)]).map_err(io_err("setsockopt(SO_ATTACH_FILTER)"))?;
+        sock.attach_filter(&[Insn::stmt(BPF_RET, 0)])
+            .map_err(io_err("setsockopt(SO_ATTACH_FILTER)"))?;
         sock.set_int(libc::SOL_PACKET, libc::PACKET_VERSION, TPACKET_V3)
             .map_err(io_err("setsockopt(PACKET_VERSION, TPACKET_V3)"))?;
         let req = libc::tpacket_req3 {
@@ -165,33 +185,62 @@ impl Ring {
             tp_sizeof_priv: 0,
             tp_feature_req_word: 0,
         };
-        sock.set_rx_ring(&req).map_err(io_err("setsockopt(PACKET_RX_RING)"))?;
+        sock.set_rx_ring(&req)
+            .map_err(io_err("setsockopt(PACKET_RX_RING)"))?;
         let block_size = cfg.block_size as usize;
         let block_count = cfg.block_count as usize;
-        let map = sock.map(block_size * block_count).map_err(io_err("mmap of the packet ring"))?;
+        let map = sock
+            .map(block_size * block_count)
+            .map_err(io_err("mmap of the packet ring"))?;
         sock.bind_all(ifindex).map_err(|e| match e.raw_os_error() {
             Some(libc::ENODEV | libc::ENXIO) => LiveError::NoSuchInterface(cfg.interface.clone()),
-            _ => LiveError::Io { what: "bind(AF_PACKET)", source: e },
+            _ => LiveError::Io {
+                what: "bind(AF_PACKET)",
+                source: e,
+            },
         })?;
         let mode = (PACKET_FANOUT_HASH | FANOUT_FLAGS) << 16;
         match fanout {
             Fanout::None => {}
             Fanout::Join(id) => sock
-                .set_int(libc::SOL_PACKET, libc::PACKET_FANOUT, (u32::from(id) | mode) as i32)
+                .set_int(
+                    libc::SOL_PACKET,
+                    libc::PACKET_FANOUT,
+                    (u32::from(id) | mode) as i32,
+                )
                 .map_err(io_err("setsockopt(PACKET_FANOUT)"))?,
             Fanout::NewUnique => sock
-                .set_int(libc::SOL_PACKET, libc::PACKET_FANOUT, (mode | FANOUT_UNIQUEID << 16) as i32)
+                .set_int(
+                    libc::SOL_PACKET,
+                    libc::PACKET_FANOUT,
+                    (mode | FANOUT_UNIQUEID << 16) as i32,
+                )
                 .map_err(io_err("setsockopt(PACKET_FANOUT, unique id)"))?,
         }
         if filter.is_empty() {
-            sock.detach_filter().map_err(io_err("setsockopt(SO_DETACH_FILTER)"))?;
+            sock.detach_filter()
+                .map_err(io_err("setsockopt(SO_DETACH_FILTER)"))?;
         } else {
-            sock.attach_filter(filter).map_err(|e| match e.raw_os_error() {
-                Some(libc::EINVAL) => LiveError::Filter("the kernel refused the capture filter program (EINVAL)".into()),
-                _ => LiveError::Io { what: "setsockopt(SO_ATTACH_FILTER)", source: e },
-            })?;
+            sock.attach_filter(filter)
+                .map_err(|e| match e.raw_os_error() {
+                    Some(libc::EINVAL) => LiveError::Filter(
+                        "the kernel refused the capture filter program (EINVAL)".into(),
+                    ),
+                    _ => LiveError::Io {
+                        what: "setsockopt(SO_ATTACH_FILTER)",
+                        source: e,
+                    },
+                })?;
         }
-        Ok(Ring { map, sock, block_size, block_count, cur: 0, stats: RingStats::default(), ifindex })
+        Ok(Ring {
+            map,
+            sock,
+            block_size,
+            block_count,
+            cur: 0,
+            stats: RingStats::default(),
+            ifindex,
+        })
     }
 
     /// The ifindex the ring is bound to (0 = every interface).
@@ -201,17 +250,28 @@ impl Ring {
 
     /// The fanout group id this ring belongs to, if any.
     pub fn fanout_group(&self) -> Result<Option<u16>, LiveError> {
-        let v = self.sock.fanout().map_err(io_err("getsockopt(PACKET_FANOUT)"))?;
+        let v = self
+            .sock
+            .fanout()
+            .map_err(io_err("getsockopt(PACKET_FANOUT)"))?;
         // Without fanout the kernel returns 0; group 0 with mode HASH also reads as 0 but
         // then the flags bits (DEFRAG) are set.
-        Ok(if v == 0 { None } else { Some((v & 0xffff) as u16) })
+        Ok(if v == 0 {
+            None
+        } else {
+            Some((v & 0xffff) as u16)
+        })
     }
 
     /// Waits up to `timeout` for a retired block, hands every packet in it (and in any
     /// further ready blocks, at most one pass over the ring) to `f`, and returns how many
     /// packets it handed. Returns 0 when the timeout passed first. Never blocks longer than
     /// `timeout`.
-    pub fn poll(&mut self, timeout: Duration, mut f: impl FnMut(&Packet<'_>)) -> Result<usize, LiveError> {
+    pub fn poll(
+        &mut self,
+        timeout: Duration,
+        mut f: impl FnMut(&Packet<'_>),
+    ) -> Result<usize, LiveError> {
         let deadline = Instant::now().checked_add(timeout);
         loop {
             if let Some(n) = self.drain(&mut f) {
@@ -224,11 +284,20 @@ impl Ring {
             if left.is_zero() {
                 return Ok(0);
             }
-            let revents = self.sock.wait(left).map_err(io_err("ppoll on the packet socket"))?;
+            let revents = self
+                .sock
+                .wait(left)
+                .map_err(io_err("ppoll on the packet socket"))?;
             if revents & libc::POLLERR != 0 {
-                let e = self.sock.so_error().map_err(io_err("getsockopt(SO_ERROR)"))?;
+                let e = self
+                    .sock
+                    .so_error()
+                    .map_err(io_err("getsockopt(SO_ERROR)"))?;
                 if e != 0 {
-                    return Err(LiveError::Io { what: "packet socket", source: io::Error::from_raw_os_error(e) });
+                    return Err(LiveError::Io {
+                        what: "packet socket",
+                        source: io::Error::from_raw_os_error(e),
+                    });
                 }
             }
         }
@@ -254,7 +323,10 @@ impl Ring {
     /// Kernel counters accumulated since the ring was opened (the kernel resets its own on
     /// each read).
     pub fn stats(&mut self) -> Result<RingStats, LiveError> {
-        let s = self.sock.stats().map_err(io_err("getsockopt(PACKET_STATISTICS)"))?;
+        let s = self
+            .sock
+            .stats()
+            .map_err(io_err("getsockopt(PACKET_STATISTICS)"))?;
         self.stats.packets += u64::from(s.tp_packets);
         self.stats.drops += u64::from(s.tp_drops);
         self.stats.freeze_q += u64::from(s.tp_freeze_q_cnt);
@@ -268,15 +340,25 @@ impl Ring {
 /// kernel picks. `n == 1` opens a plain ring (in `cfg.fanout_group` if set).
 pub fn open_group(cfg: &RingConfig, filter: &[Insn], n: usize) -> Result<Vec<Ring>, LiveError> {
     if n == 0 {
-        return Err(LiveError::Config("a ring group needs at least one ring".into()));
+        return Err(LiveError::Config(
+            "a ring group needs at least one ring".into(),
+        ));
     }
     if n == 1 {
         return Ok(vec![Ring::open(cfg, filter)?]);
     }
-    let first = Ring::open_with(cfg, filter, cfg.fanout_group.map_or(Fanout::NewUnique, Fanout::Join))?;
+    let first = Ring::open_with(
+        cfg,
+        filter,
+        cfg.fanout_group.map_or(Fanout::NewUnique, Fanout::Join),
+    )?;
     let id = match cfg.fanout_group {
         Some(id) => id,
-        None => first.sock.fanout().map(|v| (v & 0xffff) as u16).map_err(io_err("getsockopt(PACKET_FANOUT)"))?,
+        None => first
+            .sock
+            .fanout()
+            .map(|v| (v & 0xffff) as u16)
+            .map_err(io_err("getsockopt(PACKET_FANOUT)"))?,
     };
     let mut rings = vec![first];
     for _ in 1..n {
@@ -286,10 +368,14 @@ pub fn open_group(cfg: &RingConfig, filter: &[Insn], n: usize) -> Result<Vec<Rin
 }
 
 fn u16_at(b: &[u8], off: usize) -> Option<u16> {
-    Some(u16::from_ne_bytes(b.get(off..off.checked_add(2)?)?.try_into().ok()?))
+    Some(u16::from_ne_bytes(
+        b.get(off..off.checked_add(2)?)?.try_into().ok()?,
+    ))
 }
 fn u32_at(b: &[u8], off: usize) -> Option<u32> {
-    Some(u32::from_ne_bytes(b.get(off..off.checked_add(4)?)?.try_into().ok()?))
+    Some(u32::from_ne_bytes(
+        b.get(off..off.checked_add(4)?)?.try_into().ok()?,
+    ))
 }
 
 /// Hands every packet of one TPACKET_V3 block to `f`; returns how many it handed.
@@ -305,11 +391,18 @@ fn u32_at(b: &[u8], off: usize) -> Option<u32> {
 /// { family, protocol (big endian) @2, ifindex @4, hatype @8, pkttype @10, ... }`;
 /// `tp_mac`/`tp_net` count from the packet header, `tp_snaplen` from the link header.
 pub fn walk_block(block: &[u8], mut f: impl FnMut(&Packet<'_>)) -> usize {
-    let (Some(num), Some(first)) = (u32_at(block, 12), u32_at(block, 16)) else { return 0 };
+    let (Some(num), Some(first)) = (u32_at(block, 12), u32_at(block, 16)) else {
+        return 0;
+    };
     let mut off = first as usize;
     let mut handed = 0;
     for i in 0..num {
-        let Some(hdr) = off.checked_add(PKT_HDR_MIN).and_then(|end| block.get(off..end)) else { break };
+        let Some(hdr) = off
+            .checked_add(PKT_HDR_MIN)
+            .and_then(|end| block.get(off..end))
+        else {
+            break;
+        };
         let (Some(next), Some(sec), Some(nsec), Some(snap), Some(len), Some(mac), Some(netoff)) = (
             u32_at(hdr, 0),
             u32_at(hdr, 4),
@@ -329,7 +422,10 @@ pub fn walk_block(block: &[u8], mut f: impl FnMut(&Packet<'_>)) -> usize {
             let ll = netoff - mac;
             let start = off + netoff;
             let caplen = (snap as usize).saturating_sub(ll);
-            if let Some(data) = start.checked_add(caplen).and_then(|end| block.get(start..end)) {
+            if let Some(data) = start
+                .checked_add(caplen)
+                .and_then(|end| block.get(start..end))
+            {
                 f(&Packet {
                     ts_ns: u64::from(sec) * 1_000_000_000 + u64::from(nsec),
                     data,

@@ -17,7 +17,11 @@ use std::time::Duration;
 use crate::bpf::Insn;
 
 fn cvt(ret: c_int) -> io::Result<c_int> {
-    if ret < 0 { Err(io::Error::last_os_error()) } else { Ok(ret) }
+    if ret < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(ret)
+    }
 }
 
 /// An AF_PACKET socket.
@@ -29,7 +33,8 @@ impl Socket {
     pub(crate) fn packet() -> io::Result<Socket> {
         // SAFETY: plain system call with constant arguments; a non-negative result is a
         // fresh file descriptor that nothing else owns.
-        let fd = cvt(unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) })?;
+        let fd =
+            cvt(unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) })?;
         // SAFETY: `fd` is a valid descriptor owned by nobody else (just created).
         Ok(Socket(unsafe { OwnedFd::from_raw_fd(fd) }))
     }
@@ -72,10 +77,14 @@ impl Socket {
 
     /// SO_ATTACH_FILTER: replaces any filter atomically.
     pub(crate) fn attach_filter(&self, prog: &[Insn]) -> io::Result<()> {
-        let len = u16::try_from(prog.len()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+        let len =
+            u16::try_from(prog.len()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
         // `Insn` is repr(C) with the layout of `struct sock_filter`. The kernel copies the
         // instructions during the call; `prog` outlives it.
-        let fprog = libc::sock_fprog { len, filter: prog.as_ptr().cast::<libc::sock_filter>().cast_mut() };
+        let fprog = libc::sock_fprog {
+            len,
+            filter: prog.as_ptr().cast::<libc::sock_filter>().cast_mut(),
+        };
         self.setsockopt(libc::SOL_SOCKET, libc::SO_ATTACH_FILTER, &fprog)
     }
 
@@ -110,7 +119,11 @@ impl Socket {
 
     /// PACKET_STATISTICS (the kernel resets its counters on each read).
     pub(crate) fn stats(&self) -> io::Result<libc::tpacket_stats_v3> {
-        let zero = libc::tpacket_stats_v3 { tp_packets: 0, tp_drops: 0, tp_freeze_q_cnt: 0 };
+        let zero = libc::tpacket_stats_v3 {
+            tp_packets: 0,
+            tp_drops: 0,
+            tp_freeze_q_cnt: 0,
+        };
         self.getsockopt(libc::SOL_PACKET, libc::PACKET_STATISTICS, zero)
     }
 
@@ -120,7 +133,11 @@ impl Socket {
 
     /// Waits up to `timeout` for POLLIN/POLLERR. Returns the revents (0 on timeout or EINTR).
     pub(crate) fn wait(&self, timeout: Duration) -> io::Result<i16> {
-        let mut pfd = libc::pollfd { fd: self.0.as_raw_fd(), events: libc::POLLIN | libc::POLLERR, revents: 0 };
+        let mut pfd = libc::pollfd {
+            fd: self.0.as_raw_fd(),
+            events: libc::POLLIN | libc::POLLERR,
+            revents: 0,
+        };
         let ts = libc::timespec {
             tv_sec: timeout.as_secs().min(i32::MAX as u64) as libc::time_t,
             tv_nsec: timeout.subsec_nanos() as libc::c_long,
@@ -153,7 +170,8 @@ impl Socket {
         if p == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());
         }
-        let ptr = NonNull::new(p.cast::<u8>()).ok_or_else(|| io::Error::from_raw_os_error(libc::ENOMEM))?;
+        let ptr = NonNull::new(p.cast::<u8>())
+            .ok_or_else(|| io::Error::from_raw_os_error(libc::ENOMEM))?;
         Ok(Mapping { ptr, len })
     }
 }
@@ -178,10 +196,17 @@ pub(crate) const BLOCK_STATUS_OFF: usize = 8;
 
 impl Mapping {
     fn status_word(&self, block_off: usize) -> &AtomicU32 {
-        assert!(block_off % 8 == 0 && block_off + BLOCK_STATUS_OFF + 4 <= self.len);
+        assert!(block_off.is_multiple_of(8) && block_off + BLOCK_STATUS_OFF + 4 <= self.len);
         // SAFETY: in bounds (asserted), 4-byte aligned (the mapping is page aligned and the
         // offset a multiple of 8), and the word is only accessed atomically by user space.
-        unsafe { AtomicU32::from_ptr(self.ptr.as_ptr().add(block_off + BLOCK_STATUS_OFF).cast::<u32>()) }
+        unsafe {
+            AtomicU32::from_ptr(
+                self.ptr
+                    .as_ptr()
+                    .add(block_off + BLOCK_STATUS_OFF)
+                    .cast::<u32>(),
+            )
+        }
     }
 
     /// The block's status, with acquire ordering: if it says TP_STATUS_USER, everything the
@@ -195,7 +220,11 @@ impl Mapping {
     /// `&self` here and `&mut self` in `release` make the borrow checker end every slice
     /// before the block is handed back.
     pub(crate) fn block(&self, block_off: usize, block_len: usize) -> &[u8] {
-        assert!(block_off.checked_add(block_len).is_some_and(|end| end <= self.len));
+        assert!(
+            block_off
+                .checked_add(block_len)
+                .is_some_and(|end| end <= self.len)
+        );
         // SAFETY: in bounds (asserted); the block is user-owned (caller contract above), so no
         // one writes it while the slice lives.
         unsafe { std::slice::from_raw_parts(self.ptr.as_ptr().add(block_off), block_len) }
@@ -203,7 +232,8 @@ impl Mapping {
 
     /// Hands a block back to the kernel (release ordering: our reads happen before).
     pub(crate) fn release(&mut self, block_off: usize) {
-        self.status_word(block_off).store(libc::TP_STATUS_KERNEL, Ordering::Release);
+        self.status_word(block_off)
+            .store(libc::TP_STATUS_KERNEL, Ordering::Release);
     }
 }
 
@@ -243,7 +273,8 @@ struct BpfProgram {
 }
 
 type OpenDead = unsafe extern "C" fn(c_int, c_int) -> *mut c_void;
-type Compile = unsafe extern "C" fn(*mut c_void, *mut BpfProgram, *const c_char, c_int, u32) -> c_int;
+type Compile =
+    unsafe extern "C" fn(*mut c_void, *mut BpfProgram, *const c_char, c_int, u32) -> c_int;
 type FreeCode = unsafe extern "C" fn(*mut BpfProgram);
 type GetErr = unsafe extern "C" fn(*mut c_void) -> *mut c_char;
 type Close = unsafe extern "C" fn(*mut c_void);
@@ -268,11 +299,16 @@ fn libpcap() -> Result<&'static libloading::Library, String> {
 }
 
 /// Compiles `expr` for DLT_RAW with libpcap. Returns the instructions as libpcap made them.
-pub(crate) fn pcap_compile(expr: &str, linktype: c_int, snaplen: c_int) -> Result<Vec<Insn>, PcapError> {
+pub(crate) fn pcap_compile(
+    expr: &str,
+    linktype: c_int,
+    snaplen: c_int,
+) -> Result<Vec<Insn>, PcapError> {
     // Old libpcaps' compiler is not reentrant; one compile at a time.
     static LOCK: Mutex<()> = Mutex::new(());
     let lib = libpcap().map_err(PcapError::Missing)?;
-    let cexpr = CString::new(expr).map_err(|_| PcapError::Compile("expression contains a NUL byte".into()))?;
+    let cexpr = CString::new(expr)
+        .map_err(|_| PcapError::Compile("expression contains a NUL byte".into()))?;
     let sym = |e: libloading::Error| PcapError::Missing(e.to_string());
     // SAFETY: the symbol types match libpcap's documented C prototypes (pcap/pcap.h).
     let (open_dead, compile, freecode, geterr, close) = unsafe {
@@ -294,7 +330,10 @@ pub(crate) fn pcap_compile(expr: &str, linktype: c_int, snaplen: c_int) -> Resul
         if p.is_null() {
             return Err(PcapError::Compile("pcap_open_dead failed".into()));
         }
-        let mut prog = BpfProgram { bf_len: 0, bf_insns: std::ptr::null_mut() };
+        let mut prog = BpfProgram {
+            bf_len: 0,
+            bf_insns: std::ptr::null_mut(),
+        };
         let rc = compile(p, &mut prog, cexpr.as_ptr(), 1, 0xffff_ffff);
         let out = if rc != 0 {
             let msg = geterr(p);

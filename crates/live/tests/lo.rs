@@ -16,7 +16,11 @@ const DEADLINE: Duration = Duration::from_secs(30);
 
 fn cfg(interface: &str) -> RingConfig {
     // Small rings: the tests move little data and run in parallel.
-    RingConfig { block_size: 256 << 10, block_count: 8, ..RingConfig::new(interface) }
+    RingConfig {
+        block_size: 256 << 10,
+        block_count: 8,
+        ..RingConfig::new(interface)
+    }
 }
 
 /// Opens a ring, or None (after printing why) when not privileged.
@@ -57,7 +61,12 @@ fn parse(data: &[u8]) -> Option<Tcp> {
             let plen = usize::from(u16::from_be_bytes([data[4], data[5]]));
             let s: [u8; 16] = data.get(8..24)?.try_into().ok()?;
             let d: [u8; 16] = data.get(24..40)?.try_into().ok()?;
-            (IpAddr::V6(Ipv6Addr::from(s)), IpAddr::V6(Ipv6Addr::from(d)), 40, 40 + plen)
+            (
+                IpAddr::V6(Ipv6Addr::from(s)),
+                IpAddr::V6(Ipv6Addr::from(d)),
+                40,
+                40 + plen,
+            )
         }
         _ => return None,
     };
@@ -65,7 +74,12 @@ fn parse(data: &[u8]) -> Option<Tcp> {
     let sport = u16::from_be_bytes([tcp[0], tcp[1]]);
     let dport = u16::from_be_bytes([tcp[2], tcp[3]]);
     let doff = usize::from(tcp[12] >> 4) * 4;
-    Some(Tcp { src: SocketAddr::new(src, sport), dst: SocketAddr::new(dst, dport), flags: tcp[13], payload: end - l4 - doff })
+    Some(Tcp {
+        src: SocketAddr::new(src, sport),
+        dst: SocketAddr::new(dst, dport),
+        flags: tcp[13],
+        payload: end - l4 - doff,
+    })
 }
 
 /// What a capture saw of the connections to one server port.
@@ -156,7 +170,8 @@ fn capture(ring: &mut Ring, port: u16, seen: &mut Seen, done: impl Fn(&Seen) -> 
     let start = Instant::now();
     let mut settled: Option<Instant> = None;
     while start.elapsed() < DEADLINE {
-        ring.poll(Duration::from_millis(50), |p| seen.add(p, port)).unwrap();
+        ring.poll(Duration::from_millis(50), |p| seen.add(p, port))
+            .unwrap();
         if done(seen) {
             let t = *settled.get_or_insert_with(Instant::now);
             if t.elapsed() > Duration::from_millis(300) {
@@ -174,7 +189,12 @@ const V4: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 const V6: IpAddr = IpAddr::V6(Ipv6Addr::LOCALHOST);
 
 fn spec(port: u16) -> FilterSpec {
-    FilterSpec { ports: vec![port], servers: vec![], sample: 1, loopback_ifindex: live::loopback_index() }
+    FilterSpec {
+        ports: vec![port],
+        servers: vec![],
+        sample: 1,
+        loopback_ifindex: live::loopback_index(),
+    }
 }
 
 /// The common check: `n` connections on each of IPv4 and IPv6, bytes both ways, once each.
@@ -183,8 +203,12 @@ fn check_once_each(interface: &str, filter: impl Fn(u16) -> Vec<Insn>) {
     let port4 = l4.local_addr().unwrap().port();
     let port6 = l6.local_addr().unwrap().port();
     // Two rings, one per listener port (each an independent filter).
-    let Some(mut r4) = open(interface, &filter(port4)) else { return };
-    let Some(mut r6) = open(interface, &filter(port6)) else { return };
+    let Some(mut r4) = open(interface, &filter(port4)) else {
+        return;
+    };
+    let Some(mut r6) = open(interface, &filter(port6)) else {
+        return;
+    };
     // Unrelated traffic on another port must not be seen.
     let other = listener(V4);
     let other_ports = traffic(other, 3, 1000, 1000);
@@ -193,7 +217,9 @@ fn check_once_each(interface: &str, filter: impl Fn(u16) -> Vec<Insn>) {
     let p6 = traffic(l6, n, req, reply);
     for (ring, port, ports) in [(&mut r4, port4, &p4), (&mut r6, port6, &p6)] {
         let mut seen = Seen::default();
-        capture(ring, port, &mut seen, |s| s.syns.len() >= n && s.to_server >= n * req && s.to_client >= n * reply);
+        capture(ring, port, &mut seen, |s| {
+            s.syns.len() >= n && s.to_server >= n * req && s.to_client >= n * reply
+        });
         let st = ring.stats().unwrap();
         eprintln!(
             "{interface} port {port}: {} packets, {} SYNs, {} bytes to server, {} to client; kernel stats {st:?}",
@@ -205,7 +231,10 @@ fn check_once_each(interface: &str, filter: impl Fn(u16) -> Vec<Insn>) {
         assert_eq!(seen.foreign, 0, "packets of other ports or not TCP");
         assert_eq!(seen.outgoing_lo, 0, "outgoing loopback copies");
         assert_eq!(seen.syns.len(), n, "one SYN per connection");
-        assert_eq!(seen.syns.iter().copied().collect::<BTreeSet<_>>(), ports.iter().copied().collect());
+        assert_eq!(
+            seen.syns.iter().copied().collect::<BTreeSet<_>>(),
+            ports.iter().copied().collect()
+        );
         assert_eq!(seen.to_server, n * req);
         assert_eq!(seen.to_client, n * reply);
         assert!(seen.per_conn.keys().all(|p| !other_ports.contains(p)));
@@ -228,7 +257,11 @@ fn any_sees_lo_traffic_once() {
 fn lo_servers_by_address() {
     check_once_each("lo", |port| {
         let servers = vec![SocketAddr::new(V4, port), SocketAddr::new(V6, port)];
-        bpf::servers_filter(&FilterSpec { ports: vec![], servers, ..spec(port) })
+        bpf::servers_filter(&FilterSpec {
+            ports: vec![],
+            servers,
+            ..spec(port)
+        })
     });
 }
 
@@ -248,24 +281,101 @@ fn lo_libpcap_expression_and_loopback_rule() {
     });
 }
 
+/// Connects from a chosen local port (Linux gives `connect` even ports, so sampling by
+/// client port needs odd ones made on purpose).
+fn connect_from(addr: SocketAddr, local_port: u16) -> Option<TcpStream> {
+    use socket2::{Domain, Socket, Type};
+    let s = Socket::new(Domain::for_address(addr), Type::STREAM, None).ok()?;
+    s.set_reuse_address(true).ok()?;
+    s.bind(&SocketAddr::new(addr.ip(), local_port).into())
+        .ok()?;
+    s.connect(&addr.into()).ok()?;
+    Some(s.into())
+}
+
 #[test]
 fn lo_sampling_keeps_even_client_ports() {
     let l = listener(V4);
-    let port = l.local_addr().unwrap().port();
-    let Some(mut ring) = open("lo", &bpf::servers_filter(&FilterSpec { sample: 2, ..spec(port) })) else { return };
+    let addr = l.local_addr().unwrap();
+    let port = addr.port();
+    let Some(mut ring) = open(
+        "lo",
+        &bpf::servers_filter(&FilterSpec {
+            sample: 2,
+            ..spec(port)
+        }),
+    ) else {
+        return;
+    };
     let (n, req, reply) = (16, 100, 5000);
-    let ports = traffic(l, n, req, reply);
+    let server = serve(l, n, reply);
+    // Client ports base, base+1, ...: half even, half odd (ports that are busy are skipped).
+    let base = 20_000 + (std::process::id() % 20_000) as u16;
+    let mut ports = Vec::new();
+    let mut candidate = base;
+    while ports.len() < n {
+        candidate += 1;
+        let Some(mut c) = connect_from(addr, candidate) else {
+            continue;
+        };
+        ports.push(candidate);
+        c.write_all(&vec![b'c'; req]).unwrap();
+        c.shutdown(std::net::Shutdown::Write).unwrap();
+        let mut buf = Vec::new();
+        c.read_to_end(&mut buf).unwrap();
+        assert_eq!(buf.len(), reply);
+    }
+    assert_eq!(server.join().unwrap(), n * req);
     let even: BTreeSet<u16> = ports.iter().copied().filter(|p| p % 2 == 0).collect();
+    assert!(!even.is_empty() && even.len() < n);
     let mut seen = Seen::default();
     let k = even.len();
-    capture(&mut ring, port, &mut seen, |s| s.syns.len() >= k && s.to_server >= k * req && s.to_client >= k * reply);
-    eprintln!("sample=2: {n} connections, {k} with even client ports; saw {} SYNs, {} packets", seen.syns.len(), seen.packets);
+    capture(&mut ring, port, &mut seen, |s| {
+        s.syns.len() >= k && s.to_server >= k * req && s.to_client >= k * reply
+    });
+    eprintln!(
+        "sample=2: {n} connections, {k} with even client ports; saw {} SYNs, {} connections, {} packets",
+        seen.syns.len(),
+        seen.per_conn.len(),
+        seen.packets
+    );
     assert_eq!(seen.foreign, 0);
     assert_eq!(seen.syns.iter().copied().collect::<BTreeSet<_>>(), even);
     assert_eq!(seen.per_conn.keys().copied().collect::<BTreeSet<_>>(), even);
     assert_eq!(seen.syns.len(), k);
     assert_eq!(seen.to_server, k * req);
     assert_eq!(seen.to_client, k * reply);
+}
+
+#[test]
+fn lo_without_the_loopback_rule_sees_each_packet_twice() {
+    // The kernel behaviour the loopback rule exists for.
+    let l = listener(V4);
+    let port = l.local_addr().unwrap().port();
+    let Some(mut ring) = open(
+        "lo",
+        &bpf::servers_filter(&FilterSpec {
+            loopback_ifindex: None,
+            ..spec(port)
+        }),
+    ) else {
+        return;
+    };
+    let (n, req, reply) = (3, 1000, 1000);
+    traffic(l, n, req, reply);
+    let mut seen = Seen::default();
+    capture(&mut ring, port, &mut seen, |s| {
+        s.syns.len() >= 2 * n && s.to_server >= 2 * n * req && s.to_client >= 2 * n * reply
+    });
+    eprintln!(
+        "no loopback rule: {} packets, {} outgoing, {} SYNs",
+        seen.packets,
+        seen.outgoing_lo,
+        seen.syns.len()
+    );
+    assert_eq!(seen.syns.len(), 2 * n);
+    assert_eq!(seen.outgoing_lo * 2, seen.packets);
+    assert_eq!(seen.to_server, 2 * n * req);
 }
 
 #[test]
@@ -296,8 +406,10 @@ fn fanout_group_keeps_connections_whole() {
             thread::spawn(move || {
                 let mut seen = Seen::default();
                 let start = Instant::now();
-                while !stop.load(std::sync::atomic::Ordering::Relaxed) && start.elapsed() < DEADLINE {
-                    ring.poll(Duration::from_millis(50), |p| seen.add(p, port)).unwrap();
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) && start.elapsed() < DEADLINE
+                {
+                    ring.poll(Duration::from_millis(50), |p| seen.add(p, port))
+                        .unwrap();
                 }
                 seen
             })
@@ -319,8 +431,15 @@ fn fanout_group_keeps_connections_whole() {
         b.len(),
         seen[1].packets
     );
-    assert!(a.is_disjoint(&b), "a connection split across rings: {:?}", a.intersection(&b).collect::<Vec<_>>());
-    assert_eq!(a.union(&b).copied().collect::<BTreeSet<_>>(), ports.iter().copied().collect());
+    assert!(
+        a.is_disjoint(&b),
+        "a connection split across rings: {:?}",
+        a.intersection(&b).collect::<Vec<_>>()
+    );
+    assert_eq!(
+        a.union(&b).copied().collect::<BTreeSet<_>>(),
+        ports.iter().copied().collect()
+    );
     assert_eq!(seen.iter().map(|s| s.syns.len()).sum::<usize>(), n);
     assert_eq!(seen.iter().map(|s| s.to_server).sum::<usize>(), n * req);
     assert_eq!(seen.iter().map(|s| s.to_client).sum::<usize>(), n * reply);
@@ -330,12 +449,19 @@ fn fanout_group_keeps_connections_whole() {
 #[test]
 fn poll_returns_within_timeout_when_idle() {
     // A filter that accepts nothing: poll must come back after the timeout with 0.
-    let Some(mut ring) = open("lo", &[Insn::stmt(bpf::BPF_RET | bpf::BPF_K, 0)]) else { return };
+    let Some(mut ring) = open("lo", &[Insn::stmt(bpf::BPF_RET | bpf::BPF_K, 0)]) else {
+        return;
+    };
     let t = Instant::now();
-    let n = ring.poll(Duration::from_millis(100), |_| panic!("no packet expected")).unwrap();
+    let n = ring
+        .poll(Duration::from_millis(100), |_| panic!("no packet expected"))
+        .unwrap();
     let took = t.elapsed();
     assert_eq!(n, 0);
-    assert!(took >= Duration::from_millis(95) && took < Duration::from_millis(1000), "{took:?}");
+    assert!(
+        took >= Duration::from_millis(95) && took < Duration::from_millis(1000),
+        "{took:?}"
+    );
     let t = Instant::now();
     assert_eq!(ring.poll(Duration::ZERO, |_| ()).unwrap(), 0);
     assert!(t.elapsed() < Duration::from_millis(50));
@@ -346,11 +472,38 @@ fn errors_are_one_line() {
     let e = Ring::open(&cfg("no-such-if0"), &[]).err().unwrap();
     assert!(matches!(e, LiveError::NoSuchInterface(_)), "{e}");
     assert_eq!(e.to_string(), "no such network interface: no-such-if0");
-    let e = Ring::open(&RingConfig { block_size: 4096, ..cfg("lo") }, &[]).err().unwrap();
+    let e = Ring::open(
+        &RingConfig {
+            block_size: 4096,
+            ..cfg("lo")
+        },
+        &[],
+    )
+    .err()
+    .unwrap();
     assert!(matches!(e, LiveError::Config(_)), "{e}");
     assert!(!e.to_string().contains('\n'));
     let p = LiveError::NoPrivilege.to_string();
     assert!(p.starts_with("live capture needs the CAP_NET_RAW capability") && !p.contains('\n'));
     assert_eq!(live::interface_index("any").unwrap(), 0);
-    assert_eq!(live::interface_index("lo").unwrap(), live::loopback_index().unwrap());
+    assert_eq!(
+        live::interface_index("lo").unwrap(),
+        live::loopback_index().unwrap()
+    );
+}
+
+#[test]
+fn lo_long_port_list_with_far_jumps_and_sampling() {
+    // 400 ports: conditional jumps past 255 instructions, which the assembler widens; the
+    // kernel's checker must accept the result. sample=1 keeps every connection.
+    check_once_each("lo", |port| {
+        let mut ports: Vec<u16> = (2000..2400).collect();
+        ports.push(port);
+        let f = bpf::servers_filter(&FilterSpec {
+            ports,
+            ..spec(port)
+        });
+        assert!(f.len() > 800);
+        f
+    });
 }
