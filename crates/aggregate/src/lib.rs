@@ -192,4 +192,17 @@ impl Aggregator {
     pub fn totals(&self) -> &Totals {
         &self.totals
     }
+
+    /// Multiplies every count by `n` (see [`Stats::scale`]): the estimate for all traffic when
+    /// only one connection in `n` was captured.
+    pub fn scale(&mut self, n: u64) {
+        if n <= 1 {
+            return;
+        }
+        self.totals.stats.scale(n);
+        self.totals.overflow_events = self.totals.overflow_events.saturating_mul(n);
+        for g in self.groups.iter_mut().chain(self.overflow.iter_mut()) {
+            g.stats.scale(n);
+        }
+    }
 }

@@ -48,6 +48,12 @@ impl Summary {
         self.max = self.max.max(o.max);
     }
 
+    /// Multiplies the count and the sum by `n` (min, max and mean are unchanged).
+    pub fn scale(&mut self, n: u64) {
+        self.count = self.count.saturating_mul(n);
+        self.sum = self.sum.saturating_mul(u128::from(n));
+    }
+
     pub fn min(&self) -> Option<u64> {
         (self.count > 0).then_some(self.min)
     }
@@ -127,6 +133,14 @@ impl<K: Hash + Eq + Clone + Ord> TopCounter<K> {
     /// Events whose value was first seen after [`DIM_CAP`] distinct values.
     pub fn other(&self) -> u64 {
         self.other
+    }
+
+    /// Multiplies every count by `n`.
+    pub fn scale(&mut self, n: u64) {
+        for c in self.map.values_mut() {
+            *c = c.saturating_mul(n);
+        }
+        self.other = self.other.saturating_mul(n);
     }
 
     /// Distinct values counted exactly.
@@ -209,6 +223,14 @@ impl ErrorCounts {
     /// Errors whose (code, state) was first seen after [`ERROR_CAP`] distinct pairs.
     pub fn other(&self) -> u64 {
         self.other
+    }
+
+    /// Multiplies every count by `n`.
+    pub fn scale(&mut self, n: u64) {
+        for s in &mut self.stats {
+            s.count = s.count.saturating_mul(n);
+        }
+        self.other = self.other.saturating_mul(n);
     }
 }
 
@@ -343,6 +365,54 @@ impl Stats {
         }
     }
 
+    /// Multiplies every count by `n`, as if each event had been seen `n` times: for estimates
+    /// from a sample of 1 connection in `n`. Latency percentiles, means, min and max are
+    /// unchanged; the example stays.
+    pub fn scale(&mut self, n: u64) {
+        if n <= 1 {
+            return;
+        }
+        let Stats {
+            count,
+            ok,
+            errors,
+            no_response,
+            incomplete,
+            no_reply_expected,
+            errors_by_code,
+            latency,
+            ttfb,
+            bytes_in,
+            bytes_out,
+            rows_sent,
+            rows_affected,
+            first_seen_ns: _,
+            last_seen_ns: _,
+            databases,
+            users,
+            clients,
+            example: _,
+        } = self;
+        for c in [
+            count,
+            ok,
+            errors,
+            no_response,
+            incomplete,
+            no_reply_expected,
+        ] {
+            *c = c.saturating_mul(n);
+        }
+        errors_by_code.scale(n);
+        *latency = scaled_latency(latency, n);
+        for s in [ttfb, bytes_in, bytes_out, rows_sent, rows_affected] {
+            s.scale(n);
+        }
+        databases.scale(n);
+        users.scale(n);
+        clients.scale(n);
+    }
+
     /// Adds another set's statistics. Exact: equals recording both event sets (except that
     /// bounded counters may put different values in "other" once their bound is reached).
     pub fn merge(&mut self, o: &Stats) {
@@ -379,4 +449,21 @@ fn min_opt(a: Option<u64>, b: Option<u64>) -> Option<u64> {
         (a, None) => a,
         (None, b) => b,
     }
+}
+
+/// `l` merged with itself to `n` times its weight (by doubling: log2(n) merges).
+fn scaled_latency(l: &Latency, mut n: u64) -> Latency {
+    let mut out = Latency::default();
+    let mut power = l.clone();
+    while n > 0 {
+        if n & 1 == 1 {
+            out.merge(&power);
+        }
+        n >>= 1;
+        if n > 0 {
+            let p = power.clone();
+            power.merge(&p);
+        }
+    }
+    out
 }

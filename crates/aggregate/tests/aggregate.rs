@@ -336,3 +336,26 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+    /// Scaling by n (the estimate from a 1-in-n connection sample) equals seeing every event n times.
+    #[test]
+    fn scale_equals_repeating_every_event(events in prop::collection::vec(arb_event(), 0..150), n in 1u64..12) {
+        let cfg = AggConfig { max_groups: 100, keep_examples: true };
+        let mut scaled = Aggregator::new(cfg.clone());
+        let mut repeated = Aggregator::new(cfg);
+        for (k, e) in &events {
+            scaled.add(e, key(*k), describe(*k));
+            for _ in 0..n {
+                repeated.add(e, key(*k), describe(*k));
+            }
+        }
+        scaled.scale(n);
+        prop_assert_eq!(snapshot(&scaled), snapshot(&repeated));
+        for g in scaled.groups() {
+            let h = repeated.group(&g.key).map(|h| h.stats.latency.quantiles_ns([0.5, 0.95, 0.99]));
+            prop_assert_eq!(Some(g.stats.latency.quantiles_ns([0.5, 0.95, 0.99])), h);
+        }
+    }
+}

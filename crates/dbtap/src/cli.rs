@@ -26,6 +26,179 @@ pub enum Command {
     Digest(DigestArgs),
     /// One line per request/response pair.
     Events(EventsArgs),
+    /// Capture live from a network interface: a line per server every interval, Prometheus
+    /// metrics and JSON digests over HTTP, a final digest on exit. Needs CAP_NET_RAW.
+    Live(LiveArgs),
+    /// Live capture shown full-screen: the query groups of the last second, sortable, like top.
+    Top(TopArgs),
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct CaptureArgs {
+    /// Interface to capture on: a name (eth0), `lo`, or `any` (all interfaces).
+    #[arg(
+        short = 'i',
+        long = "interface",
+        value_name = "IFACE",
+        default_value = "any"
+    )]
+    pub interface: String,
+
+    /// A server port, in addition to the protocols' default ports (3306, 5432, 6379, 27017).
+    /// Repeatable. The kernel filter keeps only TCP to and from these ports and servers.
+    #[arg(long = "port", value_name = "N")]
+    pub ports: Vec<u16>,
+
+    /// A server address. Repeatable.
+    #[arg(long = "server", value_name = "HOST:PORT")]
+    pub servers: Vec<SocketAddr>,
+
+    /// A tcpdump-style filter expression, ANDed with the ports and servers (e.g.
+    /// `host 10.0.0.5`). Compiled by libpcap at run time; link-layer terms are not supported.
+    #[arg(long, value_name = "EXPR")]
+    pub filter: Option<String>,
+
+    /// Capture threads. Connections are spread across them by the kernel (PACKET_FANOUT by flow
+    /// hash), so both directions of a connection meet in one thread.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub threads: usize,
+
+    /// Kernel ring buffer per thread, in MiB. A larger ring rides out longer bursts without drops.
+    #[arg(long = "ring-mb", default_value_t = 32, value_name = "MIB")]
+    pub ring_mb: u32,
+
+    /// Keep 1 connection in N (chosen in the kernel by client port). Counts are multiplied by N
+    /// and marked as estimates everywhere.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub sample: u32,
+
+    /// Stop after this long (e.g. 30s, 5m, 1h) and print the final digest.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub duration: Option<std::time::Duration>,
+
+    /// Fingerprint rules: `dbtap` or `pt` (see `dbtap digest --help`).
+    #[arg(long, value_enum, default_value_t = FingerprintMode::Dbtap)]
+    pub fingerprint: FingerprintMode,
+
+    /// Redis: group by key shape too, not only by command.
+    #[arg(long)]
+    pub key_patterns: bool,
+
+    /// MongoDB: keep the key order of filters and documents as sent.
+    #[arg(long)]
+    pub keep_key_order: bool,
+
+    /// Serve /metrics (Prometheus) and /api/digest (JSON) on this address, e.g. 127.0.0.1:9187
+    /// or :9187 (loopback). Give 0.0.0.0:9187 explicitly to serve other hosts.
+    #[arg(long, value_name = "ADDR", value_parser = parse_listen)]
+    pub listen: Option<SocketAddr>,
+
+    /// Query groups exported individually in /metrics; the rest are summed as "other".
+    #[arg(long = "metrics-top", default_value_t = 100, value_name = "N")]
+    pub metrics_top: usize,
+
+    /// Keep a rotating pcap of what was captured in this directory.
+    #[arg(long, value_name = "DIR")]
+    pub write: Option<PathBuf>,
+
+    /// Start a new pcap file when the current one reaches this many MiB.
+    #[arg(long = "write-mb", default_value_t = 100, value_name = "MIB")]
+    pub write_mb: u64,
+
+    /// Start a new pcap file after this long, whatever its size (e.g. 10m).
+    #[arg(long = "write-every", value_name = "DURATION", value_parser = parse_duration)]
+    pub write_every: Option<std::time::Duration>,
+
+    /// Keep at most this many pcap files; the oldest is deleted.
+    #[arg(long = "write-files", default_value_t = 10, value_name = "N")]
+    pub write_files: usize,
+}
+
+#[derive(Args, Debug)]
+pub struct LiveArgs {
+    #[command(flatten)]
+    pub capture: CaptureArgs,
+
+    /// Seconds between interval lines (e.g. 1s, 10s); 0 prints none.
+    #[arg(long, default_value = "1s", value_name = "DURATION", value_parser = parse_duration)]
+    pub interval: std::time::Duration,
+
+    /// Columns of the interval lines, comma separated, from: time, server, count, qps, avg,
+    /// p50, p95, p99, max, errors, pkts_in, pkts_out, mbps_in, mbps_out, drops, conns.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "time,server,count,avg,p50,p95,p99,max,errors,pkts_in,pkts_out,mbps_in,mbps_out,drops"
+    )]
+    pub fields: Vec<Field>,
+
+    /// The final digest's format.
+    #[arg(long, value_enum, default_value_t = DigestFormat::Text)]
+    pub format: DigestFormat,
+
+    /// How many query groups the final digest shows in detail (0 = all).
+    #[arg(long, default_value_t = 20, value_name = "N")]
+    pub limit: usize,
+
+    #[arg(long = "order-by", value_enum, default_value_t = OrderBy::Total)]
+    pub order_by: OrderBy,
+
+    /// Leave the slowest example's raw text out of the digests (it may hold personal data).
+    #[arg(long)]
+    pub no_examples: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct TopArgs {
+    #[command(flatten)]
+    pub capture: CaptureArgs,
+
+    /// Initial sort (keys t, c, p, e change it).
+    #[arg(long = "order-by", value_enum, default_value_t = OrderBy::Total)]
+    pub order_by: OrderBy,
+}
+
+/// Interval line columns.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+#[value(rename_all = "snake_case")]
+pub enum Field {
+    Time,
+    Server,
+    Count,
+    Qps,
+    Avg,
+    P50,
+    P95,
+    P99,
+    Max,
+    Errors,
+    PktsIn,
+    PktsOut,
+    MbpsIn,
+    MbpsOut,
+    Drops,
+    Conns,
+}
+
+/// Parses `500ms`, `10s`, `5m`, `1h`, `1h30m`, or a plain number of seconds.
+pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    if let Ok(secs) = s.parse::<f64>() {
+        if secs.is_finite() && secs >= 0.0 {
+            return Ok(std::time::Duration::from_secs_f64(secs));
+        }
+        return Err(format!("invalid duration '{s}'"));
+    }
+    humantime::parse_duration(s).map_err(|e| format!("invalid duration '{s}': {e}"))
+}
+
+/// Parses a listen address; `:PORT` and a bare port mean loopback.
+pub fn parse_listen(s: &str) -> Result<SocketAddr, String> {
+    let t = s.strip_prefix(':').unwrap_or(s);
+    if let Ok(port) = t.parse::<u16>() {
+        return Ok(SocketAddr::from(([127, 0, 0, 1], port)));
+    }
+    s.parse()
+        .map_err(|_| format!("invalid listen address '{s}' (expected HOST:PORT or :PORT)"))
 }
 
 #[derive(Args, Debug, Clone)]

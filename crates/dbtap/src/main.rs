@@ -1,8 +1,10 @@
 //! dbtap: database traffic digests from the wire. Thin glue: command line, pipeline, output.
 
+mod agent;
 mod cli;
 mod fp;
 mod pipeline;
+mod rotate;
 
 use std::io::{BufWriter, Write};
 use std::process::ExitCode;
@@ -25,6 +27,8 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Digest(args) => digest(args),
         Command::Events(args) => events(args),
+        Command::Live(args) => agent::live(args),
+        Command::Top(args) => agent::top(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -38,6 +42,10 @@ fn main() -> ExitCode {
             // A capture error's message already names the file and the cause in one line.
             if let Some(c) = e.downcast_ref::<capture::CaptureError>() {
                 eprintln!("dbtap: error: {c}");
+                ExitCode::from(EXIT_BAD_INPUT)
+            } else if let Some(l) = e.downcast_ref::<::live::LiveError>() {
+                // No privilege, no such interface, a filter that does not compile.
+                eprintln!("dbtap: error: {l}");
                 ExitCode::from(EXIT_BAD_INPUT)
             } else {
                 eprintln!("dbtap: error: {e:#}");

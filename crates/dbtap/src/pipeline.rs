@@ -16,9 +16,13 @@ use wire::{Decoded, Defragmenter};
 /// Whatever receives the query events.
 pub trait Consumer {
     fn event(&mut self, ev: QueryEvent);
+    /// Every TCP segment decoded, before reassembly, with the length of the frame that carried
+    /// it. For per-server packet and byte rates; nothing by default.
+    fn segment(&mut self, _src: SocketAddr, _dst: SocketAddr, _frame_len: usize) {}
 }
 
 /// Where the pipeline looks for servers.
+#[derive(Clone)]
 pub struct Settings {
     /// Server ports and the protocol each speaks (defaults plus `--port`, which is sniffed).
     pub ports: Vec<(u16, Option<Protocol>)>,
@@ -209,6 +213,155 @@ struct FrameCounts {
     last_ts: Option<u64>,
 }
 
+/// The pipeline from a frame to query events, fed one frame at a time: L2-L4 decode, IP
+/// defragmentation, TCP reassembly, protocol sessions. One engine per capture thread; the file
+/// reader ([`run`]) and the live capture workers drive the same code.
+pub struct Engine<C> {
+    table: FlowTable,
+    conns: Conns<C>,
+    defrag: Defragmenter,
+    counts: FrameCounts,
+    last_expire: u64,
+    warnings: Vec<String>,
+}
+
+impl<C: Consumer> Engine<C> {
+    pub fn new(settings: &Settings, flow: FlowConfig, consumer: C) -> Self {
+        let flow_cfg = FlowConfig {
+            server_ports: settings.ports.iter().map(|(p, _)| *p).collect(),
+            servers: settings.servers.clone(),
+            track_unknown_with_syn: true,
+            ..flow
+        };
+        Engine {
+            table: FlowTable::new(flow_cfg),
+            conns: Conns {
+                conns: HashMap::default(),
+                consumer,
+                health: Health::default(),
+                ports: settings.ports.clone(),
+                session_cfg: settings.session.clone(),
+                unknown_protocol: 0,
+            },
+            defrag: Defragmenter::new(),
+            counts: FrameCounts::default(),
+            last_expire: 0,
+            warnings: Vec::new(),
+        }
+    }
+
+    /// Feeds one captured frame of link type `linktype`, captured at `ts` (ns since the epoch).
+    /// `name` names the source in a warning about an unsupported link type.
+    pub fn frame(&mut self, linktype: u32, data: &[u8], ts: u64, name: &str) {
+        let counts = &mut self.counts;
+        counts.packets += 1;
+        counts.bytes += data.len() as u64;
+        counts.first_ts.get_or_insert(ts);
+        counts.last_ts = Some(counts.last_ts.map_or(ts, |l| l.max(ts)));
+        match wire::decode(linktype, data) {
+            Decoded::Tcp(t) => feed_tcp(&mut self.table, &mut self.conns, &t, ts, data.len()),
+            Decoded::Fragment(f) => {
+                counts.fragments += 1;
+                if let Some(dgram) = self.defrag.push(&f, ts) {
+                    match wire::decode_ip(&dgram) {
+                        Decoded::Tcp(t) => {
+                            feed_tcp(&mut self.table, &mut self.conns, &t, ts, dgram.len())
+                        }
+                        Decoded::NotTcp => counts.non_tcp += 1,
+                        _ => counts.malformed += 1,
+                    }
+                }
+            }
+            Decoded::NotTcp => counts.non_tcp += 1,
+            Decoded::Truncated => counts.truncated_headers += 1,
+            Decoded::Malformed => counts.malformed += 1,
+            Decoded::UnsupportedLink(lt) => {
+                if counts.unsupported_link == 0 {
+                    self.warnings.push(format!(
+                        "{name}: link type {lt} is not supported; those packets were skipped"
+                    ));
+                }
+                counts.unsupported_link += 1;
+            }
+        }
+        if ts >= self.last_expire.saturating_add(EXPIRE_EVERY_NS) {
+            self.expire(ts);
+        }
+    }
+
+    /// Closes connections idle since before `now_ns - idle timeout`. Called from [`frame`] every
+    /// second of packet time, and by a live capture when no packet arrives for a while.
+    ///
+    /// [`frame`]: Engine::frame
+    pub fn expire(&mut self, now_ns: u64) {
+        if self.last_expire != 0 {
+            self.table.expire(now_ns, &mut self.conns);
+        }
+        self.last_expire = now_ns;
+    }
+
+    pub fn consumer_mut(&mut self) -> &mut C {
+        &mut self.conns.consumer
+    }
+
+    /// Connections open now.
+    pub fn open_connections(&self) -> usize {
+        self.conns.conns.len()
+    }
+
+    /// The capture health so far. `truncated_frames` are frames the source cut short.
+    pub fn health(&self, files: Vec<String>, truncated_frames: u64) -> CaptureHealth {
+        let mut warnings = self.warnings.clone();
+        if self.conns.unknown_protocol > 0 {
+            warnings.push(format!(
+                "{} connection(s) on the given ports or servers spoke no protocol dbtap recognizes; \
+                 they were skipped",
+                self.conns.unknown_protocol
+            ));
+        }
+        let counts = &self.counts;
+        let fs = self.table.stats();
+        let h = &self.conns.health;
+        CaptureHealth {
+            files,
+            packets: counts.packets,
+            bytes: counts.bytes,
+            non_tcp: counts.non_tcp,
+            truncated_packets: truncated_frames + counts.truncated_headers,
+            ip_fragments: counts.fragments,
+            malformed_packets: counts.malformed + counts.unsupported_link,
+            tcp_segments: fs.segments,
+            connections: fs.connections,
+            duplicates: fs.duplicates,
+            retransmitted_bytes: fs.retransmitted_bytes,
+            out_of_order: fs.out_of_order,
+            gaps: fs.gaps,
+            gap_bytes: fs.gap_bytes,
+            not_tracked_segments: fs.not_tracked,
+            responses_without_request: h.responses_without_request,
+            unparsed_bytes: h.unparsed_bytes,
+            encrypted_connections: h.encrypted_connections,
+            malformed_messages: h.malformed,
+            inflight_overflow: h.inflight_overflow,
+            unanswered: 0,
+            resyncs: h.resyncs,
+            first_ts_ns: counts.first_ts,
+            last_ts_ns: counts.last_ts,
+            kernel_drops: None,
+            sampled_one_in: 0,
+            warnings,
+        }
+    }
+
+    /// Closes every connection (their unanswered requests become events) and returns the
+    /// consumer with the final health.
+    pub fn finish(mut self, files: Vec<String>, truncated_frames: u64) -> (C, CaptureHealth) {
+        self.table.finish(&mut self.conns);
+        let health = self.health(files, truncated_frames);
+        (self.conns.consumer, health)
+    }
+}
+
 /// Runs every capture through the pipeline and hands each query event to `consumer`.
 /// Returns the consumer and the capture health. Errors only for input that cannot be read at
 /// all (missing, empty, not a capture); a capture cut short yields a warning in the health.
@@ -222,27 +375,9 @@ pub fn run<C: Consumer>(
     for f in files {
         readers.push(Reader::open(f)?);
     }
-
-    let flow_cfg = FlowConfig {
-        server_ports: settings.ports.iter().map(|(p, _)| *p).collect(),
-        servers: settings.servers.clone(),
-        track_unknown_with_syn: true,
-        ..FlowConfig::default()
-    };
-    let mut table = FlowTable::new(flow_cfg);
-    let mut conns = Conns {
-        conns: HashMap::default(),
-        consumer,
-        health: Health::default(),
-        ports: settings.ports.clone(),
-        session_cfg: settings.session.clone(),
-        unknown_protocol: 0,
-    };
-    let mut defrag = Defragmenter::new();
-    let mut counts = FrameCounts::default();
-    let mut warnings = Vec::new();
+    let mut engine = Engine::new(settings, FlowConfig::default(), consumer);
+    let mut read_warnings = Vec::new();
     let mut names = Vec::new();
-    let mut last_expire = 0u64;
     let mut truncated_frames = 0u64;
 
     let total_len: u64 = readers.iter().filter_map(|r| r.input_len()).sum();
@@ -250,53 +385,19 @@ pub fn run<C: Consumer>(
     let mut done_len = 0u64;
 
     for mut reader in readers {
-        names.push(reader.name().to_string());
+        let name = reader.name().to_string();
         let mut since_tick = 0u32;
         loop {
             let frame = match reader.next_frame() {
                 Ok(Some(f)) => f,
                 Ok(None) => break,
                 Err(e) => {
-                    warnings.push(format!("{e}; the report covers what was read before it"));
+                    read_warnings.push(format!("{e}; the report covers what was read before it"));
                     break;
                 }
             };
-            counts.packets += 1;
-            counts.bytes += frame.data.len() as u64;
-            let ts = frame.ts_ns;
-            counts.first_ts.get_or_insert(ts);
-            counts.last_ts = Some(counts.last_ts.map_or(ts, |l| l.max(ts)));
-            match wire::decode(frame.linktype, frame.data) {
-                Decoded::Tcp(t) => feed_tcp(&mut table, &mut conns, &t, ts),
-                Decoded::Fragment(f) => {
-                    counts.fragments += 1;
-                    if let Some(dgram) = defrag.push(&f, ts) {
-                        match wire::decode_ip(&dgram) {
-                            Decoded::Tcp(t) => feed_tcp(&mut table, &mut conns, &t, ts),
-                            Decoded::NotTcp => counts.non_tcp += 1,
-                            _ => counts.malformed += 1,
-                        }
-                    }
-                }
-                Decoded::NotTcp => counts.non_tcp += 1,
-                Decoded::Truncated => counts.truncated_headers += 1,
-                Decoded::Malformed => counts.malformed += 1,
-                Decoded::UnsupportedLink(lt) => {
-                    if counts.unsupported_link == 0 {
-                        warnings.push(format!(
-                            "{}: link type {lt} is not supported; those packets were skipped",
-                            reader.name()
-                        ));
-                    }
-                    counts.unsupported_link += 1;
-                }
-            }
-            if ts >= last_expire.saturating_add(EXPIRE_EVERY_NS) {
-                if last_expire != 0 {
-                    table.expire(ts, &mut conns);
-                }
-                last_expire = ts;
-            }
+            let (linktype, ts) = (frame.linktype, frame.ts_ns);
+            engine.frame(linktype, frame.data, ts, &name);
             since_tick += 1;
             if since_tick >= 1 << 16 {
                 since_tick = 0;
@@ -306,50 +407,17 @@ pub fn run<C: Consumer>(
             }
         }
         truncated_frames += reader.stats().truncated_frames;
+        names.push(name);
         done_len += reader.input_len().unwrap_or(0);
     }
-    table.finish(&mut conns);
     if let Some(b) = bar {
         b.finish_and_clear();
     }
-
-    if conns.unknown_protocol > 0 {
-        warnings.push(format!(
-            "{} connection(s) on the given ports or servers spoke no protocol dbtap recognizes; \
-             they were skipped",
-            conns.unknown_protocol
-        ));
-    }
-    let fs = table.stats().clone();
-    let h = &conns.health;
-    let health = CaptureHealth {
-        files: names,
-        packets: counts.packets,
-        bytes: counts.bytes,
-        non_tcp: counts.non_tcp,
-        truncated_packets: truncated_frames + counts.truncated_headers,
-        ip_fragments: counts.fragments,
-        malformed_packets: counts.malformed + counts.unsupported_link,
-        tcp_segments: fs.segments,
-        connections: fs.connections,
-        duplicates: fs.duplicates,
-        retransmitted_bytes: fs.retransmitted_bytes,
-        out_of_order: fs.out_of_order,
-        gaps: fs.gaps,
-        gap_bytes: fs.gap_bytes,
-        not_tracked_segments: fs.not_tracked,
-        responses_without_request: h.responses_without_request,
-        unparsed_bytes: h.unparsed_bytes,
-        encrypted_connections: h.encrypted_connections,
-        malformed_messages: h.malformed,
-        inflight_overflow: h.inflight_overflow,
-        unanswered: 0,
-        resyncs: h.resyncs,
-        first_ts_ns: counts.first_ts,
-        last_ts_ns: counts.last_ts,
-        warnings,
-    };
-    Ok((conns.consumer, health))
+    let (consumer, mut health) = engine.finish(names, truncated_frames);
+    // Read errors first, as before: they explain why the report may be short.
+    read_warnings.append(&mut health.warnings);
+    health.warnings = read_warnings;
+    Ok((consumer, health))
 }
 
 fn feed_tcp<C: Consumer>(
@@ -357,11 +425,17 @@ fn feed_tcp<C: Consumer>(
     conns: &mut Conns<C>,
     t: &wire::TcpSegment<'_>,
     ts_ns: u64,
+    frame_len: usize,
 ) {
+    let (src, dst) = (
+        SocketAddr::new(t.src, t.sport),
+        SocketAddr::new(t.dst, t.dport),
+    );
+    conns.consumer.segment(src, dst, frame_len);
     let seg = Segment {
         ts_ns,
-        src: SocketAddr::new(t.src, t.sport),
-        dst: SocketAddr::new(t.dst, t.dport),
+        src,
+        dst,
         seq: t.seq,
         ack: t.ack,
         flags: t.flags,

@@ -68,11 +68,105 @@ pub struct CaptureHealth {
     pub first_ts_ns: Option<u64>,
     /// Timestamp of the last packet, ns since the epoch.
     pub last_ts_ns: Option<u64>,
+    /// Live capture: packets the kernel dropped because dbtap did not read its ring in time
+    /// (`None` for capture files, where drops are unknowable).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel_drops: Option<u64>,
+    /// Live capture with `--sample N`: only one connection in N was captured and every count in
+    /// the report was multiplied by N, so counts are estimates. 0 or 1: everything was captured.
+    #[serde(default, skip_serializing_if = "not_sampled")]
+    pub sampled_one_in: u32,
     /// Free-form warnings from any layer.
     pub warnings: Vec<String>,
 }
 
+fn not_sampled(n: &u32) -> bool {
+    *n <= 1
+}
+
 impl CaptureHealth {
+    /// Adds the counters of another part of the same capture (another capture thread): counts
+    /// are summed, the time span widened, new file names and warnings appended.
+    pub fn add(&mut self, o: &CaptureHealth) {
+        // Destructured so that a new field cannot be forgotten here.
+        let CaptureHealth {
+            files,
+            packets,
+            bytes,
+            non_tcp,
+            truncated_packets,
+            ip_fragments,
+            malformed_packets,
+            tcp_segments,
+            connections,
+            duplicates,
+            retransmitted_bytes,
+            out_of_order,
+            gaps,
+            gap_bytes,
+            not_tracked_segments,
+            responses_without_request,
+            unparsed_bytes,
+            encrypted_connections,
+            malformed_messages,
+            inflight_overflow,
+            unanswered,
+            resyncs,
+            first_ts_ns,
+            last_ts_ns,
+            kernel_drops,
+            sampled_one_in,
+            warnings,
+        } = o;
+        for f in files {
+            if !self.files.contains(f) {
+                self.files.push(f.clone());
+            }
+        }
+        for (a, b) in [
+            (&mut self.packets, packets),
+            (&mut self.bytes, bytes),
+            (&mut self.non_tcp, non_tcp),
+            (&mut self.truncated_packets, truncated_packets),
+            (&mut self.ip_fragments, ip_fragments),
+            (&mut self.malformed_packets, malformed_packets),
+            (&mut self.tcp_segments, tcp_segments),
+            (&mut self.connections, connections),
+            (&mut self.duplicates, duplicates),
+            (&mut self.retransmitted_bytes, retransmitted_bytes),
+            (&mut self.out_of_order, out_of_order),
+            (&mut self.gaps, gaps),
+            (&mut self.gap_bytes, gap_bytes),
+            (&mut self.not_tracked_segments, not_tracked_segments),
+            (
+                &mut self.responses_without_request,
+                responses_without_request,
+            ),
+            (&mut self.unparsed_bytes, unparsed_bytes),
+            (&mut self.encrypted_connections, encrypted_connections),
+            (&mut self.malformed_messages, malformed_messages),
+            (&mut self.inflight_overflow, inflight_overflow),
+            (&mut self.unanswered, unanswered),
+            (&mut self.resyncs, resyncs),
+        ] {
+            *a += *b;
+        }
+        self.first_ts_ns = match (self.first_ts_ns, *first_ts_ns) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        self.last_ts_ns = self.last_ts_ns.max(*last_ts_ns);
+        if let Some(d) = kernel_drops {
+            *self.kernel_drops.get_or_insert(0) += d;
+        }
+        self.sampled_one_in = self.sampled_one_in.max(*sampled_one_in);
+        for w in warnings {
+            if !self.warnings.contains(w) {
+                self.warnings.push(w.clone());
+            }
+        }
+    }
+
     /// True when nothing was lost or skipped: no truncated, fragmented, malformed or untracked
     /// packets, no TCP gaps, no unparsed or encrypted bytes, no unmatched responses, no dropped or
     /// unanswered requests, no resyncs. Retransmissions and reordering that reassembly repaired
@@ -85,6 +179,11 @@ impl CaptureHealth {
     /// it means for the report).
     pub fn problems(&self) -> Vec<(&'static str, u64, &'static str)> {
         let all = [
+            (
+                "kernel_drops",
+                self.kernel_drops.unwrap_or(0),
+                "packets the kernel dropped before dbtap read them",
+            ),
             (
                 "gaps",
                 self.gaps,

@@ -254,6 +254,13 @@ fn health_block(
             p.red("INCOMPLETE: some traffic was lost or not understood; the numbers undercount")
         )?;
     }
+    if h.sampled_one_in > 1 {
+        let line = format!(
+            "#   ESTIMATES: 1 connection in {} was captured (--sample); every count is multiplied by {}",
+            h.sampled_one_in, h.sampled_one_in
+        );
+        writeln!(out, "{}", p.yellow(&line))?;
+    }
     writeln!(
         out,
         "#   {} packets ({} bytes), {} TCP segments, {} connections, {} non-TCP",
