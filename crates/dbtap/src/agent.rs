@@ -921,11 +921,22 @@ fn run(c: &CaptureArgs, mode: Mode) -> Result<()> {
 
     // Stop: every worker hands over its last window and closes its connections.
     stop.store(true, Ordering::Release);
-    let iv = collect(&rx, &mut alive, &mut latest, &agg_cfg, &mut errors);
-    for h in handles {
-        let _ = h.join();
-    }
+    // A worker may still hand over an ordinary window before its last one: merge every report
+    // until each worker has sent its last (or a worker hangs for longer than the deadline).
+    let give_up = Instant::now() + Duration::from_secs(10);
+    let mut iv = collect(&rx, &mut alive, &mut latest, &agg_cfg, &mut errors);
     total.merge(&iv.window);
+    while alive.iter().any(|a| *a) && Instant::now() < give_up {
+        iv = collect(&rx, &mut alive, &mut latest, &agg_cfg, &mut errors);
+        total.merge(&iv.window);
+    }
+    if alive.iter().any(|a| *a) {
+        errors.push("a capture thread did not stop in time; its last events are missing".into());
+    } else {
+        for h in handles {
+            let _ = h.join();
+        }
+    }
     if let Some(s) = server {
         s.stop();
     }
