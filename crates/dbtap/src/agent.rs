@@ -428,9 +428,13 @@ fn field_header(f: Field, sampled: bool) -> &'static str {
         Field::Max => "max_us",
         Field::Errors if sampled => "~errors",
         Field::Errors => "errors",
+        Field::PktsIn if sampled => "~pkts_in/s",
         Field::PktsIn => "pkts_in/s",
+        Field::PktsOut if sampled => "~pkts_out/s",
         Field::PktsOut => "pkts_out/s",
+        Field::MbpsIn if sampled => "~Mbit_in/s",
         Field::MbpsIn => "Mbit_in/s",
+        Field::MbpsOut if sampled => "~Mbit_out/s",
         Field::MbpsOut => "Mbit_out/s",
         Field::Drops => "drops",
         Field::Conns => "conns",
@@ -458,14 +462,15 @@ struct LineCtx<'a> {
 fn field_cell(f: Field, server: &SocketAddr, w: &ServerWindow, c: &LineCtx<'_>) -> String {
     let us = |v: Option<u64>| v.map_or("-".to_string(), |ns| format!("{}", ns / 1000));
     let [p50, p95, p99] = w.latency.quantiles_ns([0.5, 0.95, 0.99]);
-    let per_s = |v: u64| v as f64 / c.secs.max(1e-9);
+    // Counts of the sampled connections, scaled to the estimate for all of them.
+    let per_s = |v: u64| (v * c.sample) as f64 / c.secs.max(1e-9);
     match f {
         Field::Time => c.time.to_string(),
         Field::Server if c.no_servers => "-".to_string(),
         Field::Server if *server == other_server() => "other".to_string(),
         Field::Server => server.to_string(),
         Field::Count => (w.count * c.sample).to_string(),
-        Field::Qps => format!("{:.1}", per_s(w.count * c.sample)),
+        Field::Qps => format!("{:.1}", per_s(w.count)),
         Field::Avg => us(w.latency.mean_ns().map(|m| m as u64)),
         Field::P50 => us(p50),
         Field::P95 => us(p95),
@@ -872,9 +877,14 @@ fn run(c: &CaptureArgs, mode: Mode) -> Result<()> {
                 let mut tot = total.clone();
                 window.scale(sample);
                 tot.scale(sample);
-                let pkts: u64 = iv.servers.values().map(|s| s.pkts_in + s.pkts_out).sum();
-                let b_in: u64 = iv.servers.values().map(|s| s.bytes_in).sum();
-                let b_out: u64 = iv.servers.values().map(|s| s.bytes_out).sum();
+                // Scaled like every count when sampling (the header says estimates).
+                let pkts: u64 = sample
+                    * iv.servers
+                        .values()
+                        .map(|s| s.pkts_in + s.pkts_out)
+                        .sum::<u64>();
+                let b_in: u64 = sample * iv.servers.values().map(|s| s.bytes_in).sum::<u64>();
+                let b_out: u64 = sample * iv.servers.values().map(|s| s.bytes_out).sum::<u64>();
                 let up = start_instant.elapsed().as_secs();
                 let frame = top::Frame {
                     header: format!(
@@ -981,4 +991,94 @@ fn live_health(mut h: CaptureHealth, ring: &live::RingStats, c: &CaptureArgs) ->
     h.kernel_drops = Some(ring.drops);
     h.sampled_one_in = c.sample.max(1);
     h
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn consumer() -> LiveConsumer {
+        LiveConsumer {
+            fp: Fingerprinter::new(crate::cli::FingerprintMode::Dbtap, false, false),
+            agg_cfg: AggConfig::default(),
+            window: Aggregator::new(AggConfig::default()),
+            servers: HashMap::new(),
+            matcher: ServerMatch {
+                ports: vec![3306],
+                addrs: vec!["10.0.0.9:7000".parse().expect("addr")],
+            },
+            unanswered: 0,
+        }
+    }
+
+    #[test]
+    fn segments_count_per_server_and_direction() {
+        let mut c = consumer();
+        let (cli, srv) = (
+            "10.0.0.1:50000".parse().expect("addr"),
+            "10.0.0.2:3306".parse().expect("addr"),
+        );
+        let other_srv: SocketAddr = "10.0.0.9:7000".parse().expect("addr");
+        c.segment(cli, srv, 100);
+        c.segment(cli, srv, 60);
+        c.segment(srv, cli, 1500);
+        c.segment(cli, other_srv, 70);
+        // Neither end a server: not counted anywhere.
+        c.segment(cli, "10.0.0.3:80".parse().expect("addr"), 999);
+        let (_, servers) = c.take_window();
+        let s = &servers[&srv];
+        assert_eq!(
+            (s.pkts_in, s.bytes_in, s.pkts_out, s.bytes_out),
+            (2, 160, 1, 1500)
+        );
+        assert_eq!(servers[&other_srv].bytes_in, 70);
+        assert_eq!(servers.len(), 2);
+        // The window was handed over: the consumer starts empty.
+        assert!(c.servers.is_empty());
+    }
+
+    #[test]
+    fn servers_beyond_the_bound_are_summed_as_other() {
+        let mut c = consumer();
+        let cli: SocketAddr = "10.0.0.1:50000".parse().expect("addr");
+        for i in 0..(MAX_SERVERS as u32 + 10) {
+            let srv = SocketAddr::from((std::net::Ipv4Addr::from(0x0a01_0000 + i), 3306));
+            c.segment(cli, srv, 1);
+        }
+        assert_eq!(c.servers.len(), MAX_SERVERS + 1);
+        assert_eq!(c.servers[&other_server()].pkts_in, 10);
+    }
+
+    #[test]
+    fn sampled_lines_scale_counts_and_say_so() {
+        let mut w = ServerWindow {
+            count: 7,
+            errors: 1,
+            pkts_in: 20,
+            ..ServerWindow::default()
+        };
+        for us in [100u64, 200, 300] {
+            w.latency.record(us * 1000);
+        }
+        let ctx = LineCtx {
+            time: "12:00:00",
+            secs: 2.0,
+            sample: 4,
+            drops: 0,
+            conns: 3,
+            no_servers: false,
+        };
+        let srv: SocketAddr = "127.0.0.1:3306".parse().expect("addr");
+        assert_eq!(field_cell(Field::Count, &srv, &w, &ctx), "28");
+        assert_eq!(field_cell(Field::Errors, &srv, &w, &ctx), "4");
+        assert_eq!(field_cell(Field::Qps, &srv, &w, &ctx), "14.0");
+        // Latencies are the sample's own, in µs; rates are per second, scaled.
+        assert_eq!(field_cell(Field::P50, &srv, &w, &ctx), "200");
+        assert_eq!(field_cell(Field::Max, &srv, &w, &ctx), "300");
+        assert_eq!(field_cell(Field::PktsIn, &srv, &w, &ctx), "40");
+        assert_eq!(field_header(Field::PktsIn, true), "~pkts_in/s");
+        assert_eq!(field_header(Field::Count, true), "~count");
+        assert_eq!(field_header(Field::Count, false), "count");
+        assert_eq!(clock(3_600_000_000_000 + 61_000_000_000), "01:01:01");
+    }
 }

@@ -292,3 +292,50 @@ pub enum FingerprintMode {
     Dbtap,
     Pt,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("10"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_duration("0.5"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("1h30m"), Ok(Duration::from_secs(5400)));
+        assert!(parse_duration("-1").is_err());
+        assert!(parse_duration("soon").is_err_and(|e| e.contains("'soon'")));
+    }
+
+    #[test]
+    fn listen_addresses_default_to_loopback() {
+        let lo = |p| Ok(SocketAddr::from(([127, 0, 0, 1], p)));
+        assert_eq!(parse_listen(":9187"), lo(9187));
+        assert_eq!(parse_listen("9187"), lo(9187));
+        assert_eq!(
+            parse_listen("0.0.0.0:80"),
+            Ok(SocketAddr::from(([0, 0, 0, 0], 80)))
+        );
+        assert!(parse_listen("[::1]:9187").is_ok());
+        assert!(parse_listen("localhost").is_err());
+    }
+
+    #[test]
+    fn live_fields_parse_in_snake_case() {
+        let cli = Cli::try_parse_from([
+            "dbtap",
+            "live",
+            "-i",
+            "lo",
+            "--fields",
+            "time,pkts_in,mbps_out",
+        ]);
+        match cli.map(|c| c.command) {
+            Ok(Command::Live(a)) => {
+                assert_eq!(a.fields, vec![Field::Time, Field::PktsIn, Field::MbpsOut])
+            }
+            other => panic!("unexpected: {other:?}"),
+        }
+    }
+}
