@@ -55,6 +55,9 @@ pub use ring::{
     Packet, Ring, RingConfig, RingStats, interface_index, loopback_index, open_group, walk_block,
 };
 
+/// The link type of [`Packet::data`]: raw IP (LINKTYPE_RAW), whatever the device.
+pub const LINKTYPE_RAW: u32 = 101;
+
 /// Errors of live capture; each displays as one line naming what failed.
 #[derive(thiserror::Error, Debug)]
 pub enum LiveError {
