@@ -400,7 +400,19 @@ fn collect(
                     alive[i] = false;
                 }
             }
-            Err(RecvTimeoutError::Timeout) | Err(RecvTimeoutError::Disconnected) => break,
+            Err(RecvTimeoutError::Timeout) => break,
+            Err(RecvTimeoutError::Disconnected) => {
+                // Every worker is gone; one that never sent its last report died.
+                for (i, a) in alive.iter_mut().enumerate() {
+                    if *a {
+                        *a = false;
+                        errors.push(format!(
+                            "capture thread {i} ended unexpectedly; its last events are missing"
+                        ));
+                    }
+                }
+                break;
+            }
         }
     }
     for (h, r) in latest.iter().flatten() {
