@@ -31,7 +31,7 @@ use report::{CaptureHealth, OrderBy, ReportOptions};
 use crate::cli::{CaptureArgs, DigestFormat, Field, LiveArgs, TopArgs};
 use crate::fp::{self, Fingerprinter};
 use crate::pipeline::{Consumer, DEFAULT_PORTS, Engine, Settings};
-use crate::rotate::{Limits, Rotator};
+use crate::rotate::{Limits, Rotator, SharedFiles};
 
 /// Link type of the frames the ring hands over: they start at the IP header.
 const LINKTYPE_RAW: u32 = 101;
@@ -297,6 +297,9 @@ fn worker(
             let (window, servers, health) = if last {
                 // Drain what the kernel still holds, then close every connection.
                 let _ = ring.poll(Duration::ZERO, |p| {
+                    if let Some(w) = &mut writer {
+                        let _ = w.write(p.ts_ns, p.data, p.wire_len);
+                    }
                     engine.frame(LINKTYPE_RAW, p.data, p.ts_ns, &name)
                 });
                 let mut engine = engine;
@@ -693,6 +696,7 @@ fn run(c: &CaptureArgs, mode: Mode) -> Result<()> {
     let (tx, rx) = std::sync::mpsc::channel::<WorkerReport>();
     let mut handles = Vec::new();
     let start_s = unix_ns(started) / 1_000_000_000;
+    let pcap_files = SharedFiles::default();
     for (i, ring) in rings.into_iter().enumerate() {
         let consumer = LiveConsumer {
             fp: Fingerprinter::new(c.fingerprint, c.key_patterns, c.keep_key_order),
@@ -714,6 +718,7 @@ fn run(c: &CaptureArgs, mode: Mode) -> Result<()> {
                     max_age_ns: c.write_every.map(|d| d.as_nanos() as u64),
                     keep: c.write_files.max(1),
                 },
+                Arc::clone(&pcap_files),
             )?),
             None => None,
         };

@@ -3,14 +3,17 @@
 //!
 //! Files are classic pcap with nanosecond timestamps and link type RAW (101: packets start at the
 //! IP header, as the live ring hands them over), readable by `dbtap digest`, tcpdump and
-//! Wireshark. A new file starts when the current one reaches the size limit or the age limit;
-//! beyond `keep` files the oldest is deleted. Names sort in time order:
-//! `dbtap-<unix seconds>-<thread>-<sequence>.pcap`.
+//! Wireshark. A new file starts when the current one reaches the size limit or the age limit.
+//! Each capture thread writes its own files (no packet crosses threads); the threads share one
+//! [`FileSet`], so `keep` bounds the files of all threads together: beyond it the oldest file
+//! no thread is writing any more is deleted. Names sort in the order the files were started:
+//! `dbtap-<unix seconds>-<sequence>-t<thread>.pcap`.
 
 use std::collections::VecDeque;
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 /// pcap magic for nanosecond timestamps, written in native order.
 const MAGIC_NS: u32 = 0xa1b2_3c4d;
@@ -28,19 +31,36 @@ pub struct Limits {
     pub keep: usize,
 }
 
+/// The files of every capture thread, oldest first, shared so that `keep` is a total.
+#[derive(Default)]
+pub struct FileSet {
+    seq: u64,
+    /// (path, still being written).
+    files: VecDeque<(PathBuf, bool)>,
+}
+
+pub type SharedFiles = Arc<Mutex<FileSet>>;
+
 pub struct Rotator {
     dir: PathBuf,
     prefix: String,
+    thread: usize,
     limits: Limits,
-    seq: u64,
+    shared: SharedFiles,
     current: Option<(BufWriter<File>, u64, u64)>,
-    files: VecDeque<PathBuf>,
+    current_path: Option<PathBuf>,
 }
 
 impl Rotator {
     /// Checks that `dir` exists (creating it if needed) and is writable; no file is opened
     /// before the first packet.
-    pub fn new(dir: &Path, thread: usize, start_unix_s: u64, limits: Limits) -> io::Result<Self> {
+    pub fn new(
+        dir: &Path,
+        thread: usize,
+        start_unix_s: u64,
+        limits: Limits,
+        shared: SharedFiles,
+    ) -> io::Result<Self> {
         std::fs::create_dir_all(dir)
             .map_err(|e| io::Error::new(e.kind(), format!("--write {}: {e}", dir.display())))?;
         let probe = dir.join(format!(".dbtap-write-test-{}", std::process::id()));
@@ -49,14 +69,15 @@ impl Rotator {
         let _ = std::fs::remove_file(&probe);
         Ok(Rotator {
             dir: dir.to_path_buf(),
-            prefix: format!("dbtap-{start_unix_s}-{thread}"),
+            prefix: format!("dbtap-{start_unix_s}"),
+            thread,
             limits: Limits {
                 keep: limits.keep.max(1),
                 ..limits
             },
-            seq: 0,
+            shared,
             current: None,
-            files: VecDeque::new(),
+            current_path: None,
         })
     }
 
@@ -93,10 +114,15 @@ impl Rotator {
 
     fn open_next(&mut self, ts_ns: u64) -> io::Result<()> {
         self.finish_current()?;
-        self.seq += 1;
-        let path = self
-            .dir
-            .join(format!("{}-{:06}.pcap", self.prefix, self.seq));
+        let mut set = self
+            .shared
+            .lock()
+            .map_err(|_| io::Error::other("pcap file set poisoned"))?;
+        set.seq += 1;
+        let path = self.dir.join(format!(
+            "{}-{:06}-t{}.pcap",
+            self.prefix, set.seq, self.thread
+        ));
         let f = File::create(&path)
             .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
         let mut w = BufWriter::with_capacity(1 << 20, f);
@@ -108,9 +134,14 @@ impl Rotator {
         hdr[20..24].copy_from_slice(&LINKTYPE_RAW.to_ne_bytes());
         w.write_all(&hdr)?;
         self.current = Some((w, FILE_HEADER_LEN, ts_ns));
-        self.files.push_back(path);
-        while self.files.len() > self.limits.keep {
-            if let Some(old) = self.files.pop_front() {
+        set.files.push_back((path.clone(), true));
+        self.current_path = Some(path);
+        // Delete the oldest files no thread writes any more, down to `keep`.
+        while set.files.len() > self.limits.keep {
+            let Some(i) = set.files.iter().position(|(_, open)| !*open) else {
+                break;
+            };
+            if let Some((old, _)) = set.files.remove(i) {
                 let _ = std::fs::remove_file(old);
             }
         }
@@ -118,6 +149,12 @@ impl Rotator {
     }
 
     fn finish_current(&mut self) -> io::Result<()> {
+        if let Some(path) = self.current_path.take()
+            && let Ok(mut set) = self.shared.lock()
+            && let Some(e) = set.files.iter_mut().find(|(p, _)| *p == path)
+        {
+            e.1 = false;
+        }
         if let Some((mut w, _, _)) = self.current.take() {
             w.flush()?;
         }
@@ -167,7 +204,8 @@ mod tests {
             max_age_ns: None,
             keep: 2,
         };
-        let mut r = Rotator::new(dir.path(), 0, 1_700_000_000, limits).expect("rotator");
+        let mut r = Rotator::new(dir.path(), 0, 1_700_000_000, limits, SharedFiles::default())
+            .expect("rotator");
         for i in 0..10u8 {
             r.write(1_000 + u64::from(i), &ipv4_packet(i), 28)
                 .expect("write");
@@ -176,8 +214,8 @@ mod tests {
         let files = pcaps(dir.path());
         // 10 packets, 3 per file: files 1..=4 were written, the 2 newest are kept.
         assert_eq!(files.len(), 2, "{files:?}");
-        assert!(files[0].to_string_lossy().ends_with("-000003.pcap"));
-        assert!(files[1].to_string_lossy().ends_with("-000004.pcap"));
+        assert!(files[0].to_string_lossy().ends_with("-000003-t0.pcap"));
+        assert!(files[1].to_string_lossy().ends_with("-000004-t0.pcap"));
         // The files are real captures: the reader finds the packets with their timestamps.
         let mut seen = Vec::new();
         for f in &files {
@@ -198,7 +236,8 @@ mod tests {
             max_age_ns: Some(1_000_000_000),
             keep: 10,
         };
-        let mut r = Rotator::new(dir.path(), 1, 1_700_000_000, limits).expect("rotator");
+        let mut r = Rotator::new(dir.path(), 1, 1_700_000_000, limits, SharedFiles::default())
+            .expect("rotator");
         for i in 0..5u8 {
             // One packet every 0.6 s: a new file every second packet.
             r.write(u64::from(i) * 600_000_000 + 1, &ipv4_packet(i), 28)
@@ -219,11 +258,50 @@ mod tests {
                 max_age_ns: None,
                 keep: 1,
             },
+            SharedFiles::default(),
         )
         .err()
         .map(|e| e.to_string())
         .unwrap_or_default();
         assert!(e.starts_with("--write /proc/dbtap-cannot-exist:"), "{e}");
         assert!(!e.contains('\n'));
+    }
+
+    #[test]
+    fn keep_is_a_total_over_threads_and_spares_open_files() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let shared = SharedFiles::default();
+        let limits = || Limits {
+            max_bytes: 24 + 2 * (16 + 28),
+            max_age_ns: None,
+            keep: 3,
+        };
+        let mut a = Rotator::new(dir.path(), 0, 1, limits(), Arc::clone(&shared)).expect("a");
+        let mut b = Rotator::new(dir.path(), 1, 1, limits(), Arc::clone(&shared)).expect("b");
+        // Thread b opens its file first and writes into it once; thread a then rotates many
+        // times. b's file stays open, so it is never deleted; a's old files go.
+        b.write(1, &ipv4_packet(0), 28).expect("b");
+        for i in 0..20u8 {
+            a.write(10 + u64::from(i), &ipv4_packet(i), 28).expect("a");
+        }
+        let names: Vec<String> = pcaps(dir.path())
+            .iter()
+            .filter_map(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+            .collect();
+        assert_eq!(names.len(), 3, "{names:?}");
+        assert!(names[0].ends_with("-000001-t1.pcap"), "{names:?}");
+        assert!(names[1].ends_with("-t0.pcap") && names[2].ends_with("-t0.pcap"));
+        // Once b moves on, its old file is the oldest closed one and goes first.
+        b.write(2, &ipv4_packet(1), 28).expect("b");
+        b.write(3, &ipv4_packet(2), 28).expect("b");
+        let after = pcaps(dir.path());
+        assert_eq!(after.len(), 3);
+        assert!(
+            !after
+                .iter()
+                .any(|p| p.to_string_lossy().ends_with("-000001-t1.pcap"))
+        );
+        a.close().expect("a");
+        b.close().expect("b");
     }
 }

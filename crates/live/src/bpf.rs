@@ -234,13 +234,26 @@ pub struct FilterSpec {
     /// Accept TCP packets to or from exactly this address and port (IPv4 or IPv6; an
     /// IPv4-mapped IPv6 address is matched as IPv4).
     pub servers: Vec<SocketAddr>,
-    /// 1 (or 0) keeps everything; N > 1 keeps only connections whose CLIENT port % N == 0, the
-    /// client port being the one opposite the matching server port or address. Ignored when
-    /// both `ports` and `servers` are empty (nothing says which side is the client).
+    /// 1 (or 0) keeps everything; N > 1 keeps only connections whose CLIENT port is chosen by
+    /// [`sample_keeps`] (the client port being the one opposite the matching server port or
+    /// address). Ignored when both `ports` and `servers` are empty (nothing says which side is
+    /// the client).
     pub sample: u32,
     /// Drop `PACKET_OUTGOING` packets of this device (the loopback: the kernel shows each
     /// loopback packet twice, outgoing and incoming).
     pub loopback_ifindex: Option<i32>,
+}
+
+/// Multiplier of the client-port hash (2^32 / golden ratio, Knuth's multiplicative hashing).
+pub const SAMPLE_HASH_MUL: u32 = 0x9E37_79B1;
+
+/// Whether `--sample n` keeps a connection whose client port is `client_port`: a
+/// multiplicative hash of the port, modulo `n`, is 0. Not `port % n` as DBAs do by hand
+/// (`tcp[1] & 7 == 2`): Linux gives `connect()` even local ports and `bind()` odd ones, so the
+/// low bits of client ports are biased and `port % 2 == 0` would keep every ordinary client.
+/// The kernel filter computes exactly this (32-bit multiply, shift, modulo).
+pub fn sample_keeps(client_port: u16, n: u32) -> bool {
+    n <= 1 || ((u32::from(client_port).wrapping_mul(SAMPLE_HASH_MUL) >> 16) % n) == 0
 }
 
 /// Builds the filter for `spec`: TCP over IPv4 or IPv6 (next header 6 directly after the fixed
@@ -337,7 +350,7 @@ fn ports_block(a: &mut Asm, spec: &FilterSpec, v6: bool, accept: Label, reject: 
     // Source and destination port loads (TCP header at X).
     let sport = |a: &mut Asm| a.stmt(BPF_LD | BPF_H | BPF_IND, net(0));
     let dport = |a: &mut Asm| a.stmt(BPF_LD | BPF_H | BPF_IND, net(2));
-    // Client port check: keep when `other` % sample == 0.
+    // Client port check: keep when `sample_keeps(other, sample)`.
     let sample = spec.sample;
     let sample_check = |a: &mut Asm, other_is_dst: bool, fail: Label| {
         if sample <= 1 {
@@ -348,6 +361,8 @@ fn ports_block(a: &mut Asm, spec: &FilterSpec, v6: bool, accept: Label, reject: 
             } else {
                 sport(a)
             }
+            a.stmt(BPF_ALU | BPF_MUL | BPF_K, SAMPLE_HASH_MUL);
+            a.stmt(BPF_ALU | BPF_RSH | BPF_K, 16);
             a.stmt(BPF_ALU | BPF_MOD | BPF_K, sample);
             a.jeq(0, accept, fail);
         }

@@ -50,7 +50,7 @@ pub mod bpf;
 mod ring;
 mod sys;
 
-pub use bpf::{FilterSpec, Insn, and, compile_expr, servers_filter};
+pub use bpf::{FilterSpec, Insn, and, compile_expr, sample_keeps, servers_filter};
 pub use ring::{
     Packet, Ring, RingConfig, RingStats, interface_index, loopback_index, open_group, walk_block,
 };

@@ -322,24 +322,26 @@ fn servers_and_sampling_on_hand_built_packets() {
     });
     let (c, s, other) = (a4("10.0.0.1"), a4("10.0.0.2"), a4("10.0.0.3"));
     let h = ad4(HOST, ETH);
-    // Client port 40002 % 3 == 0: kept both ways; 40001: dropped both ways.
-    assert_eq!(run(&f, &ipv4(c, s, TCP, 5, 0, 40002, 3306), &h), ACCEPT);
-    assert_eq!(run(&f, &ipv4(s, c, TCP, 5, 0, 3306, 40002), &h), ACCEPT);
-    assert_eq!(run(&f, &ipv4(c, s, TCP, 5, 0, 40001, 3306), &h), 0);
-    assert_eq!(run(&f, &ipv4(s, c, TCP, 5, 0, 3306, 40001), &h), 0);
+    let (kept, dropped) = (port_where(true, 3, 40000), port_where(false, 3, 40000));
+    // A client port the sample keeps: kept both ways; one it does not: dropped both ways.
+    assert_eq!(run(&f, &ipv4(c, s, TCP, 5, 0, kept, 3306), &h), ACCEPT);
+    assert_eq!(run(&f, &ipv4(s, c, TCP, 5, 0, 3306, kept), &h), ACCEPT);
+    assert_eq!(run(&f, &ipv4(c, s, TCP, 5, 0, dropped, 3306), &h), 0);
+    assert_eq!(run(&f, &ipv4(s, c, TCP, 5, 0, 3306, dropped), &h), 0);
     // Same port, other address: not a server.
-    assert_eq!(run(&f, &ipv4(c, other, TCP, 5, 0, 40002, 3306), &h), 0);
+    assert_eq!(run(&f, &ipv4(c, other, TCP, 5, 0, kept, 3306), &h), 0);
     // The IPv4-mapped server is matched as IPv4.
     assert_eq!(
-        run(&f, &ipv4(c, a4("10.0.0.9"), TCP, 5, 0, 40002, 6379), &h),
+        run(&f, &ipv4(c, a4("10.0.0.9"), TCP, 5, 0, kept, 6379), &h),
         ACCEPT
     );
     let (c6, s6) = (a6("fd00::1"), a6("fd00::2"));
     let h6 = ad6(HOST, ETH);
-    assert_eq!(run(&f, &ipv6(c6, s6, TCP, 30000, 5432), &h6), ACCEPT);
-    assert_eq!(run(&f, &ipv6(s6, c6, TCP, 5432, 30000), &h6), ACCEPT);
-    assert_eq!(run(&f, &ipv6(s6, c6, TCP, 5432, 30001), &h6), 0);
-    assert_eq!(run(&f, &ipv6(a6("fd00::3"), c6, TCP, 5432, 30000), &h6), 0);
+    let (kept, dropped) = (port_where(true, 3, 30000), port_where(false, 3, 30000));
+    assert_eq!(run(&f, &ipv6(c6, s6, TCP, kept, 5432), &h6), ACCEPT);
+    assert_eq!(run(&f, &ipv6(s6, c6, TCP, 5432, kept), &h6), ACCEPT);
+    assert_eq!(run(&f, &ipv6(s6, c6, TCP, 5432, dropped), &h6), 0);
+    assert_eq!(run(&f, &ipv6(a6("fd00::3"), c6, TCP, 5432, kept), &h6), 0);
 }
 
 #[test]
@@ -370,19 +372,20 @@ fn many_ports_assemble_with_far_jumps() {
     });
     assert!(f.len() < BPF_MAXINSNS);
     let (c, s) = (a4("10.0.0.1"), a4("10.0.0.2"));
+    let (kept, dropped) = (port_where(true, 2, 50000), port_where(false, 2, 50000));
     for &p in ports.iter().step_by(37).chain([1399].iter()) {
         assert_eq!(
-            run(&f, &ipv4(c, s, TCP, 5, 0, 50000, p), &ad4(HOST, ETH)),
+            run(&f, &ipv4(c, s, TCP, 5, 0, kept, p), &ad4(HOST, ETH)),
             ACCEPT,
             "{p}"
         );
         assert_eq!(
-            run(&f, &ipv4(s, c, TCP, 5, 0, p, 50000), &ad4(HOST, ETH)),
+            run(&f, &ipv4(s, c, TCP, 5, 0, p, kept), &ad4(HOST, ETH)),
             ACCEPT,
             "{p}"
         );
         assert_eq!(
-            run(&f, &ipv4(s, c, TCP, 5, 0, p, 50001), &ad4(HOST, ETH)),
+            run(&f, &ipv4(s, c, TCP, 5, 0, p, dropped), &ad4(HOST, ETH)),
             0,
             "{p}"
         );
@@ -431,7 +434,7 @@ fn model(spec: &FilterSpec, pkt: &[u8], ad: &Ancillary) -> bool {
     };
     let sport = u16::from_be_bytes([ports[0], ports[1]]);
     let dport = u16::from_be_bytes([ports[2], ports[3]]);
-    let kept = |client: u16| spec.sample <= 1 || u32::from(client) % spec.sample == 0;
+    let kept = |client: u16| crate::bpf::sample_keeps(client, spec.sample);
     let is_server = |ip: IpAddr, port: u16| {
         spec.ports.contains(&port)
             || spec
@@ -706,4 +709,30 @@ fn libpcap_expressions_run_network_relative() {
     );
     let e = compile_expr("tcp port").unwrap_err().to_string();
     assert!(e.contains("syntax error") || e.contains("tcp port"), "{e}");
+}
+
+/// The first client port from `from` up that `--sample n` keeps (or drops).
+fn port_where(keep: bool, n: u32, from: u16) -> u16 {
+    (from..u16::MAX)
+        .find(|p| crate::bpf::sample_keeps(*p, n) == keep)
+        .unwrap_or(from)
+}
+
+#[test]
+fn sampling_hash_is_unbiased_on_even_ports() {
+    // Linux hands connect() even ports: the hash must keep about 1 in n of them anyway.
+    for n in [2u32, 3, 4, 8] {
+        let even: Vec<u16> = (32768..61000).step_by(2).collect();
+        let kept = even
+            .iter()
+            .filter(|p| crate::bpf::sample_keeps(**p, n))
+            .count();
+        let want = even.len() / n as usize;
+        assert!(
+            kept.abs_diff(want) * 20 < want,
+            "n={n}: kept {kept} of {} even ports, want about {want}",
+            even.len()
+        );
+    }
+    assert!((0..=u16::MAX).all(|p| crate::bpf::sample_keeps(p, 1)));
 }

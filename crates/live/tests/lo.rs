@@ -384,7 +384,7 @@ fn connect_from(addr: SocketAddr, local_port: u16) -> Option<TcpStream> {
 }
 
 #[test]
-fn lo_sampling_keeps_even_client_ports() {
+fn lo_sampling_keeps_the_hashed_client_ports() {
     let l = listener(V4);
     let addr = l.local_addr().unwrap();
     let port = addr.port();
@@ -399,7 +399,8 @@ fn lo_sampling_keeps_even_client_ports() {
     };
     let (n, req, reply) = (16, 100, 5000);
     let server = serve(l, n, reply);
-    // Client ports base, base+1, ...: half even, half odd (ports that are busy are skipped).
+    // Client ports base, base+1, ...: of both parities, about half of them kept (ports that are
+    // busy are skipped).
     // Below the ephemeral range (32768-60999), so no other test's server port.
     let base = 20_000 + (std::process::id() % 10_000) as u16;
     let mut ports = Vec::new();
@@ -417,23 +418,27 @@ fn lo_sampling_keeps_even_client_ports() {
         assert_eq!(buf.len(), reply);
     }
     assert_eq!(server.join().unwrap(), n * req);
-    let even: BTreeSet<u16> = ports.iter().copied().filter(|p| p % 2 == 0).collect();
-    assert!(!even.is_empty() && even.len() < n);
+    let kept: BTreeSet<u16> = ports
+        .iter()
+        .copied()
+        .filter(|p| bpf::sample_keeps(*p, 2))
+        .collect();
+    assert!(!kept.is_empty() && kept.len() < n);
     let mut seen = Seen::default();
-    let k = even.len();
+    let k = kept.len();
     capture(&mut ring, port, &mut seen, |s| {
         s.syns.len() >= k && s.to_server() >= k * req && s.to_client() >= k * reply
     });
     eprintln!(
-        "sample=2: {n} connections, {k} with even client ports; saw {} SYNs, {} connections, {} packets",
+        "sample=2: {n} connections, {k} with kept client ports; saw {} SYNs, {} connections, {} packets",
         seen.syns.len(),
         seen.per_conn.len(),
         seen.packets
     );
     assert_eq!((seen.foreign, seen.bare_dups), (0, 0));
     assert_eq!(ring.stats().unwrap().packets as usize, seen.packets);
-    assert_eq!(seen.syns.iter().copied().collect::<BTreeSet<_>>(), even);
-    assert_eq!(seen.per_conn.keys().copied().collect::<BTreeSet<_>>(), even);
+    assert_eq!(seen.syns.iter().copied().collect::<BTreeSet<_>>(), kept);
+    assert_eq!(seen.per_conn.keys().copied().collect::<BTreeSet<_>>(), kept);
     assert_eq!(seen.syns.len(), k);
     assert_eq!(seen.to_server(), k * req);
     assert_eq!(seen.to_client(), k * reply);
