@@ -25,12 +25,12 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use aggregate::{AggConfig, Aggregator, GroupKey, Latency};
 use anyhow::{Context, Result};
 use flow::FlowConfig;
-use proto::{Outcome, QueryEvent, SessionConfig};
-use report::{CaptureHealth, OrderBy, ReportOptions};
+use proto::{Outcome, QueryEvent};
+use report::{CaptureHealth, ReportOptions};
 
 use crate::cli::{CaptureArgs, DigestFormat, Field, LiveArgs, TopArgs};
 use crate::fp::{self, Fingerprinter};
-use crate::pipeline::{Consumer, DEFAULT_PORTS, Engine, Settings};
+use crate::pipeline::{Consumer, Engine, Settings};
 use crate::rotate::{Limits, Rotator, SharedFiles};
 
 /// Link type of the frames the ring hands over: they start at the IP header.
@@ -194,21 +194,7 @@ fn unix_ns(t: SystemTime) -> u64 {
 }
 
 fn settings(c: &CaptureArgs) -> Settings {
-    let mut ports: Vec<(u16, Option<proto::Protocol>)> = DEFAULT_PORTS
-        .iter()
-        .map(|&(port, p)| (port, Some(p)))
-        .collect();
-    for &port in &c.ports {
-        if !ports.iter().any(|(p, _)| *p == port) {
-            ports.push((port, None));
-        }
-    }
-    Settings {
-        ports,
-        servers: c.servers.clone(),
-        session: SessionConfig::default(),
-        progress: false,
-    }
+    Settings::new(&c.ports, &c.servers, false)
 }
 
 /// The kernel filter: TCP to and from the server ports and addresses, 1 connection in
@@ -522,19 +508,6 @@ fn clock(ns: u64) -> String {
     format!("{:02}:{:02}:{:02}", (s / 3600) % 24, (s / 60) % 60, s % 60)
 }
 
-fn report_options(limit: usize, order: crate::cli::OrderBy) -> ReportOptions {
-    ReportOptions {
-        limit: if limit == 0 { usize::MAX } else { limit },
-        order_by: match order {
-            crate::cli::OrderBy::Total => OrderBy::Total,
-            crate::cli::OrderBy::Count => OrderBy::Count,
-            crate::cli::OrderBy::P99 => OrderBy::P99,
-            crate::cli::OrderBy::Errors => OrderBy::Errors,
-        },
-        ..ReportOptions::default()
-    }
-}
-
 /// The HTTP endpoint's view of the snapshot.
 struct HttpProvider {
     snap: Arc<Mutex<Snapshot>>,
@@ -657,15 +630,12 @@ fn run(c: &CaptureArgs, mode: Mode) -> Result<()> {
     } else {
         interval
     };
-    let keep_examples = lines_args.is_none_or(|a| !a.no_examples);
+    let keep_examples = lines_args.is_none_or(|a| !a.report.no_examples);
     let agg_cfg = AggConfig {
         keep_examples,
         ..AggConfig::default()
     };
-    let report_opts = lines_args.map_or_else(
-        || report_options(20, crate::cli::OrderBy::Total),
-        |a| report_options(a.limit, a.order_by),
-    );
+    let report_opts = lines_args.map_or_else(ReportOptions::default, |a| a.report.options());
     let setup = Arc::new(LiveSetup {
         sample: c.sample.max(1),
         threads,
@@ -699,7 +669,7 @@ fn run(c: &CaptureArgs, mode: Mode) -> Result<()> {
     let pcap_files = SharedFiles::default();
     for (i, ring) in rings.into_iter().enumerate() {
         let consumer = LiveConsumer {
-            fp: Fingerprinter::new(c.fingerprint, c.key_patterns, c.keep_key_order),
+            fp: Fingerprinter::from_args(&c.grouping),
             agg_cfg: agg_cfg.clone(),
             window: Aggregator::new(agg_cfg.clone()),
             servers: HashMap::new(),
@@ -985,9 +955,9 @@ fn run(c: &CaptureArgs, mode: Mode) -> Result<()> {
                 eprintln!("dbtap: warning: {w}");
             }
             total.scale(sample);
-            let opts = report_options(args.limit, args.order_by);
+            let opts = args.report.options();
             let mut out = std::io::BufWriter::new(stdout.lock());
-            match args.format {
+            match args.report.format {
                 DigestFormat::Text => {
                     if !quiet_lines {
                         writeln!(out)?;

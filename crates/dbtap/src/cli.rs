@@ -67,7 +67,7 @@ pub struct CaptureArgs {
     #[arg(long = "ring-mb", default_value_t = 32, value_name = "MIB")]
     pub ring_mb: u32,
 
-    /// Keep 1 connection in N (chosen in the kernel by client port). Counts are multiplied by N
+    /// Keep 1 connection in N (chosen in the kernel by a hash of the client port). Counts are multiplied by N
     /// and marked as estimates everywhere.
     #[arg(long, default_value_t = 1, value_name = "N")]
     pub sample: u32,
@@ -76,17 +76,8 @@ pub struct CaptureArgs {
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub duration: Option<std::time::Duration>,
 
-    /// Fingerprint rules: `dbtap` or `pt` (see `dbtap digest --help`).
-    #[arg(long, value_enum, default_value_t = FingerprintMode::Dbtap)]
-    pub fingerprint: FingerprintMode,
-
-    /// Redis: group by key shape too, not only by command.
-    #[arg(long)]
-    pub key_patterns: bool,
-
-    /// MongoDB: keep the key order of filters and documents as sent.
-    #[arg(long)]
-    pub keep_key_order: bool,
+    #[command(flatten)]
+    pub grouping: GroupingArgs,
 
     /// Serve /metrics (Prometheus) and /api/digest (JSON) on this address, e.g. 127.0.0.1:9187
     /// or :9187 (loopback). Give 0.0.0.0:9187 explicitly to serve other hosts.
@@ -132,20 +123,9 @@ pub struct LiveArgs {
     )]
     pub fields: Vec<Field>,
 
-    /// The final digest's format.
-    #[arg(long, value_enum, default_value_t = DigestFormat::Text)]
-    pub format: DigestFormat,
-
-    /// How many query groups the final digest shows in detail (0 = all).
-    #[arg(long, default_value_t = 20, value_name = "N")]
-    pub limit: usize,
-
-    #[arg(long = "order-by", value_enum, default_value_t = OrderBy::Total)]
-    pub order_by: OrderBy,
-
-    /// Leave the slowest example's raw text out of the digests (it may hold personal data).
-    #[arg(long)]
-    pub no_examples: bool,
+    /// The final digest (printed at the stop) and the JSON of /api/digest.
+    #[command(flatten)]
+    pub report: ReportArgs,
 }
 
 #[derive(Args, Debug)]
@@ -216,6 +196,17 @@ pub struct InputArgs {
     #[arg(long = "server", value_name = "HOST:PORT")]
     pub servers: Vec<SocketAddr>,
 
+    #[command(flatten)]
+    pub grouping: GroupingArgs,
+
+    /// Never show a progress bar.
+    #[arg(long, short = 'q')]
+    pub quiet: bool,
+}
+
+/// How queries are grouped (digest, events, live, top).
+#[derive(Args, Debug, Clone)]
+pub struct GroupingArgs {
     /// Fingerprint rules: `dbtap` (pt-query-digest's rules without its known bugs) or `pt`
     /// (exactly pt-query-digest 3.2.1's, so Query IDs join with its reports).
     #[arg(long, value_enum, default_value_t = FingerprintMode::Dbtap)]
@@ -229,17 +220,12 @@ pub struct InputArgs {
     /// depend on it); by default keys are sorted so the same query in another order is one group.
     #[arg(long)]
     pub keep_key_order: bool,
-
-    /// Never show a progress bar.
-    #[arg(long, short = 'q')]
-    pub quiet: bool,
 }
 
-#[derive(Args, Debug)]
-pub struct DigestArgs {
-    #[command(flatten)]
-    pub input: InputArgs,
-
+/// The digest report's options (digest, and live's final digest).
+#[derive(Args, Debug, Clone)]
+pub struct ReportArgs {
+    /// The digest's format.
     #[arg(long, value_enum, default_value_t = DigestFormat::Text)]
     pub format: DigestFormat,
 
@@ -253,6 +239,40 @@ pub struct DigestArgs {
     /// Leave the slowest example's raw text out of the report (it may hold personal data).
     #[arg(long)]
     pub no_examples: bool,
+}
+
+impl ReportArgs {
+    pub fn options(&self) -> report::ReportOptions {
+        report::ReportOptions {
+            limit: if self.limit == 0 {
+                usize::MAX
+            } else {
+                self.limit
+            },
+            order_by: self.order_by.into(),
+            ..report::ReportOptions::default()
+        }
+    }
+}
+
+impl From<OrderBy> for report::OrderBy {
+    fn from(o: OrderBy) -> Self {
+        match o {
+            OrderBy::Total => report::OrderBy::Total,
+            OrderBy::Count => report::OrderBy::Count,
+            OrderBy::P99 => report::OrderBy::P99,
+            OrderBy::Errors => report::OrderBy::Errors,
+        }
+    }
+}
+
+#[derive(Args, Debug)]
+pub struct DigestArgs {
+    #[command(flatten)]
+    pub input: InputArgs,
+
+    #[command(flatten)]
+    pub report: ReportArgs,
 }
 
 #[derive(Args, Debug)]

@@ -59,6 +59,10 @@ pub struct Fingerprinter {
 }
 
 impl Fingerprinter {
+    pub fn from_args(g: &crate::cli::GroupingArgs) -> Self {
+        Self::new(g.fingerprint, g.key_patterns, g.keep_key_order)
+    }
+
     pub fn new(mode: FingerprintMode, key_patterns: bool, keep_key_order: bool) -> Self {
         Fingerprinter {
             mode,

@@ -11,8 +11,8 @@ use std::process::ExitCode;
 
 use aggregate::{AggConfig, Aggregator, GroupKey};
 use clap::Parser;
-use proto::{Outcome, QueryEvent, SessionConfig};
-use report::{CaptureHealth, OrderBy, ReportOptions};
+use proto::{Outcome, QueryEvent};
+use report::CaptureHealth;
 
 use crate::cli::{Cli, Command, DigestArgs, DigestFormat, EventsArgs, InputArgs};
 use crate::fp::Fingerprinter;
@@ -56,22 +56,8 @@ fn main() -> ExitCode {
 }
 
 fn settings(input: &InputArgs) -> Settings {
-    let mut ports: Vec<(u16, Option<proto::Protocol>)> = pipeline::DEFAULT_PORTS
-        .iter()
-        .map(|&(port, p)| (port, Some(p)))
-        .collect();
-    for &port in &input.ports {
-        // A port named on the command line is sniffed, unless it is a default port.
-        if !ports.iter().any(|(p, _)| *p == port) {
-            ports.push((port, None));
-        }
-    }
-    Settings {
-        ports,
-        servers: input.servers.clone(),
-        session: SessionConfig::default(),
-        progress: !input.quiet,
-    }
+    // A port named on the command line is sniffed, unless it is a default port.
+    Settings::new(&input.ports, &input.servers, !input.quiet)
 }
 
 fn warn(health: &CaptureHealth) {
@@ -110,13 +96,9 @@ impl Consumer for DigestConsumer {
 fn digest(args: DigestArgs) -> anyhow::Result<()> {
     let settings = settings(&args.input);
     let consumer = DigestConsumer {
-        fp: Fingerprinter::new(
-            args.input.fingerprint,
-            args.input.key_patterns,
-            args.input.keep_key_order,
-        ),
+        fp: Fingerprinter::from_args(&args.input.grouping),
         agg: Aggregator::new(AggConfig {
-            keep_examples: !args.no_examples,
+            keep_examples: !args.report.no_examples,
             ..AggConfig::default()
         }),
         unanswered: 0,
@@ -124,23 +106,10 @@ fn digest(args: DigestArgs) -> anyhow::Result<()> {
     let (consumer, mut health) = pipeline::run(&args.input.files, &settings, consumer)?;
     health.unanswered = consumer.unanswered;
     warn(&health);
-    let opts = ReportOptions {
-        limit: if args.limit == 0 {
-            usize::MAX
-        } else {
-            args.limit
-        },
-        order_by: match args.order_by {
-            cli::OrderBy::Total => OrderBy::Total,
-            cli::OrderBy::Count => OrderBy::Count,
-            cli::OrderBy::P99 => OrderBy::P99,
-            cli::OrderBy::Errors => OrderBy::Errors,
-        },
-        ..ReportOptions::default()
-    };
+    let opts = args.report.options();
     let stdout = std::io::stdout();
     let mut out = BufWriter::new(stdout.lock());
-    match args.format {
+    match args.report.format {
         DigestFormat::Text => report::text::render(&consumer.agg, &health, &opts, &mut out)?,
         DigestFormat::Json => report::json::render(&consumer.agg, &health, &opts, &mut out)?,
     }
@@ -191,11 +160,7 @@ fn events(args: EventsArgs) -> anyhow::Result<()> {
     let settings = settings(&args.input);
     let stdout = std::io::stdout();
     let consumer = EventsConsumer {
-        fp: Fingerprinter::new(
-            args.input.fingerprint,
-            args.input.key_patterns,
-            args.input.keep_key_order,
-        ),
+        fp: Fingerprinter::from_args(&args.input.grouping),
         out: BufWriter::new(stdout.lock()),
         keep_text: args.text,
         ids: Default::default(),

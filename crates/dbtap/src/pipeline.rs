@@ -32,6 +32,28 @@ pub struct Settings {
     pub progress: bool,
 }
 
+impl Settings {
+    /// The default ports with their protocols, plus `ports` (sniffed unless a default port),
+    /// plus `servers` (sniffed).
+    pub fn new(ports: &[u16], servers: &[SocketAddr], progress: bool) -> Settings {
+        let mut all: Vec<(u16, Option<Protocol>)> = DEFAULT_PORTS
+            .iter()
+            .map(|&(port, p)| (port, Some(p)))
+            .collect();
+        for &port in ports {
+            if !all.iter().any(|(p, _)| *p == port) {
+                all.push((port, None));
+            }
+        }
+        Settings {
+            ports: all,
+            servers: servers.to_vec(),
+            session: SessionConfig::default(),
+            progress,
+        }
+    }
+}
+
 /// Default server ports per protocol.
 pub const DEFAULT_PORTS: &[(u16, Protocol)] = &[
     (3306, Protocol::Mysql),
