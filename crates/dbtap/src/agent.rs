@@ -409,6 +409,7 @@ fn collect(
         out.ring.packets += r.packets;
         out.ring.drops += r.drops;
         out.ring.freeze_q += r.freeze_q;
+        out.ring.resyncs += r.resyncs;
     }
     out
 }
@@ -976,6 +977,13 @@ fn run(c: &CaptureArgs, mode: Mode) -> Result<()> {
 fn live_health(mut h: CaptureHealth, ring: &live::RingStats, c: &CaptureArgs) -> CaptureHealth {
     h.files = vec![format!("live:{}", c.interface)];
     h.kernel_drops = Some(ring.drops);
+    if ring.resyncs > 0 {
+        h.warnings.push(format!(
+            "the capture ring lost its place {} time(s) and skipped ahead to the oldest ready \
+             block; please report this",
+            ring.resyncs
+        ));
+    }
     h.sampled_one_in = c.sample.max(1);
     h
 }

@@ -71,6 +71,10 @@ pub struct RingStats {
     pub drops: u64,
     /// Times the ring was frozen full (`tp_freeze_q_cnt`).
     pub freeze_q: u64,
+    /// Times the reader found its current block still the kernel's while a later block was
+    /// ready, and skipped ahead to the oldest ready block (see [`Ring::poll`]). The kernel
+    /// fills blocks in order, so this should stay 0; it is counted so that it would show.
+    pub resyncs: u64,
 }
 
 /// A TPACKET_V3 receive ring on one AF_PACKET socket.
@@ -282,6 +286,12 @@ impl Ring {
                 None => Duration::from_secs(3600),
             };
             if left.is_zero() {
+                // Nothing in the current block for a whole poll: if a later block is ready,
+                // reader and kernel disagree on the current block, and waiting would stall
+                // the capture for good (the kernel drops everything once the ring is full).
+                if self.resync() {
+                    continue;
+                }
                 return Ok(0);
             }
             let revents = self
@@ -301,6 +311,20 @@ impl Ring {
                 }
             }
         }
+    }
+
+    /// Moves `cur` to the oldest user-owned block after it, if any (counted in
+    /// [`RingStats::resyncs`]). True when it moved.
+    fn resync(&mut self) -> bool {
+        for step in 1..self.block_count {
+            let i = (self.cur + step) % self.block_count;
+            if self.map.block_status(i * self.block_size) & libc::TP_STATUS_USER != 0 {
+                self.cur = i;
+                self.stats.resyncs += 1;
+                return true;
+            }
+        }
+        false
     }
 
     /// Walks the ready blocks from the current one; None when the current block is not ready.
