@@ -374,3 +374,10 @@ fn large_pathological_inputs() {
         assert!(t.elapsed().as_secs() < 20, "{:?}...", &q[..40]);
     }
 }
+
+#[test]
+fn unterminated_quoted_identifier_is_trimmed() {
+    // Found by default_output_is_trimmed: the open backtick's raw content kept the newline.
+    assert_eq!(fp("CALL `\n"), "call `");
+    assert_eq!(fp("select `a \t\n"), "select `a");
+}

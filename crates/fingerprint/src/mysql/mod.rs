@@ -22,6 +22,16 @@ pub fn fingerprint(sql: &str, out: &mut String) {
     buf.clear();
     normalize(sql.as_bytes(), &mut buf);
     *out = crate::into_string(buf);
+    // An unterminated quoted identifier is copied as is, whitespace included (`CALL \`\n`):
+    // trim the ends like every other fingerprint. The admin form keeps its fixed prefix.
+    if !out.as_bytes().starts_with(ADMIN) {
+        let end = out.trim_end().len();
+        out.truncate(end);
+        let start = out.len() - out.trim_start().len();
+        if start > 0 {
+            out.drain(..start);
+        }
+    }
 }
 
 /// Exact pt-query-digest 3.2.1 (`pt-fingerprint`) behaviour, bugs included, so IDs join with theirs.
