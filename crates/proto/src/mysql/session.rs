@@ -1324,15 +1324,8 @@ impl MysqlSession {
                 dir.deframer.reset();
                 dir.credit = 0;
                 dir.sync = Sync::Synced;
-                let mut i = 0;
-                while i < probe.len() {
-                    let ts = probe[i].1;
-                    let j = probe[i..]
-                        .iter()
-                        .position(|p| p.1 != ts)
-                        .map_or(probe.len(), |k| i + k);
-                    self.feed_dir(CLIENT, &bytes[i..j], ts, sink);
-                    i = j;
+                for (run, ts) in crate::timestamp_runs(&probe) {
+                    self.feed_dir(CLIENT, &bytes[run], ts, sink);
                 }
             }
         }

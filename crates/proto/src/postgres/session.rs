@@ -2003,15 +2003,8 @@ impl PgSession {
         if d == SERVER {
             self.conn.fresh = true;
         }
-        let mut i = 0;
-        while i < probe.len() {
-            let ts = probe[i].1;
-            let j = probe[i..]
-                .iter()
-                .position(|p| p.1 != ts)
-                .map_or(probe.len(), |k| i + k);
-            self.feed_dir(d, &bytes[i..j], ts, sink);
-            i = j;
+        for (run, ts) in crate::timestamp_runs(&probe) {
+            self.feed_dir(d, &bytes[run], ts, sink);
         }
     }
 
