@@ -22,14 +22,14 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use aggregate::{AggConfig, Aggregator, GroupKey, Latency};
+use aggregate::{AggConfig, Aggregator, Latency};
 use anyhow::{Context, Result};
 use flow::FlowConfig;
 use proto::{Outcome, QueryEvent};
 use report::{CaptureHealth, ReportOptions};
 
 use crate::cli::{CaptureArgs, DigestFormat, Field, LiveArgs, TopArgs};
-use crate::fp::{self, Fingerprinter};
+use crate::fp::Fingerprinter;
 use crate::pipeline::{Consumer, Engine, Settings};
 use crate::rotate::{Limits, Rotator, SharedFiles};
 
@@ -90,7 +90,6 @@ struct LiveConsumer {
     window: Aggregator,
     servers: HashMap<SocketAddr, ServerWindow>,
     matcher: ServerMatch,
-    unanswered: u64,
 }
 
 impl LiveConsumer {
@@ -113,9 +112,6 @@ impl LiveConsumer {
 
 impl Consumer for LiveConsumer {
     fn event(&mut self, ev: QueryEvent) {
-        if ev.outcome == Outcome::NoResponse {
-            self.unanswered += 1;
-        }
         let s = self.server(ev.server);
         s.count += 1;
         if ev.outcome == Outcome::Error || ev.error.is_some() {
@@ -124,18 +120,7 @@ impl Consumer for LiveConsumer {
         if let Some(l) = ev.latency_ns() {
             s.latency.record(l);
         }
-        let mode = self.fp.mode();
-        let group = self.fp.group(&ev);
-        let key = GroupKey {
-            protocol: ev.protocol,
-            command: group.command,
-            fingerprint_hash: group.hash,
-        };
-        let (text, hash) = (group.text, group.hash);
-        self.window.add(&ev, key, || {
-            let id = fp::query_id(mode, ev.protocol, key.command, text, hash);
-            (text.to_string(), id)
-        });
+        self.fp.add_to(&mut self.window, &ev);
     }
 
     fn segment(&mut self, src: SocketAddr, dst: SocketAddr, frame_len: usize) {
@@ -298,7 +283,6 @@ fn worker(
                 for (k, v) in s2 {
                     s.entry(k).or_default().merge(&v);
                 }
-                health.unanswered = consumer.unanswered;
                 if let Some(e) = write_error.take() {
                     health.warnings.push(e);
                 }
@@ -319,7 +303,6 @@ fn worker(
             } else {
                 let (w, s) = engine.consumer_mut().take_window();
                 let mut health = engine.health(vec![name.clone()], 0);
-                health.unanswered = engine.consumer_mut().unanswered;
                 if let Some(e) = &write_error {
                     health.warnings.push(e.clone());
                 }
@@ -675,7 +658,6 @@ fn run(c: &CaptureArgs, mode: Mode) -> Result<()> {
             window: Aggregator::new(agg_cfg.clone()),
             servers: HashMap::new(),
             matcher: matcher.clone(),
-            unanswered: 0,
         };
         // Sessions are not Send: each worker builds its engine on its own thread.
         let (settings, flow_cfg) = (settings.clone(), flow_cfg.clone());
@@ -805,7 +787,7 @@ fn run(c: &CaptureArgs, mode: Mode) -> Result<()> {
         last_tick = Instant::now();
         total.merge(&iv.window);
         let end_ns = unix_ns(SystemTime::now());
-        let health = live_health(iv.health.clone(), &iv.ring, c);
+        let health = live_health(iv.health.clone(), &iv.ring, &total, c);
         for e in errors.drain(..) {
             eprintln!("dbtap: error: {e}");
         }
@@ -941,7 +923,7 @@ fn run(c: &CaptureArgs, mode: Mode) -> Result<()> {
     for e in errors.drain(..) {
         eprintln!("dbtap: error: {e}");
     }
-    let health = live_health(iv.health, &iv.ring, c);
+    let health = live_health(iv.health, &iv.ring, &total, c);
     match ui {
         Ui::Top { tx, thread } => {
             drop(tx);
@@ -973,8 +955,15 @@ fn run(c: &CaptureArgs, mode: Mode) -> Result<()> {
     }
 }
 
-/// The health of a live run: the pipeline's counters plus the kernel's drops and the sampling.
-fn live_health(mut h: CaptureHealth, ring: &live::RingStats, c: &CaptureArgs) -> CaptureHealth {
+/// The health of a live run: the pipeline's counters plus the kernel's drops, the sampling, and
+/// the requests never answered (counted by the since-start aggregate, before any scaling).
+fn live_health(
+    mut h: CaptureHealth,
+    ring: &live::RingStats,
+    total: &Aggregator,
+    c: &CaptureArgs,
+) -> CaptureHealth {
+    h.unanswered = total.totals().stats.no_response;
     h.files = vec![format!("live:{}", c.interface)];
     h.kernel_drops = Some(ring.drops);
     if ring.resyncs > 0 {
@@ -1002,7 +991,6 @@ mod tests {
                 ports: vec![3306],
                 addrs: vec!["10.0.0.9:7000".parse().expect("addr")],
             },
-            unanswered: 0,
         }
     }
 

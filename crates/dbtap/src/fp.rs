@@ -74,6 +74,23 @@ impl Fingerprinter {
         }
     }
 
+    /// Files `ev` under its group in `agg`. The fingerprint text is copied and the Query ID
+    /// computed only when the group is new.
+    pub fn add_to(&mut self, agg: &mut aggregate::Aggregator, ev: &QueryEvent) {
+        let mode = self.mode;
+        let group = self.group(ev);
+        let key = aggregate::GroupKey {
+            protocol: ev.protocol,
+            command: group.command,
+            fingerprint_hash: group.hash,
+        };
+        let (text, hash) = (group.text, group.hash);
+        agg.add(ev, key, || {
+            let id = query_id(mode, ev.protocol, key.command, text, hash);
+            (text.to_string(), id)
+        });
+    }
+
     /// The group of `ev`. The returned text borrows an internal buffer.
     pub fn group(&mut self, ev: &QueryEvent) -> Group<'_> {
         let command = group_command(ev.protocol, ev.command);

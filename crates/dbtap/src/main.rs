@@ -9,9 +9,9 @@ mod rotate;
 use std::io::{BufWriter, Write};
 use std::process::ExitCode;
 
-use aggregate::{AggConfig, Aggregator, GroupKey};
+use aggregate::{AggConfig, Aggregator};
 use clap::Parser;
-use proto::{Outcome, QueryEvent};
+use proto::QueryEvent;
 use report::CaptureHealth;
 
 use crate::cli::{Cli, Command, DigestArgs, DigestFormat, EventsArgs, InputArgs};
@@ -70,26 +70,11 @@ fn warn(health: &CaptureHealth) {
 struct DigestConsumer {
     fp: Fingerprinter,
     agg: Aggregator,
-    unanswered: u64,
 }
 
 impl Consumer for DigestConsumer {
     fn event(&mut self, ev: QueryEvent) {
-        if ev.outcome == Outcome::NoResponse {
-            self.unanswered += 1;
-        }
-        let mode = self.fp.mode();
-        let group = self.fp.group(&ev);
-        let key = GroupKey {
-            protocol: ev.protocol,
-            command: group.command,
-            fingerprint_hash: group.hash,
-        };
-        let (text, hash) = (group.text, group.hash);
-        self.agg.add(&ev, key, || {
-            let id = fp::query_id(mode, ev.protocol, key.command, text, hash);
-            (text.to_string(), id)
-        });
+        self.fp.add_to(&mut self.agg, &ev);
     }
 }
 
@@ -101,10 +86,9 @@ fn digest(args: DigestArgs) -> anyhow::Result<()> {
             keep_examples: !args.report.no_examples,
             ..AggConfig::default()
         }),
-        unanswered: 0,
     };
     let (consumer, mut health) = pipeline::run(&args.input.files, &settings, consumer)?;
-    health.unanswered = consumer.unanswered;
+    health.unanswered = consumer.agg.totals().stats.no_response;
     warn(&health);
     let opts = args.report.options();
     let stdout = std::io::stdout();
