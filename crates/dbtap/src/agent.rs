@@ -215,32 +215,66 @@ fn open_rings(c: &CaptureArgs, filter: &[live::bpf::Insn]) -> Result<Vec<live::R
     Ok(live::open_group(&cfg, filter, threads)?)
 }
 
+/// The `--write` file set of a worker, which stops writing (and says why, once) at the first
+/// error rather than failing the capture.
+struct Writer {
+    rotator: Option<Rotator>,
+    error: Option<String>,
+}
+
+impl Writer {
+    fn write(&mut self, p: &live::Packet<'_>) {
+        if let Some(w) = &mut self.rotator
+            && let Err(e) = w.write(p.ts_ns, p.data, p.wire_len)
+        {
+            self.error = Some(format!("--write stopped: {e}"));
+            self.rotator = None;
+        }
+    }
+
+    /// Flushes the current file (so a reader sees the interval's packets) and adds the reason
+    /// writing stopped, if it did, to the health.
+    fn annotate(&mut self, mut health: CaptureHealth) -> CaptureHealth {
+        if let Some(w) = &mut self.rotator {
+            let _ = w.flush();
+        }
+        if let Some(e) = &self.error {
+            health.warnings.push(e.clone());
+        }
+        health
+    }
+}
+
+/// One packet off the ring: into the pcap files (if any), then into the pipeline.
+fn take_packet(
+    p: &live::Packet<'_>,
+    engine: &mut Engine<LiveConsumer>,
+    w: &mut Writer,
+    name: &str,
+) {
+    w.write(p);
+    engine.frame(LINKTYPE_RAW, p.data, p.ts_ns, name);
+}
+
 /// One capture worker: ring → engine → window, until stopped.
 fn worker(
     idx: usize,
     mut ring: live::Ring,
     mut engine: Engine<LiveConsumer>,
-    mut writer: Option<Rotator>,
+    rotator: Option<Rotator>,
     ctl: Arc<Control>,
     tx: Sender<WorkerReport>,
     name: String,
 ) {
     let mut seen_epoch = ctl.epoch.load(Ordering::Acquire);
     let mut idle_since = Instant::now();
-    let mut write_error: Option<String> = None;
-    loop {
+    let mut writer = Writer {
+        rotator,
+        error: None,
+    };
+    let error = loop {
         let stop = ctl.stop.load(Ordering::Acquire);
-        let polled = ring.poll(POLL, |p| {
-            if let Some(w) = &mut writer
-                && let Err(e) = w.write(p.ts_ns, p.data, p.wire_len)
-            {
-                write_error.get_or_insert_with(|| format!("--write stopped: {e}"));
-            }
-            engine.frame(LINKTYPE_RAW, p.data, p.ts_ns, &name);
-        });
-        if write_error.is_some() {
-            writer = None;
-        }
+        let polled = ring.poll(POLL, |p| take_packet(p, &mut engine, &mut writer, &name));
         let error = match polled {
             Ok(0) => {
                 // No traffic: close connections idle for too long by the wall clock.
@@ -256,75 +290,52 @@ fn worker(
             }
             Err(e) => Some(e.to_string()),
         };
-        let epoch = ctl.epoch.load(Ordering::Acquire);
-        if epoch != seen_epoch || stop || error.is_some() {
-            seen_epoch = epoch;
-            let last = stop || error.is_some();
-            if let Some(w) = &mut writer {
-                let _ = w.flush();
-            }
-            let ring_stats = ring.stats().unwrap_or_default();
-            let open = engine.open_connections();
-            let (window, servers, health) = if last {
-                // Drain what the kernel still holds, then close every connection.
-                let _ = ring.poll(Duration::ZERO, |p| {
-                    if let Some(w) = &mut writer {
-                        let _ = w.write(p.ts_ns, p.data, p.wire_len);
-                    }
-                    engine.frame(LINKTYPE_RAW, p.data, p.ts_ns, &name)
-                });
-                let mut engine = engine;
-                let (w, s) = engine.consumer_mut().take_window();
-                let (mut consumer, mut health) = engine.finish(vec![name.clone()], 0);
-                let (w2, s2) = consumer.take_window();
-                let mut w = w;
-                w.merge(&w2);
-                let mut s = s;
-                for (k, v) in s2 {
-                    s.entry(k).or_default().merge(&v);
-                }
-                if let Some(e) = write_error.take() {
-                    health.warnings.push(e);
-                }
-                if let Some(w) = writer.take() {
-                    let _ = w.close();
-                }
-                let _ = tx.send(WorkerReport {
-                    worker: idx,
-                    window: w,
-                    servers: s,
-                    health,
-                    ring: ring_stats,
-                    open_connections: 0,
-                    error,
-                    last: true,
-                });
-                return;
-            } else {
-                let (w, s) = engine.consumer_mut().take_window();
-                let mut health = engine.health(vec![name.clone()], 0);
-                if let Some(e) = &write_error {
-                    health.warnings.push(e.clone());
-                }
-                (w, s, health)
-            };
-            if tx
-                .send(WorkerReport {
-                    worker: idx,
-                    window,
-                    servers,
-                    health,
-                    ring: ring_stats,
-                    open_connections: open,
-                    error: None,
-                    last: false,
-                })
-                .is_err()
-            {
-                return;
-            }
+        if stop || error.is_some() {
+            break error;
         }
+        let epoch = ctl.epoch.load(Ordering::Acquire);
+        if epoch == seen_epoch {
+            continue;
+        }
+        seen_epoch = epoch;
+        let (window, servers) = engine.consumer_mut().take_window();
+        let health = engine.health(vec![name.clone()], 0);
+        let report = WorkerReport {
+            worker: idx,
+            window,
+            servers,
+            health: writer.annotate(health),
+            ring: ring.stats().unwrap_or_default(),
+            open_connections: engine.open_connections(),
+            error: None,
+            last: false,
+        };
+        if tx.send(report).is_err() {
+            return;
+        }
+    };
+    // Drain what the kernel still holds, then close every connection: their events join the
+    // last window.
+    let ring_stats = ring.stats().unwrap_or_default();
+    let _ = ring.poll(Duration::ZERO, |p| {
+        take_packet(p, &mut engine, &mut writer, &name)
+    });
+    let (mut consumer, health) = engine.finish(vec![name.clone()], 0);
+    let (window, servers) = consumer.take_window();
+    let health = writer.annotate(health);
+    if let Some(w) = writer.rotator.take() {
+        let _ = w.close();
     }
+    let _ = tx.send(WorkerReport {
+        worker: idx,
+        window,
+        servers,
+        health,
+        ring: ring_stats,
+        open_connections: 0,
+        error,
+        last: true,
+    });
 }
 
 /// Merged state of one interval.
