@@ -7,8 +7,8 @@
 //!   shared on the packet path.
 //! - the main thread ticks the interval: it bumps an epoch, every worker hands over its window
 //!   (aggregator, per-server counters, cumulative health and ring statistics), and the main
-//!   thread merges them into the interval lines, the since-start totals and the snapshot that the
-//!   HTTP endpoint and the full-screen view read.
+//!   thread merges them into the interval lines and the snapshot (last window, since-start
+//!   aggregate merged in place) that the HTTP endpoint reads; the full-screen view gets copies.
 //!
 //! Stop (SIGINT, SIGTERM, `--duration`, or `q` in top): workers close their connections (as the
 //! end of a capture file does), hand over a last window, and the main thread prints the final
@@ -763,7 +763,6 @@ fn run(c: &CaptureArgs, mode: Mode) -> Result<()> {
     let mut alive = vec![true; threads];
     let mut latest: Vec<Option<(CaptureHealth, live::RingStats)>> = vec![None; threads];
     let mut errors = Vec::new();
-    let mut total = Aggregator::new(agg_cfg.clone());
     let mut known_servers: Vec<SocketAddr> = Vec::new();
     let mut printed_header = false;
     let mut last_tick = Instant::now();
@@ -796,9 +795,25 @@ fn run(c: &CaptureArgs, mode: Mode) -> Result<()> {
         let iv = collect(&rx, &mut alive, &mut latest, &agg_cfg, &mut errors);
         let secs = last_tick.elapsed().as_secs_f64();
         last_tick = Instant::now();
-        total.merge(&iv.window);
         let end_ns = unix_ns(SystemTime::now());
-        let health = live_health(iv.health.clone(), &iv.ring, &total, c);
+        // The since-start aggregate lives in the snapshot only: merged in place under the
+        // lock, never copied (but for the full-screen view, which runs on its own thread).
+        let top_views = {
+            let mut s = lock(&snap);
+            s.total.merge(&iv.window);
+            s.health = live_health(iv.health.clone(), &iv.ring, &s.total, c);
+            s.window_secs = secs;
+            s.window_end_ns = end_ns;
+            s.kernel = iv.ring;
+            let views = matches!(ui, Ui::Top { .. }).then(|| {
+                let (mut window, mut total) = (iv.window.clone(), s.total.clone());
+                window.scale(sample);
+                total.scale(sample);
+                (window, total)
+            });
+            s.window = iv.window;
+            views
+        };
         for e in errors.drain(..) {
             eprintln!("dbtap: error: {e}");
         }
@@ -854,10 +869,9 @@ fn run(c: &CaptureArgs, mode: Mode) -> Result<()> {
                 out.flush()?;
             }
             Ui::Top { tx, .. } => {
-                let mut window = iv.window.clone();
-                let mut tot = total.clone();
-                window.scale(sample);
-                tot.scale(sample);
+                let Some((window, tot)) = top_views else {
+                    continue;
+                };
                 // Scaled like every count when sampling (the header says estimates).
                 let pkts: u64 = sample
                     * iv.servers
@@ -900,14 +914,6 @@ fn run(c: &CaptureArgs, mode: Mode) -> Result<()> {
             _ => {}
         }
         last_drops = iv.ring.drops;
-        if let Ok(mut s) = snap.lock() {
-            s.window = iv.window;
-            s.window_secs = secs;
-            s.window_end_ns = end_ns;
-            s.total = total.clone();
-            s.health = health;
-            s.kernel = iv.ring;
-        }
     }
 
     // Stop: every worker hands over its last window and closes its connections.
@@ -915,6 +921,11 @@ fn run(c: &CaptureArgs, mode: Mode) -> Result<()> {
     // A worker may still hand over an ordinary window before its last one: merge every report
     // until each worker has sent its last (or a worker hangs for longer than the deadline).
     let give_up = Instant::now() + Duration::from_secs(10);
+    // The endpoint goes first: it must not see the since-start aggregate taken out below.
+    if let Some(s) = server {
+        s.stop();
+    }
+    let mut total = std::mem::replace(&mut lock(&snap).total, Aggregator::new(agg_cfg.clone()));
     let mut iv = collect(&rx, &mut alive, &mut latest, &agg_cfg, &mut errors);
     total.merge(&iv.window);
     while alive.iter().any(|a| *a) && Instant::now() < give_up {
@@ -927,9 +938,6 @@ fn run(c: &CaptureArgs, mode: Mode) -> Result<()> {
         for h in handles {
             let _ = h.join();
         }
-    }
-    if let Some(s) = server {
-        s.stop();
     }
     for e in errors.drain(..) {
         eprintln!("dbtap: error: {e}");
@@ -964,6 +972,12 @@ fn run(c: &CaptureArgs, mode: Mode) -> Result<()> {
             Ok(())
         }
     }
+}
+
+/// The snapshot, also after a thread panicked while holding it (its data is counters only).
+fn lock(snap: &Mutex<Snapshot>) -> std::sync::MutexGuard<'_, Snapshot> {
+    snap.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// The health of a live run: the pipeline's counters plus the kernel's drops, the sampling, and
