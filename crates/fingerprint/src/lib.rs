@@ -40,7 +40,8 @@
 //! 5. Strings are lexed properly: doubled quotes, backslash escapes and quotes of the other kind
 //!    inside a string do not split it (`'it''s'` -> `?`; pt: `??`).
 //! 6. Comments are lexed properly: a `--`/`#` comment containing a quote is still a comment,
-//!    and a comment between two words leaves a space (`a/**/b` -> `a b`; pt: `ab`).
+//!    and a comment leaves a space where its neighbours would otherwise join into another
+//!    token (`a/**/b` -> `a b`, pt: `ab`; `-/**/-` -> `- -`, not the comment opener `--`).
 //! 7. Trailing whitespace is trimmed (pt keeps one space, e.g. `select foo -- bar\n` ->
 //!    `select foo `), and `\x0b` counts as whitespace.
 //! 8. A multi-row `INSERT` keeps what follows its rows (`ON DUPLICATE KEY UPDATE ...`); pt cuts
@@ -54,7 +55,9 @@
 //!     is, like `CALL p(...)` does (`CALL proc1` -> `call proc1`; pt: `call proc?`).
 //!
 //! Details of the default mode that pt has no counterpart for: a `?` glued to identifier bytes
-//! belongs to the word (so output such as `sbtest?` or `?oo` lexes back to itself), and words
+//! belongs to the word (so output such as `sbtest?` or `?oo` lexes back to itself), so the `?` of
+//! a string or signed number touching a word is set apart (`IN-1` -> `in ?`, `p'a'` -> `p ?`;
+//! charset introducers excepted: `_utf8mb4'u'` -> `_utf?mb??` as in pt), and words
 //! starting with a digit or `?` (`12foo`) count as literals for the list, LIMIT and sign rules.
 //!
 //! The default mode is idempotent (`fingerprint(fingerprint(q)) == fingerprint(q)`, checked by a

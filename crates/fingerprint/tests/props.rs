@@ -318,6 +318,8 @@ proptest! {
         a in prop::collection::vec(literal(), 5),
         b in prop::collection::vec(literal(), 5),
     ) {
+        // A literal holding `*/` inside a comment ends the comment: not a value position.
+        prop_assume!(!t.contains("/*") || !a.iter().chain(&b).any(|l| l.contains("*/")));
         let (qa, qb) = (fill(t, &a), fill(t, &b));
         prop_assert_eq!(fp(&qa), fp(&qb), "{} vs {}", qa, qb);
     }
@@ -380,4 +382,42 @@ fn unterminated_quoted_identifier_is_trimmed() {
     // Found by default_output_is_trimmed: the open backtick's raw content kept the newline.
     assert_eq!(fp("CALL `\n"), "call `");
     assert_eq!(fp("select `a \t\n"), "select `a");
+}
+
+#[test]
+fn removed_tokens_never_make_a_new_one() {
+    // Found by default_is_idempotent: `-/* c */-` gave `--`, which is a comment on the next pass;
+    // `CALL/* c */ASC(`, `ORDER BY+ASC-1`, `ORDER BY-ASC-` and `CALL IN-1(` changed again on the next pass.
+    for q in [
+        "-/* c */-",
+        "select 1 -/**/- 2",
+        "select 2//**/*x*/",
+        "select `a`/**/`b`",
+        "select \"a\"/**/\"b\"",
+        "select a/**/b",
+        "CALL/* c */ASC(",
+        "CALL p/**/(1)",
+        "CALL p /**/(1)",
+        "CALL a/**/./**/b(1)",
+        "ORDER BY+ASC-1",
+        "ORDER BY +ASC -1",
+        "ORDER BY -ASC",
+        "CALL IN-1(",
+        "ORDER BY-ASC-",
+        "ORDER BY+ ASC-1",
+        "ORDER BY+ ASC -1",
+        "ORDER BY- ASC 1",
+        "ORDER BY a ASC-ASC-1",
+        "CALL p'a'(",
+        "select 'a'1",
+    ] {
+        let once = fp(q);
+        assert_eq!(fp(&once), once, "{q:?} -> {once:?}");
+    }
+    assert_eq!(fp("-/* c */-"), "- -");
+    assert_eq!(fp("select `a`/**/`b`"), "select `a` `b`");
+    assert_eq!(fp("CALL/* c */ASC("), "call asc");
+    assert_eq!(fp("CALL a/**/./**/b(1)"), "call a.b");
+    assert_eq!(fp("ORDER BY+ASC-1"), "order by ?");
+    assert_eq!(fp("CALL IN-1("), "call in ?(");
 }

@@ -292,13 +292,48 @@ fn wordish(b: u8) -> bool {
     lex::is_ident(b) || b == b'?'
 }
 
+/// `last` and `first`, once the comment between them is gone, would lex as something else:
+/// one word (`a/**/b`), a comment opener (`-/**/-`, `//**/*`), a comment closer, or a doubled
+/// quote inside one quoted token (`` `a`/**/`b` ``).
+#[inline]
+fn glues(last: u8, first: u8) -> bool {
+    (wordish(last) && wordish(first))
+        || matches!(
+            (last, first),
+            (b'-', b'-')
+                | (b'/', b'*')
+                | (b'*', b'/')
+                | (b'`', b'`')
+                | (b'"', b'"')
+                | (b'\'', b'\'')
+        )
+}
+
 #[inline(always)]
 fn sep(buf: &mut Vec<u8>, ws: bool, gap: bool, first: u8) {
     if let Some(&last) = buf.last()
-        && (ws || (gap && wordish(last) && wordish(first)))
+        && (ws || (gap && glues(last, first)))
     {
         buf.push(b' ');
     }
+}
+
+/// Before the `?` of a string, number or signed number, which is a token of its own even where
+/// it touches a word (`IN-1`, `p'a'`, `'a'1`): a space unless one is pending, so the `?` does not
+/// join the word on the next pass (`in?` would be one word). A charset introducer keeps its
+/// string (`_utf8mb4'u'` -> `_utf?mb??`, as pt writes it: a word either way).
+#[inline]
+fn sep_literal(buf: &mut Vec<u8>, ws: bool) {
+    let Some(&last) = buf.last() else { return };
+    if ws || (wordish(last) && !after_introducer(buf)) {
+        buf.push(b' ');
+    }
+}
+
+/// `buf` ends with a word that starts with `_` (a charset introducer such as `_utf?mb?`).
+fn after_introducer(buf: &[u8]) -> bool {
+    let start = buf.iter().rposition(|&b| !wordish(b)).map_or(0, |i| i + 1);
+    buf.get(start) == Some(&b'_')
 }
 
 /// Lowercase ASCII and fold each digit run (with the hex letters and `x` that follow it, as pt
@@ -414,35 +449,55 @@ fn next_code(lx: &mut Lexer) -> Token {
     }
 }
 
-/// `CALL name(` or `CALL name` alone: the range of `name` (possibly qualified).
-fn call_target(mut lx: Lexer, s: &[u8]) -> Option<(usize, usize)> {
-    let t = lx.next_token();
-    if !t.ws_before || !matches!(t.kind, Kind::Word | Kind::QuotedIdent) {
-        return None;
-    }
-    let start = t.start;
-    let mut end = t.end;
+/// Next non-comment token, and whether whitespace or a comment came before it.
+fn next_code_sep(lx: &mut Lexer) -> (Token, bool, bool) {
+    let (mut ws, mut comment) = (false, false);
     loop {
         let t = lx.next_token();
+        ws |= t.ws_before;
+        if t.kind != Kind::Comment {
+            return (t, ws, comment);
+        }
+        comment = true;
+    }
+}
+
+/// `CALL name(` or `CALL name` alone: writes `call name` (lowercased, possibly qualified) and
+/// returns true; otherwise leaves `buf` as it was. Comments are read the way the general path
+/// reads them, so that its output for the statements refused here is refused here too, and the
+/// output is idempotent.
+fn call_target(mut lx: Lexer, s: &[u8], buf: &mut Vec<u8>) -> bool {
+    let (t, ws, comment) = next_code_sep(&mut lx);
+    if !(ws || comment) || !matches!(t.kind, Kind::Word | Kind::QuotedIdent) {
+        return false;
+    }
+    let mark = buf.len();
+    buf.extend_from_slice(b"call ");
+    buf.extend(s[t.start..t.end].iter().map(u8::to_ascii_lowercase));
+    loop {
+        let (t, ws, _) = next_code_sep(&mut lx);
         // `CALL p` alone (our own output for `CALL p(1)`) stays `call p`, for idempotence.
         if t.kind == Kind::End {
-            return Some((start, end));
+            return true;
         }
-        if t.ws_before || t.kind != Kind::Punct {
-            return None;
+        if ws || t.kind != Kind::Punct {
+            break;
         }
         match s[t.start] {
-            b'(' => return Some((start, end)),
+            b'(' => return true,
             b'.' => {
-                let t = lx.next_token();
-                if t.ws_before || !matches!(t.kind, Kind::Word | Kind::QuotedIdent) {
-                    return None;
+                let (t, ws, _) = next_code_sep(&mut lx);
+                if ws || !matches!(t.kind, Kind::Word | Kind::QuotedIdent) {
+                    break;
                 }
-                end = t.end;
+                buf.push(b'.');
+                buf.extend(s[t.start..t.end].iter().map(u8::to_ascii_lowercase));
             }
-            _ => return None,
+            _ => break,
         }
     }
+    buf.truncate(mark);
+    false
 }
 
 /// `USE db` (optionally `;`) and nothing else.
@@ -517,11 +572,13 @@ fn fast_run(s: &[u8], lx: &mut Lexer, buf: &mut Vec<u8>, st: &mut State) {
                     continue;
                 }
                 Kw::Asc if st.order_by => {
-                    // Dropped, with the whitespace before it.
+                    // Dropped, with the whitespace before it; like a comment, it must not
+                    // let its neighbours join (`-ASC-` -> `- -`): the general path sees to that.
                     lex_prev = true;
                     pos = end;
                     moved = true;
-                    continue;
+                    st.gap = true;
+                    break pos;
                 }
                 Kw::Order => {
                     order_prev = true;
@@ -580,7 +637,7 @@ fn fast_run(s: &[u8], lx: &mut Lexer, buf: &mut Vec<u8>, st: &mut State) {
                 }
                 end = e;
             }
-            sep(buf, ws, false, b'?');
+            sep_literal(buf, ws);
             buf.push(b'?');
             prev_operand = true;
             lex_prev = true;
@@ -640,6 +697,25 @@ fn list_after(lx: &Lexer, s: &[u8], end: usize) -> Option<usize> {
     literal_group(la, s).map(|l| l.pos())
 }
 
+/// After a sign: the first token that is not a further sign or comment glued to it (bounded, so
+/// a long `+-+-...` run stays linear). With `through_asc`, an `ASC` the ORDER BY rule drops is
+/// looked through too, with the whitespace before it (dropped with it): once it is gone the sign
+/// meets what follows (`by +ASC-1` and `by + ASC-1` -> `by ?`).
+fn past_signs(lx: &mut Lexer, s: &[u8], through_asc: bool) -> Token {
+    let mut t = lx.next_token();
+    let mut hops = 0;
+    while hops < MAX_SIGNS
+        && ((!t.ws_before
+            && (t.kind == Kind::Comment
+                || (t.kind == Kind::Punct && matches!(s[t.start], b'+' | b'-'))))
+            || (through_asc && t.kind == Kind::Word && classify(&s[t.start..t.end]) == Kw::Asc))
+    {
+        t = lx.next_token();
+        hops += 1;
+    }
+    t
+}
+
 /// With the lexer just past a `(`: if the group holds only literals (as the list rule counts
 /// them: strings, numbers, `?`, NULL/TRUE/FALSE, words starting with a digit or `?`, signed
 /// literals) and commas up to its `)`, the lexer just past that `)`.
@@ -664,17 +740,7 @@ fn literal_group<'a>(mut lx: Lexer<'a>, s: &[u8]) -> Option<Lexer<'a>> {
                 b',' => prev_literal = false,
                 b')' => return Some(lx),
                 b'+' | b'-' if !prev_literal => {
-                    let mut t2 = lx.next_token();
-                    // Bounded, so a long `+-+-...` run stays linear.
-                    let mut hops = 0;
-                    while hops < MAX_SIGNS
-                        && !t2.ws_before
-                        && (t2.kind == Kind::Comment
-                            || (t2.kind == Kind::Punct && matches!(s[t2.start], b'+' | b'-')))
-                    {
-                        t2 = lx.next_token();
-                        hops += 1;
-                    }
+                    let t2 = past_signs(&mut lx, s, false);
                     if t2.ws_before || !literal(&t2) {
                         return None;
                     }
@@ -733,9 +799,7 @@ fn normalize(s: &[u8], buf: &mut Vec<u8>) {
     if first.kind == Kind::Word {
         let w = &s[first.start..first.end];
         if w.eq_ignore_ascii_case(b"call") {
-            if let Some((a, b)) = call_target(after, s) {
-                buf.extend_from_slice(b"call ");
-                buf.extend(s[a..b].iter().map(u8::to_ascii_lowercase));
+            if call_target(after, s, buf) {
                 return;
             }
         } else if w.eq_ignore_ascii_case(b"use") && use_stmt(after, s) {
@@ -810,7 +874,7 @@ fn normalize(s: &[u8], buf: &mut Vec<u8>) {
                     continue;
                 }
                 Kind::Str | Kind::Num | Kind::Placeholder => {
-                    sep(buf, ws, gap, b'?');
+                    sep_literal(buf, ws);
                     buf.push(b'?');
                     st.prev_operand = true;
                     continue;
@@ -848,7 +912,7 @@ fn normalize(s: &[u8], buf: &mut Vec<u8>) {
             // Inside an `IN (`/`VALUES (` list that may still fold: literals and commas keep it.
             match t.kind {
                 Kind::Str | Kind::Num | Kind::Placeholder => {
-                    sep(buf, ws, gap, b'?');
+                    sep_literal(buf, ws);
                     buf.push(b'?');
                     st.prev_operand = true;
                     continue;
@@ -872,7 +936,9 @@ fn normalize(s: &[u8], buf: &mut Vec<u8>) {
                     // are literals to the list and LIMIT rules, but keep their folded text.
                     _ if matches!(tok[0], b'0'..=b'9' | b'?') => Class::Literal,
                     Kw::Asc if st.order_by => {
-                        // Dropped with the whitespace before it; the states see nothing.
+                        // Dropped with the whitespace before it; the states see nothing. Like a
+                        // comment, it must not let its neighbours join (`-ASC-` -> `- -`).
+                        st.gap = true;
                         continue;
                     }
                     _ => Class::Other,
@@ -885,17 +951,7 @@ fn normalize(s: &[u8], buf: &mut Vec<u8>) {
                 // Signs glued to a literal where no operand precedes them: `= -1`, `(-'5'`, `+-1`.
                 b'+' | b'-' if !st.prev_operand => {
                     let mut ahead = lx;
-                    let mut t2 = ahead.next_token();
-                    // Bounded, so a long `+-+-...` run stays linear.
-                    let mut hops = 0;
-                    while hops < MAX_SIGNS
-                        && !t2.ws_before
-                        && (t2.kind == Kind::Comment
-                            || (t2.kind == Kind::Punct && matches!(s[t2.start], b'+' | b'-')))
-                    {
-                        t2 = ahead.next_token();
-                        hops += 1;
-                    }
+                    let t2 = past_signs(&mut ahead, s, st.order_by);
                     // A word starting with a digit or `?` (`1abc`, `?oo`) folds like a number; NULL, TRUE
                     // and FALSE are literals too.
                     let literal = match t2.kind {
@@ -946,7 +1002,11 @@ fn normalize(s: &[u8], buf: &mut Vec<u8>) {
         } else {
             match class {
                 Class::Literal => {
-                    sep(buf, ws, gap, b'?');
+                    if t.kind == Kind::Word {
+                        sep(buf, ws, gap, b'?');
+                    } else {
+                        sep_literal(buf, ws);
+                    }
                     if t.kind == Kind::Word && kw == Kw::Other {
                         push_folded(buf, tok);
                     } else {
