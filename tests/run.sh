@@ -35,7 +35,7 @@ section "cargo clippy --workspace --all-targets -- -D warnings"
 cargo clippy --workspace --all-targets -- -D warnings
 
 section "cargo test --workspace"
-cargo test --workspace
+DBTAP_REQUIRE_CAPTURE=1 cargo test --workspace
 
 section "cargo build --release -p dbtap"
 cargo build --release -p dbtap

@@ -80,11 +80,12 @@ pub struct RingStats {
 /// A TPACKET_V3 receive ring on one AF_PACKET socket.
 pub struct Ring {
     // Field order: the mapping is unmapped before the socket closes.
-    map: Mapping,
+    pub(crate) map: Mapping,
     sock: Socket,
-    block_size: usize,
+    pub(crate) block_size: usize,
     block_count: usize,
-    cur: usize,
+    /// The block the reader waits on next (crate-visible for the tests).
+    pub(crate) cur: usize,
     stats: RingStats,
     ifindex: i32,
 }
