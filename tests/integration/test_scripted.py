@@ -59,6 +59,8 @@ def _mismatch(e, r):
         out.append(f"rows {e.get('rows')} != {r.rows}")
     if r.command in ("query", "execute") and (e.get("rows_affected") or 0) != r.affected:
         out.append(f"rows_affected {e.get('rows_affected')} != {r.affected}")
+    if r.warnings is not None and e.get("warnings") != r.warnings:
+        out.append(f"warnings {e.get('warnings')} != {r.warnings}")
     if r.outcome == "error":
         err = e.get("error") or {}
         if err.get("code") != r.code:

@@ -32,6 +32,7 @@ class Req:
     size: int = 0             # bytes of SQL text / payload the client sent (0 when not tracked)
     user: str | None = None   # when set: the user dbtap must report for this request
     db: str | None = None     # when set: the database dbtap must report for this request
+    warnings: int | None = None  # warnings the client was told of (pymysql: every result set)
 
 
 @dataclass
@@ -106,7 +107,12 @@ def _q(conn: Conn, cur, sql: str, args=None, marker: str = "", klass: str | None
         return conn.add("query", marker, "error", code=e.args[0], message=e.args[1],
                         size=len(text.encode()) if isinstance(text, str) else 0)
     rows = affected = 0
+    # pymysql keeps each result set's warning count (from its OK/EOF); MySQLdb does not here.
+    result = lambda: getattr(cur, "_result", None)  # noqa: E731
+    warnings = 0 if result() is not None else None
     while True:
+        if warnings is not None:
+            warnings += result().warning_count
         if cur.description is not None:
             rows += len(cur.fetchall())
         else:
@@ -117,7 +123,7 @@ def _q(conn: Conn, cur, sql: str, args=None, marker: str = "", klass: str | None
         except pymysql.err.MySQLError as e:
             return conn.add("query", marker, "error", rows=rows, affected=affected,
                             code=e.args[0], message=e.args[1])
-    return conn.add("query", marker, "ok", rows=rows, affected=affected,
+    return conn.add("query", marker, "ok", rows=rows, affected=affected, warnings=warnings,
                     size=len(text.encode()) if isinstance(text, str) else 0)
 
 
@@ -190,6 +196,13 @@ class Workload:
             for i in range(10):
                 _q(conn, cur, "DELETE FROM plain_t WHERE id = %s", (i * 3,), "plain_t")
             _q(conn, cur, "SELECT id, v FROM plain_t ORDER BY id", None, "plain_t")
+            # Statements the server answers with warnings (division by zero, truncation).
+            for i in range(4):
+                r = _q(conn, cur, f"SELECT 1/0 AS warn_div_marker, CAST('{i}x' AS UNSIGNED) AS c",
+                       None, "warn_div_marker")
+                assert r.warnings == 2, r
+            r = _q(conn, cur, "SET @warn_set_marker = 1/0", None, "warn_set_marker")
+            assert r.warnings == 1, r
         c.close()
         conn.add("quit", outcome="no_reply_expected")
 
@@ -249,6 +262,9 @@ class Workload:
             r = _q(conn, cur, "SELECT 1 AS multi_err_marker; SELEC 2; SELECT 3", None,
                    "multi_err_marker")
             assert r.code == 1064 and r.rows == 1, r
+            r = _q(conn, cur, "SELECT 1/0 AS multi_warn_marker; SELECT CAST('3x' AS UNSIGNED)",
+                   None, "multi_warn_marker")
+            assert r.outcome == "ok" and r.warnings == 2, r
             for i in range(5):
                 _q(conn, cur, "SELECT %s AS after_multi_marker", (i,), "after_multi_marker")
         c.close()

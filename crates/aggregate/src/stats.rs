@@ -306,6 +306,10 @@ pub struct Stats {
     pub bytes_out: Summary,
     pub rows_sent: Summary,
     pub rows_affected: Summary,
+    /// Warnings the server reported per event (MySQL/MariaDB).
+    pub warnings: Summary,
+    /// Events with at least one warning.
+    pub with_warnings: u64,
     /// Earliest request start, ns since the epoch.
     pub first_seen_ns: Option<u64>,
     /// Latest event end (last response byte, or request start when unanswered), ns.
@@ -348,6 +352,8 @@ impl Stats {
         self.bytes_out.record(ev.bytes_out);
         self.rows_sent.record(ev.rows_sent);
         self.rows_affected.record(ev.rows_affected);
+        self.warnings.record(ev.warnings);
+        self.with_warnings += u64::from(ev.warnings > 0);
         let end = ev.end_ns.unwrap_or(ev.start_ns).max(ev.start_ns);
         self.first_seen_ns = Some(
             self.first_seen_ns
@@ -386,6 +392,8 @@ impl Stats {
             bytes_out,
             rows_sent,
             rows_affected,
+            warnings,
+            with_warnings,
             first_seen_ns: _,
             last_seen_ns: _,
             databases,
@@ -400,12 +408,20 @@ impl Stats {
             no_response,
             incomplete,
             no_reply_expected,
+            with_warnings,
         ] {
             *c = c.saturating_mul(n);
         }
         errors_by_code.scale(n);
         *latency = scaled_latency(latency, n);
-        for s in [ttfb, bytes_in, bytes_out, rows_sent, rows_affected] {
+        for s in [
+            ttfb,
+            bytes_in,
+            bytes_out,
+            rows_sent,
+            rows_affected,
+            warnings,
+        ] {
             s.scale(n);
         }
         databases.scale(n);
@@ -429,6 +445,8 @@ impl Stats {
         self.bytes_out.merge(&o.bytes_out);
         self.rows_sent.merge(&o.rows_sent);
         self.rows_affected.merge(&o.rows_affected);
+        self.warnings.merge(&o.warnings);
+        self.with_warnings += o.with_warnings;
         self.first_seen_ns = min_opt(self.first_seen_ns, o.first_seen_ns);
         self.last_seen_ns = self.last_seen_ns.max(o.last_seen_ns);
         self.databases.merge(&o.databases);

@@ -31,6 +31,7 @@ fn event(start_ns: u64, latency_ns: Option<u64>) -> QueryEvent {
         bytes_out: 100,
         rows_sent: 1,
         rows_affected: 0,
+        warnings: 0,
         outcome: if latency_ns.is_some() {
             Outcome::Ok
         } else {
@@ -288,6 +289,7 @@ fn arb_event() -> impl Strategy<Value = (u64, QueryEvent)> {
             e.client = SocketAddr::from(([10, 0, 0, host as u8], 1000 + host));
             e.rows_sent = rows;
             e.rows_affected = rows / 3;
+            e.warnings = rows % 4 / 2;
             e.bytes_out = rows * 17;
             if err > 0 && lat.is_some() {
                 e.outcome = Outcome::Error;

@@ -122,6 +122,7 @@ struct Counters {
     queries: u64,
     errors: u64,
     rows_sent: u128,
+    warnings: u128,
     bytes_in: u128,
     bytes_out: u128,
     latency_count: u64,
@@ -140,6 +141,7 @@ impl Counters {
             queries: s.count,
             errors: s.errors,
             rows_sent: s.rows_sent.sum,
+            warnings: s.warnings.sum,
             bytes_in: s.bytes_in.sum,
             bytes_out: s.bytes_out.sum,
             latency_count: s.latency.count(),
@@ -152,6 +154,7 @@ impl Counters {
         self.queries += o.queries;
         self.errors += o.errors;
         self.rows_sent += o.rows_sent;
+        self.warnings += o.warnings;
         self.bytes_in += o.bytes_in;
         self.bytes_out += o.bytes_out;
         self.latency_count += o.latency_count;
@@ -496,6 +499,12 @@ fn write_group_families(rows: &[(String, Counters)], out: &mut String) {
         "dbtap_query_rows_sent_total",
         "Rows the server sent in results, by query group.",
         &|c| c.rows_sent,
+    );
+    counter(
+        out,
+        "dbtap_query_warnings_total",
+        "Warnings the server reported (MySQL/MariaDB), by query group.",
+        &|c| c.warnings,
     );
 
     let name = "dbtap_query_bytes_total";

@@ -361,6 +361,7 @@ fn event(protocol: Protocol, command: &'static str, latency_ns: u64, error: bool
         bytes_out: 300,
         rows_sent: 3,
         rows_affected: 0,
+        warnings: if error { 0 } else { 2 },
         outcome: if error { Outcome::Error } else { Outcome::Ok },
         error: error.then(|| DbError {
             code: 1064,
@@ -438,6 +439,7 @@ fn every_family_present_with_expected_values() {
         ("dbtap_query_errors_total", "counter"),
         ("dbtap_query_duration_seconds", "histogram"),
         ("dbtap_query_rows_sent_total", "counter"),
+        ("dbtap_query_warnings_total", "counter"),
         ("dbtap_query_bytes_total", "counter"),
         ("dbtap_capture_packets_total", "counter"),
         ("dbtap_capture_bytes_total", "counter"),
@@ -475,6 +477,7 @@ fn every_family_present_with_expected_values() {
     assert_eq!(x.get("dbtap_queries_total", &g0), Some(2.0));
     assert_eq!(x.get("dbtap_query_errors_total", &g0), Some(1.0));
     assert_eq!(x.get("dbtap_query_rows_sent_total", &g0), Some(6.0));
+    assert_eq!(x.get("dbtap_query_warnings_total", &g0), Some(2.0));
     let with = |extra: (&'static str, &'static str)| {
         let mut v = g0.to_vec();
         v.push(extra);

@@ -134,6 +134,9 @@ pub struct QueryEvent {
     pub rows_sent: u64,
     /// Rows the server reports as changed (MySQL affected rows, PostgreSQL tag counts, ...).
     pub rows_affected: u64,
+    /// Warnings the server reported (MySQL/MariaDB: the warning count of the OK or EOF that
+    /// ends each result set, summed; 0 for the other protocols).
+    pub warnings: u64,
     pub outcome: Outcome,
     pub error: Option<DbError>,
 }

@@ -56,6 +56,7 @@ struct EventLine<'a> {
     bytes_out: u64,
     rows: u64,
     rows_affected: u64,
+    warnings: u64,
     outcome: &'static str,
     error: Option<ErrorLine<'a>>,
     statement_id: Option<u32>,
@@ -93,6 +94,7 @@ pub fn write_ndjson(
         bytes_out: ev.bytes_out,
         rows: ev.rows_sent,
         rows_affected: ev.rows_affected,
+        warnings: ev.warnings,
         outcome: outcome_name(ev.outcome),
         error: ev.error.as_ref().map(|e| ErrorLine {
             code: e.code,

@@ -99,6 +99,12 @@ pub struct StatsJson {
     /// Rows sent by the server.
     pub rows: u64,
     pub rows_affected: u64,
+    /// Warnings the server reported (MySQL/MariaDB), summed.
+    #[serde(default)]
+    pub warnings: u64,
+    /// Events with at least one warning.
+    #[serde(default)]
+    pub with_warnings: u64,
     pub errors_by_code: Vec<ErrorCode>,
     /// Errors not in `errors_by_code` (no code known, or beyond the per-group code bound).
     pub errors_uncoded: u64,
@@ -274,6 +280,8 @@ pub fn stats_json(s: &Stats) -> StatsJson {
         bytes_out: sat(s.bytes_out.sum),
         rows: sat(s.rows_sent.sum),
         rows_affected: sat(s.rows_affected.sum),
+        warnings: sat(s.warnings.sum),
+        with_warnings: s.with_warnings,
         errors_uncoded: s.errors.saturating_sub(coded),
         errors_by_code,
         first_seen: s.first_seen_ns.map(rfc3339),

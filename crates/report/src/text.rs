@@ -183,6 +183,12 @@ fn attribute_table(out: &mut impl Write, s: &Stats, whole: Option<&Stats>) -> io
             f.mean().map_or("-".to_string(), duration),
         ],
     )?;
+    let warnings = (
+        "Warnings",
+        &s.warnings,
+        whole.map(|w| &w.warnings),
+        count as fn(f64) -> String,
+    );
     let sums = [
         (
             "Bytes in",
@@ -209,7 +215,9 @@ fn attribute_table(out: &mut impl Write, s: &Stats, whole: Option<&Stats>) -> io
             count,
         ),
     ];
-    for (name, v, w, f) in sums {
+    // Warnings only where there are some (MySQL/MariaDB), not a row of zeros in every group.
+    let warned = (s.warnings.sum > 0).then_some(warnings);
+    for (name, v, w, f) in sums.into_iter().chain(warned) {
         let o = |x: Option<u64>| x.map_or("-".to_string(), |n| f(n as f64));
         row(
             out,

@@ -113,6 +113,8 @@ fn events() -> Vec<(usize, QueryEvent)> {
                 0
             },
             rows_affected: if which == 1 { 1 } else { 0 },
+            // Some updates warn (a truncated value, as MySQL says).
+            warnings: if which == 1 && i % 7 == 0 { 1 } else { 0 },
             outcome: Outcome::Ok,
             error: None,
         };
@@ -346,6 +348,8 @@ fn json_round_trips_and_has_the_promised_fields() {
         "bytes_out",
         "rows",
         "rows_affected",
+        "warnings",
+        "with_warnings",
         "errors_by_code",
         "first_seen",
         "last_seen",

@@ -48,6 +48,7 @@ fn event(i: u64, s: usize, t_ns: u64) -> QueryEvent {
         bytes_out: 400,
         rows_sent: 1,
         rows_affected: 0,
+        warnings: 0,
         outcome: if err { Outcome::Error } else { Outcome::Ok },
         error: err.then(|| DbError {
             code: 1213,

@@ -482,14 +482,20 @@ fn draw_detail(f: &mut ratatui::Frame, r: &RowData<'_>, secs: f64, total_ns: u12
     if more > 0 {
         err_text.push(format!("others x{}", fmt::thousands(more)));
     }
-    lines.push(Line::from(vec![
-        label("Error codes "),
-        Span::raw(if err_text.is_empty() {
-            "-".to_string()
-        } else {
-            err_text.join("; ")
-        }),
-    ]));
+    let mut spans = Vec::new();
+    if s.warnings.sum > 0 {
+        // MySQL/MariaDB warnings, before the error codes (only where there are some).
+        let n = u64::try_from(s.warnings.sum).unwrap_or(u64::MAX);
+        spans.push(label("Warnings "));
+        spans.push(Span::raw(format!("{}  ", fmt::thousands(n))));
+    }
+    spans.push(label("Error codes "));
+    spans.push(Span::raw(if err_text.is_empty() {
+        "-".to_string()
+    } else {
+        err_text.join("; ")
+    }));
+    lines.push(Line::from(spans));
     lines.push(Line::from(vec![
         label("Fingerprint "),
         Span::raw(fingerprint_text(g)),

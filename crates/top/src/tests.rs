@@ -52,6 +52,8 @@ fn event(x: &Q, start_ns: u64) -> QueryEvent {
         bytes_out: 100,
         rows_sent: 1,
         rows_affected: 0,
+        // The "report" user's queries warn (shown in the detail pane).
+        warnings: if x.user == "report" { 3 } else { 0 },
         outcome: if x.err.is_some() {
             Outcome::Error
         } else {
@@ -397,6 +399,7 @@ fn detail_pane_of_the_selected_group() {
         "{text}"
     );
     assert!(has(&s, "Error codes 1146/42S02 x5"), "{text}");
+    assert!(has(&s, "Warnings 3  Error codes 1146"), "{text}");
     assert!(has(&s, "1064/42S02 x1"), "{text}");
     assert!(has(&s, "Decades 1us 0  10us 0  100us 1  1ms 5"), "{text}");
     assert!(has(&s, "10s+ 2"), "{text}");

@@ -235,6 +235,7 @@ impl Conn {
             bytes_out: u.bytes_out,
             rows_sent: u.rows_sent,
             rows_affected: u.rows_affected,
+            warnings: 0,
             outcome,
             error: u.error,
         }

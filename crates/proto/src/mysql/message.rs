@@ -728,6 +728,12 @@ impl<'a> Terminator<'a> {
             Terminator::Ok(o) => o.status,
         }
     }
+    pub fn warnings(&self) -> u16 {
+        match self {
+            Terminator::Eof(e) => e.warnings,
+            Terminator::Ok(o) => o.warnings,
+        }
+    }
 }
 
 /// How a server packet presents itself by its first byte and length.

@@ -23,7 +23,9 @@
 //! `text` is the SQL of `query` and `prepare`, and the prepared SQL for the statement
 //! commands (`execute`, `fetch`, `close`, ...), shared as one `Arc<str>` per statement.
 //! `rows_sent` sums rows over every result set of a multi-statement query or multi-result
-//! `CALL`; `rows_affected` sums the OK packets' affected rows. Byte counts are wire bytes
+//! `CALL`; `rows_affected` sums the OK packets' affected rows, `warnings` the warning counts
+//! of the OK/EOF packets that end each result set (not the EOF between column definitions and
+//! rows, whose count the final one includes). Byte counts are wire bytes
 //! including packet headers (compressed bytes when the compressed protocol is on; a
 //! compressed frame is counted for the first message that ends in it).
 //!

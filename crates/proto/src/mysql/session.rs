@@ -195,6 +195,8 @@ struct Pending {
     bytes_out: u64,
     rows_sent: u64,
     rows_affected: u64,
+    /// Warning counts of the packets that end each result set (or the OK), summed.
+    warnings: u64,
     error: Option<DbError>,
     resp: Resp,
     damaged: bool,
@@ -310,6 +312,7 @@ impl Conn {
             bytes_out: p.bytes_out,
             rows_sent: p.rows_sent,
             rows_affected: p.rows_affected,
+            warnings: p.warnings,
             outcome: if p.damaged && outcome != Outcome::NoReplyExpected {
                 Outcome::Incomplete
             } else {
@@ -447,6 +450,7 @@ impl Conn {
             bytes_out: 0,
             rows_sent: 0,
             rows_affected: 0,
+            warnings: 0,
             error: None,
             resp: Resp::Single,
             damaged: false,
@@ -678,7 +682,10 @@ fn step(h: &mut Pending, m: &Message<'_>, deprecate_eof: &mut Option<bool>, st: 
         }
         _ => Step::Malformed,
     };
-    let end_of_results = |h: &mut Pending, status: u16| {
+    // The packet that ends a result set (or the whole response): its warning count is the
+    // statement's (an EOF between column definitions and rows is not one of these).
+    let end_of_results = |h: &mut Pending, status: u16, warnings: u16| {
+        h.warnings = h.warnings.saturating_add(u64::from(warnings));
         if status & status::MORE_RESULTS_EXISTS != 0 {
             h.resp = Resp::Results(Rs::Start);
             Step::More
@@ -692,7 +699,7 @@ fn step(h: &mut Pending, m: &Message<'_>, deprecate_eof: &mut Option<bool>, st: 
             if let Some(s) = ok.schema {
                 h.new_schema = Some(lossy_arc(s));
             }
-            Ok(ok.status)
+            Ok((ok.status, ok.warnings))
         }
         Err(_) => Err(Step::Malformed),
     };
@@ -704,12 +711,12 @@ fn step(h: &mut Pending, m: &Message<'_>, deprecate_eof: &mut Option<bool>, st: 
         }
         Resp::Results(Rs::Start) => match sh {
             Shape::Ok => match ok(h) {
-                Ok(status) => end_of_results(h, status),
+                Ok((status, warnings)) => end_of_results(h, status, warnings),
                 Err(s) => s,
             },
             Shape::Err => err(h),
             Shape::Terminator => match Terminator::parse(head, m.len, st) {
-                Ok(t) => end_of_results(h, t.status()),
+                Ok(t) => end_of_results(h, t.status(), t.warnings()),
                 Err(_) => Step::Malformed,
             },
             Shape::LocalInfile => {
@@ -756,7 +763,7 @@ fn step(h: &mut Pending, m: &Message<'_>, deprecate_eof: &mut Option<bool>, st: 
             Shape::Terminator => {
                 *deprecate_eof = Some(true);
                 match Terminator::parse(head, m.len, st) {
-                    Ok(t) => end_of_results(h, t.status()),
+                    Ok(t) => end_of_results(h, t.status(), t.warnings()),
                     Err(_) => Step::Malformed,
                 }
             }
@@ -770,8 +777,11 @@ fn step(h: &mut Pending, m: &Message<'_>, deprecate_eof: &mut Option<bool>, st: 
         },
         Resp::Results(Rs::Rows) | Resp::Rows => match sh {
             Shape::Terminator => match Terminator::parse(head, m.len, st) {
-                Ok(_) if h.resp == Resp::Rows => Step::Done(Outcome::Ok),
-                Ok(t) => end_of_results(h, t.status()),
+                Ok(t) if h.resp == Resp::Rows => {
+                    h.warnings = h.warnings.saturating_add(u64::from(t.warnings()));
+                    Step::Done(Outcome::Ok)
+                }
+                Ok(t) => end_of_results(h, t.status(), t.warnings()),
                 Err(_) => Step::Malformed,
             },
             Shape::Err => err(h),
@@ -792,7 +802,10 @@ fn step(h: &mut Pending, m: &Message<'_>, deprecate_eof: &mut Option<bool>, st: 
         },
         Resp::Single => match sh {
             Shape::Ok => match ok(h) {
-                Ok(_) => Step::Done(Outcome::Ok),
+                Ok((_, warnings)) => {
+                    h.warnings = h.warnings.saturating_add(u64::from(warnings));
+                    Step::Done(Outcome::Ok)
+                }
                 Err(s) => s,
             },
             Shape::Err => err(h),

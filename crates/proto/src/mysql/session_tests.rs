@@ -1351,3 +1351,62 @@ fn zlib_wins_when_both_compressions_are_offered() {
     assert_eq!(r.events[0].rows_sent, 1);
     assert_eq!(r.health, Default::default());
 }
+
+/// Sets the warning count (bytes 3..5 of an EOF, the last two of our OK).
+fn warn(mut p: Vec<u8>, n: u16) -> Vec<u8> {
+    let at = if p[0] == 0xFE && p.len() < 7 {
+        1
+    } else {
+        p.len() - 2
+    };
+    p[at..at + 2].copy_from_slice(&n.to_le_bytes());
+    p
+}
+
+#[test]
+fn warnings_of_the_packets_that_end_each_result_set() {
+    for deprecate in [false, true] {
+        let caps = BASE_CAPS
+            | if deprecate {
+                caps::CLIENT_DEPRECATE_EOF
+            } else {
+                0
+            };
+        let mut b = B::new();
+        b.handshake(caps, "app", None);
+        // An OK with 2 warnings.
+        b.cmd(query("UPDATE t SET a = 'x1' WHERE id = 1"));
+        b.srv(vec![warn(ok(1, 2), 2)]);
+        // A result set whose final terminator says 3; the EOF between definitions and rows
+        // (old protocol) carries 1, which is not counted again.
+        b.cmd(query("SELECT 1/0"));
+        let mut rs = resultset(&["1/0"], &[&["NULL"]], deprecate, 2);
+        if !deprecate {
+            rs[2] = warn(eof(0), 1);
+        }
+        let last = rs.len() - 1;
+        rs[last] = warn(rs[last].clone(), 3);
+        b.srv(rs);
+        // Two result sets (multi-statement): 1 + 4.
+        b.cmd(query("SELECT 1/0; SELECT 'a' + 1"));
+        let mut first = resultset(&["1/0"], &[&["NULL"]], deprecate, 2 | 8);
+        let l = first.len() - 1;
+        first[l] = warn(first[l].clone(), 1);
+        let mut second = resultset(&["x"], &[&["1"]], deprecate, 2);
+        let l = second.len() - 1;
+        second[l] = warn(second[l].clone(), 4);
+        first.extend(second);
+        b.srv(first);
+        // No warnings.
+        b.cmd(query("SELECT 2"));
+        b.srv(resultset(&["2"], &[&["2"]], deprecate, 2));
+        let r = run(&b, true);
+        assert_eq!(cmds(&r.events), ["query"; 4], "deprecate_eof {deprecate}");
+        assert_eq!(
+            r.events.iter().map(|e| e.warnings).collect::<Vec<_>>(),
+            [2, 3, 5, 0],
+            "deprecate_eof {deprecate}"
+        );
+        assert_eq!(r.health, Default::default());
+    }
+}

@@ -558,6 +558,7 @@ impl Conn {
             bytes_out: u.bytes_out,
             rows_sent: u.rows_sent,
             rows_affected: u.rows_affected,
+            warnings: 0,
             outcome: if u.no_reply {
                 Outcome::NoReplyExpected
             } else if u.error.is_some() {

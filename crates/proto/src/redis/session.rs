@@ -242,6 +242,7 @@ impl Conn {
             bytes_out: p.bytes_out,
             rows_sent: p.rows_sent,
             rows_affected: 0,
+            warnings: 0,
             outcome: if p.damaged && outcome != Outcome::NoReplyExpected {
                 Outcome::Incomplete
             } else {
