@@ -15,7 +15,7 @@ PACKAGES=(
   time                            # /usr/bin/time -f
   openssl                         # self-signed certificate for the TLS test
   gzip procps
-  postgresql-15 redis-server redis-tools python3-psycopg2 python3-psycopg python3-redis  # PG/Redis tests + bench
+  postgresql-15 redis-server redis-tools python3-psycopg2 python3-psycopg python3-asyncpg python3-redis  # PG/Redis tests + bench
   maven default-jdk-headless python3-venv   # MongoDB tests + bench: tests/mongo-server jar, pymongo venv
   libpcap0.8 prometheus tmux libcap2-bin    # dbtap live: --filter (dlopened libpcap), a real Prometheus scraping /metrics, dbtap top in tmux, setpriv/capsh for the no-privilege test
 )

@@ -313,6 +313,8 @@ PREOPEN_K = 25
 COPY_IN_ROWS = 5000
 COPY_OUT_ROWS = 3000  # rows of copy_src
 BIG_ROWS = 200_000
+CURSOR_ROWS = 1000       # fetched through a suspended portal, CURSOR_PREFETCH rows per Execute
+CURSOR_PREFETCH = 100
 NULL_ROWS = 1000
 PREPARED_N = 50
 PIPE_BATCHES, PIPE_PER_BATCH = 8, 10
@@ -418,6 +420,27 @@ class PgWorkload:
         assert (got_ins, got_sel) == (ins, sel), (got_ins, got_sel)
         L["sent"]["pq_insert"], L["sent"]["pq_select"] = ins, sel
 
+    def _asyncpg_cursor(self) -> None:
+        import asyncio
+        import asyncpg
+        L = self.ledger
+
+        async def go():
+            c = await asyncpg.connect(host="127.0.0.1", port=self.srv.port, user="postgres",
+                                      database=DB, ssl=False)
+            L["ports"]["asyncpg"] = c._transport.get_extra_info("sockname")[1]
+            n = 0
+            async with c.transaction():
+                async for _ in c.cursor("SELECT g AS cursor_marker, md5(g::text) "
+                                        "FROM generate_series(1, $1) g", CURSOR_ROWS,
+                                        prefetch=CURSOR_PREFETCH):
+                    n += 1
+            await c.close()
+            return n
+
+        L["rows"]["cursor"] = asyncio.run(go())
+        assert L["rows"]["cursor"] == CURSOR_ROWS
+
     def run(self) -> dict:
         import io
         import psycopg2
@@ -499,7 +522,11 @@ class PgWorkload:
         # flight at once
         self._pq_pipeline()
 
-        # 4. TLS: counted as encrypted, its statements invisible
+        # 4. asyncpg: a cursor in a transaction fetches with Execute and a row limit, the portal
+        # suspended between batches (as JDBC's fetch size does)
+        self._asyncpg_cursor()
+
+        # 5. TLS: counted as encrypted, its statements invisible
         ct = psycopg2.connect(self.srv.dsn(user=SSL_USER, sslmode="require"))
         ct.autocommit = True
         L["ports"]["tls"] = local_port(ct)

@@ -376,3 +376,27 @@ def _dict_diff(got: dict, want: dict, a: str, b: str) -> str:
         if got.get(k) != want.get(k):
             lines.append(f"  {k[:100]!r}: {a} {got.get(k)} != {b} {want.get(k)}")
     return "\n" + "\n".join(lines)
+
+
+def test_suspended_portal_is_one_execution(scripted):
+    """asyncpg's cursor fetches CURSOR_ROWS rows CURSOR_PREFETCH at a time: Execute with a row
+    limit, PortalSuspended, Execute again. pg_stat_statements counts one call; dbtap files the
+    first Execute under the statement's `query` group and the further ones under `fetch`, whose
+    rows add up to what the client fetched. (PostgreSQL 15's pg_stat_statements keeps only the
+    last Execute's rows for such a portal, 0 here; 16 counts them all, es_total_processed.)"""
+    found = [e for q, e in scripted.pgss.items() if "cursor_marker" in q]
+    assert len(found) == 1, f"pg_stat_statements' cursor statements: {found}"
+    pgss = found[0]
+    assert pgss["calls"] == 1, pgss
+    gs = {k: g for k, g in groups(scripted.pcap).items() if "cursor_marker" in k[1]}
+    q = [g for (cmd, _), g in gs.items() if cmd == "query"]
+    f = [g for (cmd, _), g in gs.items() if cmd == "fetch"]
+    assert len(q) == 1 and len(f) == 1, sorted(gs)
+    q, f = q[0], f[0]
+    assert q["count"] == pgss["calls"], q
+    assert q["rows"] + f["rows"] == scripted.extra["ledger"]["rows"]["cursor"] == ph.CURSOR_ROWS
+    # One Execute per CURSOR_PREFETCH rows, and the last one may come back empty.
+    batches = ph.CURSOR_ROWS // ph.CURSOR_PREFETCH
+    assert q["rows"] == ph.CURSOR_PREFETCH, q
+    assert f["count"] in (batches - 1, batches), f
+    assert f["errors"] == 0 and q["errors"] == 0

@@ -16,9 +16,12 @@
 //! * `prepare`: a Parse, with the Describe of the same statement if one follows it directly;
 //!   answered by ParseComplete;
 //! * `execute`: an Execute, together with the Bind (and Describe of the portal) before it;
-//!   `text` is the statement's SQL; `start_ns` is the first byte of the Bind. Each Execute of
-//!   a portal is its own event (row limits and PortalSuspended), later ones start at their
-//!   own first byte;
+//!   `text` is the statement's SQL; `start_ns` is the first byte of the Bind;
+//! * `fetch`: a further Execute of a portal already executed since its Bind, fetching more rows
+//!   of a suspended portal (a row limit, as JDBC's fetch size or asyncpg's cursors use): the
+//!   `execute` counts once, as pg_stat_statements counts one call, and each fetch is an event
+//!   of its own that starts at its own first byte (rows: the `execute` and its fetches add up
+//!   to pg_stat_statements' `rows`);
 //! * `bind`: a Bind never followed by an Execute of its portal;
 //! * `describe`: a Describe that is not part of a `prepare` or an `execute`;
 //! * `close`: a Close of a statement or portal;

@@ -166,6 +166,10 @@ enum Kind {
     /// A Bind not (yet) followed by its Execute; becomes `Execute` when it is.
     Bind,
     Execute,
+    /// A further Execute of a portal already executed since its Bind: it goes on fetching
+    /// rows of a suspended portal (a row limit), one statement execution as far as
+    /// pg_stat_statements is concerned.
+    Fetch,
     Describe,
     Close,
     FunctionCall,
@@ -180,6 +184,7 @@ impl Kind {
             Kind::Prepare => "prepare",
             Kind::Bind => "bind",
             Kind::Execute => "execute",
+            Kind::Fetch => "fetch",
             Kind::Describe => "describe",
             Kind::Close => "close",
             Kind::FunctionCall => "function_call",
@@ -397,6 +402,9 @@ struct Conn {
     tx: Option<TxStatus>,
     stmts: TextMap,
     portals: TextMap,
+    /// Name hashes of the portals executed since their Bind (at most [`MAX_PORTALS`], oldest
+    /// dropped): a further Execute of one is a [`Kind::Fetch`].
+    executed: VecDeque<u64>,
     units: VecDeque<Unit>,
     items: VecDeque<Item>,
     next_id: u64,
@@ -642,6 +650,24 @@ impl Conn {
 
     /// Starts a new request: closes the open one and queues a unit (or, beyond `max_inflight`,
     /// nothing: its items are tracked without an event).
+    /// Records that `portal` was executed; false if it already had been since its Bind.
+    fn mark_executed(&mut self, portal: &[u8]) -> bool {
+        let h = name_hash(portal);
+        if self.executed.contains(&h) {
+            return false;
+        }
+        if self.executed.len() >= MAX_PORTALS {
+            self.executed.pop_front();
+        }
+        self.executed.push_back(h);
+        true
+    }
+
+    fn forget_executed(&mut self, portal: &[u8]) {
+        let h = name_hash(portal);
+        self.executed.retain(|&x| x != h);
+    }
+
     fn new_unit(&mut self, kind: Kind, m: &Message<'_>, sink: &mut dyn Sink) -> Option<u64> {
         self.open = CLOSED;
         if self.units.len() >= self.cfg.max_inflight.max(1) {
@@ -844,6 +870,8 @@ impl Conn {
                     }
                     None => None,
                 };
+                // A new portal under this name: not executed yet.
+                self.forget_executed(portal);
                 match &text {
                     Some((t, tr)) => {
                         let max = (MAX_PORTALS, MAX_STMT_BYTES);
@@ -913,6 +941,8 @@ impl Conn {
                 };
                 let joins = self.open.kind == OpenKind::Bind
                     && portal.is_some_and(|p| self.open.name == name_hash(p));
+                // Executed before since its Bind: fetching more rows of a suspended portal.
+                let fetch = portal.is_some_and(|p| !self.mark_executed(p));
                 let unit = if joins {
                     let unit = self.open.unit;
                     if let Some(u) = self.unit_mut(unit) {
@@ -922,7 +952,8 @@ impl Conn {
                     }
                     unit
                 } else {
-                    let id = self.new_unit(Kind::Execute, m, sink);
+                    let kind = if fetch { Kind::Fetch } else { Kind::Execute };
+                    let id = self.new_unit(kind, m, sink);
                     let text = portal.and_then(|p| self.portals.get(p));
                     if let Some(u) = self.unit_mut(id)
                         && let Some((t, tr)) = text
@@ -949,7 +980,10 @@ impl Conn {
                     Some(Frontend::Close {
                         target: Target::Portal,
                         name,
-                    }) => self.portals.remove(name),
+                    }) => {
+                        self.forget_executed(name);
+                        self.portals.remove(name)
+                    }
                     _ => None,
                 };
                 if let Some(u) = self.unit_mut(id)
@@ -1797,6 +1831,7 @@ impl PgSession {
                 tx: None,
                 stmts: TextMap::default(),
                 portals: TextMap::default(),
+                executed: VecDeque::new(),
                 units: VecDeque::new(),
                 items: VecDeque::new(),
                 next_id: 1,

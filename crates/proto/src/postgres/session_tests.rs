@@ -869,7 +869,7 @@ fn error_before_the_client_sent_its_sync() {
 }
 
 #[test]
-fn portal_suspended_executes_are_separate_events() {
+fn portal_suspended_executes_are_an_execute_then_fetches() {
     let mut b = B::new();
     b.startup()
         .cli(&[
@@ -891,10 +891,8 @@ fn portal_suspended_executes_are_separate_events() {
         .srv(&[data_row(&[Some("5")]), complete("SELECT 1"), ready(b'T')]);
     let r = run(&b);
     assert_eq!(r.health, Health::default());
-    assert_eq!(
-        cmds(&r.events),
-        ["prepare", "execute", "execute", "execute"]
-    );
+    // One execution as pg_stat_statements counts it (`calls` 1), then two fetches.
+    assert_eq!(cmds(&r.events), ["prepare", "execute", "fetch", "fetch"]);
     let rows: Vec<u64> = r.events.iter().map(|e| e.rows_sent).collect();
     assert_eq!(rows, [0, 2, 2, 1]);
     assert!(
@@ -1526,4 +1524,69 @@ fn full_response_queue_drops_requests_and_recovers() {
         r.events
     );
     assert_eq!(r.events.last().unwrap().text.as_deref(), Some("SELECT 1"));
+}
+
+#[test]
+fn a_new_bind_makes_the_next_execute_an_execute_again() {
+    // Pipelined: the second Execute of c1 is sent before the first one's PortalSuspended
+    // arrives; it is a fetch all the same. Then c1 is bound again (a new portal: an execute),
+    // the unnamed portal runs twice (execute, fetch), and Close forgets c1.
+    let mut b = B::new();
+    b.startup()
+        .cli(&[
+            parse("", "SELECT g FROM generate_series(1,3) g"),
+            bind("c1", ""),
+            execute("c1", 2),
+            execute("c1", 2),
+            sync(),
+        ])
+        .srv(&[
+            parse_complete(),
+            bind_complete(),
+            data_row(&[Some("1")]),
+            data_row(&[Some("2")]),
+            suspended(),
+            data_row(&[Some("3")]),
+            complete("SELECT 1"),
+            ready(b'T'),
+        ])
+        .cli(&[bind("c1", ""), execute("c1", 0), sync()])
+        .srv(&[
+            bind_complete(),
+            data_row(&[Some("1")]),
+            data_row(&[Some("2")]),
+            data_row(&[Some("3")]),
+            complete("SELECT 3"),
+            ready(b'T'),
+        ])
+        .cli(&[bind("", ""), execute("", 1), execute("", 0), sync()])
+        .srv(&[
+            bind_complete(),
+            data_row(&[Some("1")]),
+            suspended(),
+            data_row(&[Some("2")]),
+            data_row(&[Some("3")]),
+            complete("SELECT 2"),
+            ready(b'T'),
+        ])
+        .cli(&[close(b'P', "c1"), sync()])
+        .srv(&[close_complete(), ready(b'T')])
+        .cli(&[bind("c1", ""), execute("c1", 0), sync()])
+        .srv(&[
+            bind_complete(),
+            data_row(&[Some("1")]),
+            complete("SELECT 1"),
+            ready(b'T'),
+        ]);
+    let r = run(&b);
+    assert_eq!(r.health, Health::default());
+    assert_eq!(
+        cmds(&r.events),
+        [
+            "prepare", "execute", "fetch", "execute", "execute", "fetch", "close", "execute"
+        ]
+    );
+    let rows: Vec<u64> = r.events.iter().map(|e| e.rows_sent).collect();
+    assert_eq!(rows, [0, 2, 1, 3, 1, 2, 0, 1]);
+    assert_bytes_attributed(&b, &r.events);
 }
