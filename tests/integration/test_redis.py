@@ -177,6 +177,12 @@ def test_scripted_totals_exclude_pushes(scripted):
                     "sadd": 1, "smembers": 1, "zadd": 1, "zscore": 1}
     pub = collections.Counter(e["command"] for e in _conn_events(scripted, "publisher"))
     assert pub == {"ping": 1, "publish": rh.PUBSUB_N + rh.PUSH_N}
+    # They are counted apart, as server pushes: every PUBLISH returned 1 receiver, and the
+    # subscribers read exactly that many messages.
+    c = d["capture"]
+    delivered = info["messages_received"] + info["pushes_received"]
+    assert c["server_pushes"] == delivered == rh.PUBSUB_N + rh.PUSH_N, c
+    assert c["server_push_bytes"] > 0 and c["complete"] is True, c
 
 
 def test_scripted_errors(scripted):

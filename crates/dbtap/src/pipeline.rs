@@ -367,6 +367,8 @@ impl<C: Consumer> Engine<C> {
             inflight_overflow: h.inflight_overflow,
             unanswered: 0,
             resyncs: h.resyncs,
+            server_pushes: h.server_pushes,
+            server_push_bytes: h.server_push_bytes,
             first_ts_ns: counts.first_ts,
             last_ts_ns: counts.last_ts,
             kernel_drops: None,

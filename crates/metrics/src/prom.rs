@@ -529,7 +529,7 @@ fn write_group_families(rows: &[(String, Counters)], out: &mut String) {
 }
 
 fn write_health(h: &CaptureHealth, k: KernelStats, out: &mut String) {
-    let all: [(&str, &str, u64); 12] = [
+    let all: [(&str, &str, u64); 13] = [
         (
             "dbtap_capture_packets_total",
             "Link-layer frames read from the capture.",
@@ -589,6 +589,12 @@ fn write_health(h: &CaptureHealth, k: KernelStats, out: &mut String) {
             "dbtap_encrypted_connections_total",
             "Connections that switched to TLS and could not be read.",
             h.encrypted_connections,
+        ),
+        (
+            "dbtap_server_pushes_total",
+            "Messages the server pushed outside any reply (Redis pub/sub messages, RESP3 \
+             pushes): not queries, not a loss.",
+            h.server_pushes,
         ),
     ];
     for (name, help, v) in all {

@@ -429,6 +429,7 @@ fn every_family_present_with_expected_values() {
         malformed_messages: 6,
         responses_without_request: 7,
         encrypted_connections: 8,
+        server_pushes: 9,
         ..Default::default()
     };
     let mut ex = Exporter::new(10);
@@ -453,6 +454,7 @@ fn every_family_present_with_expected_values() {
         ("dbtap_malformed_messages_total", "counter"),
         ("dbtap_responses_without_request_total", "counter"),
         ("dbtap_encrypted_connections_total", "counter"),
+        ("dbtap_server_pushes_total", "counter"),
         ("dbtap_sampling_one_in", "gauge"),
         ("dbtap_agent_cpu_seconds_total", "counter"),
         ("dbtap_agent_resident_memory_bytes", "gauge"),
@@ -533,6 +535,7 @@ fn every_family_present_with_expected_values() {
         ("dbtap_malformed_messages_total", 6.0),
         ("dbtap_responses_without_request_total", 7.0),
         ("dbtap_encrypted_connections_total", 8.0),
+        ("dbtap_server_pushes_total", 9.0),
         ("dbtap_sampling_one_in", 4.0),
         ("dbtap_agent_cpu_seconds_total", 1.25),
         ("dbtap_agent_resident_memory_bytes", 1048576.0),

@@ -148,8 +148,9 @@ impl QueryEvent {
     }
 }
 
-/// Counters a session bumps for what it could not read. Summed over all sessions into the
-/// capture-health report so a user sees when numbers are incomplete.
+/// Counters a session bumps for what it could not read (and, not a problem, for what the server
+/// sent outside any reply). Summed over all sessions into the capture-health report so a user
+/// sees when numbers are incomplete.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Health {
     /// Bytes the session could not interpret and skipped.
@@ -164,6 +165,11 @@ pub struct Health {
     pub encrypted_connections: u64,
     /// Messages that failed to parse (malformed, or an unsupported variant).
     pub malformed: u64,
+    /// Not a problem: messages the server pushed outside any reply (Redis pub/sub messages and
+    /// RESP3 pushes such as client-side caching invalidations). Not events, not paired.
+    pub server_pushes: u64,
+    /// Their bytes on the wire.
+    pub server_push_bytes: u64,
 }
 
 impl Health {
@@ -174,6 +180,8 @@ impl Health {
         self.resyncs += o.resyncs;
         self.encrypted_connections += o.encrypted_connections;
         self.malformed += o.malformed;
+        self.server_pushes += o.server_pushes;
+        self.server_push_bytes += o.server_push_bytes;
     }
 }
 

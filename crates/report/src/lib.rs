@@ -64,6 +64,13 @@ pub struct CaptureHealth {
     pub unanswered: u64,
     /// Times a parser lost message sync and searched for the next boundary.
     pub resyncs: u64,
+    /// Not a problem: messages the server pushed outside any reply (Redis pub/sub messages,
+    /// RESP3 pushes). They are not queries and are in no group.
+    #[serde(default)]
+    pub server_pushes: u64,
+    /// Their bytes.
+    #[serde(default)]
+    pub server_push_bytes: u64,
     /// Timestamp of the first packet, ns since the epoch.
     pub first_ts_ns: Option<u64>,
     /// Timestamp of the last packet, ns since the epoch.
@@ -112,6 +119,8 @@ impl CaptureHealth {
             inflight_overflow,
             unanswered,
             resyncs,
+            server_pushes,
+            server_push_bytes,
             first_ts_ns,
             last_ts_ns,
             kernel_drops,
@@ -148,6 +157,8 @@ impl CaptureHealth {
             (&mut self.inflight_overflow, inflight_overflow),
             (&mut self.unanswered, unanswered),
             (&mut self.resyncs, resyncs),
+            (&mut self.server_pushes, server_pushes),
+            (&mut self.server_push_bytes, server_push_bytes),
         ] {
             *a += *b;
         }

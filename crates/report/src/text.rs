@@ -278,6 +278,14 @@ fn health_block(
         thousands(h.connections),
         thousands(h.non_tcp)
     )?;
+    if h.server_pushes > 0 {
+        writeln!(
+            out,
+            "#   server pushes (Redis pub/sub messages, RESP3 pushes; not queries): {} ({} bytes)",
+            thousands(h.server_pushes),
+            bytes(h.server_push_bytes as f64)
+        )?;
+    }
     if h.duplicates > 0 || h.out_of_order > 0 {
         writeln!(
             out,

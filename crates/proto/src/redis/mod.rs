@@ -60,7 +60,7 @@
 //! (picked up mid-stream), the batch ends at the first reply that does not continue it.
 //! Published messages (`message`, `pmessage`, `smessage`) are not replies: RESP3 sends them as
 //! pushes, RESP2 as plain arrays, recognised by their first element while the connection is
-//! subscribed. Pushes are counted in [`RedisSession::pushes`], not paired, not events.
+//! subscribed. Pushes are counted in [`crate::Health::server_pushes`], not paired, not events.
 //! In RESP3, confirmations are pushes too, and pair with the subscribe command waiting for
 //! them.
 //!
@@ -109,7 +109,7 @@ pub mod message;
 pub mod session;
 pub mod wire;
 
-pub use session::{PushStats, RedisSession};
+pub use session::RedisSession;
 
 use crate::{ConnMeta, SessionConfig};
 

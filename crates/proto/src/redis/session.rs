@@ -20,16 +20,6 @@ use crate::{
     SessionConfig, Sink,
 };
 
-/// What the server sent outside of replies.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct PushStats {
-    /// Published messages (RESP2 and RESP3), other RESP3 pushes (client-side caching
-    /// invalidations, ...) and confirmations no command asked for.
-    pub pushes: u64,
-    /// Their bytes on the wire.
-    pub push_bytes: u64,
-}
-
 #[derive(Debug)]
 struct Pending {
     command: &'static str,
@@ -219,7 +209,6 @@ struct Conn {
     /// (unparsed, not a response without request). Cleared when a command is sent with
     /// nothing in flight and pairing trusted.
     orphans_expected: bool,
-    pushes: PushStats,
 }
 
 impl Conn {
@@ -470,8 +459,9 @@ impl Conn {
             if message && !self.subs.active() {
                 self.subs.inferred = true;
             }
-            self.pushes.pushes += 1;
-            self.pushes.push_bytes += v.wire;
+            let h = sink.health();
+            h.server_pushes += 1;
+            h.server_push_bytes += v.wire;
             return Act::default();
         }
         self.pair(v, head, sink)
@@ -696,7 +686,6 @@ impl RedisSession {
                 database: saw_open.then(|| Arc::from("0")),
                 taint: !saw_open,
                 orphans_expected: !saw_open,
-                pushes: PushStats::default(),
             },
             req: RequestReader::new(),
             builder: Builder::new(),
@@ -712,11 +701,6 @@ impl RedisSession {
             },
             stopped: false,
         }
-    }
-
-    /// What the server pushed outside of replies (pub/sub messages, RESP3 pushes).
-    pub fn pushes(&self) -> PushStats {
-        self.conn.pushes
     }
 
     /// Whether the connection speaks RESP3 (after `HELLO 3`, or RESP3 types were seen).
