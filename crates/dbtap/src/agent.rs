@@ -497,10 +497,18 @@ fn write_row(out: &mut impl Write, cells: &[(String, usize)]) -> std::io::Result
     writeln!(out, "{}", line.trim_end())
 }
 
-/// `HH:MM:SS` (UTC) of a time in ns since the epoch.
-fn clock(ns: u64) -> String {
-    let s = ns / 1_000_000_000;
-    format!("{:02}:{:02}:{:02}", (s / 3600) % 24, (s / 60) % 60, s % 60)
+/// `HH:MM:SS` in `tz` (the system's time zone for the lines) of a time in ns since the epoch.
+fn clock(ns: u64, tz: &jiff::tz::TimeZone) -> String {
+    match jiff::Timestamp::from_nanosecond(i128::from(ns)) {
+        Ok(t) => t.to_zoned(tz.clone()).strftime("%H:%M:%S").to_string(),
+        Err(_) => "--:--:--".to_string(),
+    }
+}
+
+/// How the startup line names the zone of the interval lines' times: `CET, UTC+01:00`.
+fn zone_label(tz: &jiff::tz::TimeZone) -> String {
+    let now = jiff::Timestamp::now().to_zoned(tz.clone());
+    now.strftime("%Z, UTC%:z").to_string()
 }
 
 /// The HTTP endpoint's view of the snapshot.
@@ -733,12 +741,14 @@ fn run(c: &CaptureArgs, mode: Mode) -> Result<()> {
         Mode::Lines(args) => Ui::Lines { args },
     };
 
+    // The interval lines print local times (TZ, else /etc/localtime; UTC if neither is known).
+    let tz = jiff::tz::TimeZone::system();
     let quiet_lines = matches!(&ui, Ui::Lines { args } if args.interval.is_zero());
     if matches!(ui, Ui::Lines { .. }) {
         let mut what: Vec<String> = matcher.ports.iter().map(|p| format!("port {p}")).collect();
         what.extend(matcher.addrs.iter().map(|a| a.to_string()));
         eprintln!(
-            "dbtap: capturing on {} ({}{}{}), {} thread{}{}; Ctrl-C to stop",
+            "dbtap: capturing on {} ({}{}{}), {} thread{}{}; times are local ({}); Ctrl-C to stop",
             c.interface,
             what.join(", "),
             c.filter
@@ -756,6 +766,7 @@ fn run(c: &CaptureArgs, mode: Mode) -> Result<()> {
                 .as_ref()
                 .map(|s| format!(", metrics on http://{}/metrics", s.local_addr()))
                 .unwrap_or_default(),
+            zone_label(&tz),
         );
     }
 
@@ -842,7 +853,7 @@ fn run(c: &CaptureArgs, mode: Mode) -> Result<()> {
                     }
                 }
                 known_servers.sort();
-                let time = clock(end_ns);
+                let time = clock(end_ns, &tz);
                 let ctx = LineCtx {
                     time: &time,
                     secs,
@@ -1087,6 +1098,14 @@ mod tests {
         assert_eq!(field_header(Field::PktsIn, true), "~pkts_in/s");
         assert_eq!(field_header(Field::Count, true), "~count");
         assert_eq!(field_header(Field::Count, false), "count");
-        assert_eq!(clock(3_600_000_000_000 + 61_000_000_000), "01:01:01");
+        let utc = jiff::tz::TimeZone::UTC;
+        assert_eq!(clock(3_600_000_000_000 + 61_000_000_000, &utc), "01:01:01");
+        let plus_2 = jiff::tz::TimeZone::fixed(jiff::tz::offset(2));
+        assert_eq!(
+            clock(3_600_000_000_000 + 61_000_000_000, &plus_2),
+            "03:01:01"
+        );
+        assert_eq!(zone_label(&plus_2), "+02, UTC+02:00");
+        assert_eq!(zone_label(&utc), "UTC, UTC+00:00");
     }
 }
