@@ -172,7 +172,28 @@ class Workload:
         self.part_tls()
         self.part_admin()
         self.part_change_user()
+        self.part_bad_login()
         return L
+
+    BAD_LOGINS = 3
+
+    def part_bad_login(self) -> None:
+        """Logins the server refuses (wrong password): each a `connect` error, and the server's
+        Access_denied_errors. pymysql connects over a socket of ours, so the port is known."""
+        for i in range(self.BAD_LOGINS):
+            s = socket.create_connection(("127.0.0.1", self.srv.port))
+            port = s.getsockname()[1]
+            c = pymysql.connect(host="127.0.0.1", port=self.srv.port, user=USER,
+                                password=f"wrong-{i}", database="dbtap_test", defer_connect=True)
+            conn = self.ledger.conn(f"bad_login_{i}", port)
+            try:
+                c.connect(s)
+                raise AssertionError("a login with a wrong password succeeded")
+            except pymysql.err.OperationalError as e:
+                conn.add("connect", outcome="error", code=e.args[0], message=e.args[1],
+                         user=USER, db="dbtap_test")
+            finally:
+                s.close()
 
     def part_pre(self) -> None:
         c = self.pre

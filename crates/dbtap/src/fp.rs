@@ -278,6 +278,7 @@ fn no_text_fingerprint(ev: &QueryEvent) -> String {
         "close" => "Close stmt",
         "binlog_dump" => "Binlog Dump",
         "bulk_execute" => "Bulk execute",
+        "connect" => "Connect",
         other => other,
     };
     format!("administrator command: {name}")

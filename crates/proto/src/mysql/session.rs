@@ -271,6 +271,17 @@ struct Conn {
     /// A request was lost (gap or overflow): a response arriving with nothing in flight is
     /// its answer, not a stray.
     orphans_expected: bool,
+    /// The login in progress (from the handshake response to the server's OK or ERR).
+    login: Option<Login>,
+}
+
+/// What a failed login's `connect` event needs.
+#[derive(Debug)]
+struct Login {
+    start_ns: u64,
+    first_response_ns: Option<u64>,
+    bytes_in: u64,
+    bytes_out: u64,
 }
 
 impl Conn {
@@ -387,6 +398,12 @@ impl Conn {
                     act.stop = true;
                 }
                 Ok(r) => {
+                    self.login = Some(Login {
+                        start_ns: m.start_ts,
+                        first_response_ns: None,
+                        bytes_in: wire,
+                        bytes_out: 0,
+                    });
                     let eff = r.capabilities & self.server_caps;
                     self.caps = Some(eff);
                     self.deprecate_eof = Some(eff & caps::CLIENT_DEPRECATE_EOF != 0);
@@ -400,7 +417,11 @@ impl Conn {
                 }
             },
             // Auth data from the client (auth switch responses, public key requests...).
-            Phase::Auth => {}
+            Phase::Auth => {
+                if let Some(l) = &mut self.login {
+                    l.bytes_in += wire;
+                }
+            }
             Phase::Ended => sink.health().unparsed_bytes += wire,
             Phase::Command => return self.client_command(m, wire, sink),
         }
@@ -550,6 +571,43 @@ impl Conn {
         act
     }
 
+    /// A `connect` event for a login the server refused with the ERR in `head`.
+    fn failed_connect(&self, l: Login, head: &[u8], ts: u64, sink: &mut dyn Sink) {
+        let error = match ErrOrProgress::parse(head) {
+            Ok(ErrOrProgress::Err(e)) => DbError {
+                code: u32::from(e.code),
+                state: e.sql_state.map(|s| String::from_utf8_lossy(s).into()),
+                message: String::from_utf8_lossy(e.message).into(),
+            },
+            _ => {
+                sink.health().malformed += 1;
+                return;
+            }
+        };
+        sink.event(QueryEvent {
+            protocol: Protocol::Mysql,
+            conn: self.meta.id,
+            client: self.meta.client,
+            server: self.meta.server,
+            start_ns: l.start_ns,
+            first_response_ns: l.first_response_ns,
+            end_ns: Some(ts),
+            user: self.user.clone(),
+            database: self.database.clone(),
+            command: "connect",
+            text: None,
+            text_truncated: false,
+            statement_id: None,
+            bytes_in: l.bytes_in,
+            bytes_out: l.bytes_out,
+            rows_sent: 0,
+            rows_affected: 0,
+            warnings: 0,
+            outcome: Outcome::Error,
+            error: Some(error),
+        });
+    }
+
     fn on_server(&mut self, m: &Message<'_>, wire: u64, ts: u64, sink: &mut dyn Sink) -> Act {
         let mut act = Act::default();
         match self.phase {
@@ -559,10 +617,20 @@ impl Conn {
                     self.phase = Phase::ClientResponse;
                 }
                 Err(_) => {
-                    if m.head.first() != Some(&0xFF) {
+                    if m.head.first() == Some(&0xFF) {
+                        // A refusal instead of a greeting ("Too many connections", "Host is
+                        // blocked"): a failed connect of its own.
+                        let login = Login {
+                            start_ns: ts,
+                            first_response_ns: Some(ts),
+                            bytes_in: 0,
+                            bytes_out: wire,
+                        };
+                        self.failed_connect(login, m.head, ts, sink);
+                    } else {
                         sink.health().malformed += 1;
                     }
-                    // Not MySQL, or a refusal ("too many connections"): nothing to follow.
+                    // Not MySQL, or a refusal: nothing to follow.
                     act.stop = true;
                 }
             },
@@ -572,15 +640,29 @@ impl Conn {
             }
             Phase::Auth => match m.head.first() {
                 Some(0x00) => {
+                    // Successful logins are not events (only failed ones are).
+                    self.login = None;
                     self.phase = Phase::Command;
                     let c = self.caps.unwrap_or(0);
                     if c & (caps::CLIENT_COMPRESS | caps::CLIENT_ZSTD_COMPRESSION_ALGORITHM) != 0 {
                         act.compress = true;
                     }
                 }
-                Some(0xFF) => self.phase = Phase::Ended,
+                Some(0xFF) => {
+                    self.phase = Phase::Ended;
+                    if let Some(mut l) = self.login.take() {
+                        l.bytes_out += wire;
+                        l.first_response_ns.get_or_insert(ts);
+                        self.failed_connect(l, m.head, ts, sink);
+                    }
+                }
                 // Auth switch request, auth more data.
-                _ => {}
+                _ => {
+                    if let Some(l) = &mut self.login {
+                        l.bytes_out += wire;
+                        l.first_response_ns.get_or_insert(ts);
+                    }
+                }
             },
             Phase::Ended => sink.health().unparsed_bytes += wire,
             Phase::Command => return self.server_response(m, wire, ts, sink),
@@ -1113,6 +1195,7 @@ impl MysqlSession {
                 last_prepared: None,
                 inflight: VecDeque::new(),
                 orphans_expected: false,
+                login: None,
             },
             dirs: [Dir::new(client), Dir::new(server)],
             framing_known: saw_open,

@@ -721,7 +721,34 @@ fn auth_failure_and_auth_switch() {
     b.cli(vec![vec![9; 64]]);
     b.srv(vec![err(1045, "28000", "Access denied for user 'app'")]);
     let r = run(&b, true);
-    assert!(r.events.is_empty());
+    // A failed login is a `connect` event: from the handshake response to the ERR, with the
+    // auth exchange's bytes, the user and the server's error.
+    assert_eq!(cmds(&r.events), ["connect"]);
+    let e = &r.events[0];
+    assert_eq!(e.outcome, Outcome::Error);
+    assert_eq!(e.user.as_deref(), Some("app"));
+    let err = e.error.as_ref().expect("error");
+    assert_eq!((err.code, err.state.as_deref()), (1045, Some("28000")));
+    assert_eq!(&*err.message, "Access denied for user 'app'");
+    assert_eq!(
+        (e.start_ns, e.first_response_ns, e.end_ns),
+        (b.t[1].2, Some(b.t[2].2), Some(b.t[4].2))
+    );
+    let wire = |i: usize| (b.t[i].1.len()) as u64;
+    assert_eq!(
+        (e.bytes_in, e.bytes_out),
+        (wire(1) + wire(3), wire(2) + wire(4))
+    );
+    assert_eq!(r.health, Default::default());
+
+    // A refusal instead of a greeting ("Too many connections"): a failed connect too.
+    let mut b = B::new();
+    b.srv(vec![b"\xff\x10\x04Too many connections".to_vec()]);
+    let r = run(&b, true);
+    assert_eq!(cmds(&r.events), ["connect"]);
+    let err = r.events[0].error.as_ref().expect("error");
+    assert_eq!((err.code, &*err.message), (1040, "Too many connections"));
+    assert_eq!(r.events[0].user, None);
     assert_eq!(r.health, Default::default());
 
     let mut b = B::new();
@@ -731,6 +758,7 @@ fn auth_failure_and_auth_switch() {
     b.cmd(query("SELECT 1"));
     b.srv(resultset(&["1"], &[&["1"]], false, 2));
     let r = run(&b, true);
+    // A successful login is not an event.
     assert_eq!(cmds(&r.events), ["query"]);
     assert_eq!(r.events[0].rows_sent, 1);
 }
