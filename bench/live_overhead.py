@@ -67,25 +67,9 @@ def run_sysbench(a, seconds: int) -> dict:
                        stderr=subprocess.STDOUT, text=True)
     if r.returncode != 0:
         die(f"sysbench run failed ({r.returncode}):\n{r.stdout[-3000:]}")
-    out = r.stdout
-    res = {}
-    for key, pat in (("queries", r"^\s*queries:\s+(\d+)\s+\(([\d.]+) per sec"),
-                     ("transactions", r"^\s*transactions:\s+(\d+)\s+\(([\d.]+) per sec"),
-                     ("ignored_errors", r"^\s*ignored errors:\s+(\d+)"),
-                     ("p95_ms", r"^\s*95th percentile:\s+([\d.]+)"),
-                     ("avg_ms", r"^\s*avg:\s+([\d.]+)"),
-                     ("time_s", r"^\s*total time:\s+([\d.]+)s")):
-        m = re.search(pat, out, re.M)
-        if not m:
-            die(f"cannot find {key!r} in sysbench output:\n{out}")
-        if key in ("queries", "transactions"):
-            res[key] = int(m.group(1))
-            res["qps" if key == "queries" else "tps"] = float(m.group(2))
-        elif key == "ignored_errors":
-            res[key] = int(m.group(1))
-        else:
-            res[key] = float(m.group(1))
-    return res
+    res = harness.parse_sysbench(r.stdout)
+    keep = ("queries", "transactions", "ignored_errors", "qps", "tps", "p95_ms", "avg_ms", "time_s")
+    return {k: res[k] for k in keep}
 
 
 # -- the capture processes -----------------------------------------------------------------------

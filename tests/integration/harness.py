@@ -478,18 +478,24 @@ def sysbench_run(port: int, threads: int, seconds: float, table_size: int, table
 
 
 def parse_sysbench(out: str) -> dict:
-    """The 'SQL statistics' block of sysbench 1.0 oltp_* output."""
+    """The 'SQL statistics', rates and latency blocks of sysbench 1.0 oltp_* output."""
     res = {"raw": out}
-    for key, pat in (("read", r"^\s*read:\s+(\d+)"), ("write", r"^\s*write:\s+(\d+)"),
-                     ("other", r"^\s*other:\s+(\d+)"), ("total", r"^\s*total:\s+(\d+)"),
-                     ("transactions", r"^\s*transactions:\s+(\d+)"),
-                     ("queries", r"^\s*queries:\s+(\d+)"),
-                     ("ignored_errors", r"^\s*ignored errors:\s+(\d+)"),
-                     ("reconnects", r"^\s*reconnects:\s+(\d+)")):
+    for key, pat, kind in (("read", r"^\s*read:\s+(\d+)", int), ("write", r"^\s*write:\s+(\d+)", int),
+                           ("other", r"^\s*other:\s+(\d+)", int),
+                           ("total", r"^\s*total:\s+(\d+)", int),
+                           ("transactions", r"^\s*transactions:\s+(\d+)", int),
+                           ("queries", r"^\s*queries:\s+(\d+)", int),
+                           ("ignored_errors", r"^\s*ignored errors:\s+(\d+)", int),
+                           ("reconnects", r"^\s*reconnects:\s+(\d+)", int),
+                           ("qps", r"^\s*queries:\s+\d+\s+\(([\d.]+) per sec", float),
+                           ("tps", r"^\s*transactions:\s+\d+\s+\(([\d.]+) per sec", float),
+                           ("p95_ms", r"^\s*95th percentile:\s+([\d.]+)", float),
+                           ("avg_ms", r"^\s*avg:\s+([\d.]+)", float),
+                           ("time_s", r"^\s*total time:\s+([\d.]+)s", float)):
         m = re.search(pat, out, re.M)
         if not m:
             die(f"cannot find {key!r} in sysbench output:\n{out}")
-        res[key] = int(m.group(1))
+        res[key] = kind(m.group(1))
     return res
 
 

@@ -252,6 +252,13 @@ impl StmtMap {
     }
 }
 
+impl Pending {
+    /// Adds the warning count of a packet that ends a result set.
+    fn warned(&mut self, n: u16) {
+        self.warnings = self.warnings.saturating_add(u64::from(n));
+    }
+}
+
 /// The conversation: everything but the framing.
 #[derive(Debug)]
 struct Conn {
@@ -573,16 +580,9 @@ impl Conn {
 
     /// A `connect` event for a login the server refused with the ERR in `head`.
     fn failed_connect(&self, l: Login, head: &[u8], ts: u64, sink: &mut dyn Sink) {
-        let error = match ErrOrProgress::parse(head) {
-            Ok(ErrOrProgress::Err(e)) => DbError {
-                code: u32::from(e.code),
-                state: e.sql_state.map(|s| String::from_utf8_lossy(s).into()),
-                message: String::from_utf8_lossy(e.message).into(),
-            },
-            _ => {
-                sink.health().malformed += 1;
-                return;
-            }
+        let Some(error) = db_error(head) else {
+            sink.health().malformed += 1;
+            return;
         };
         sink.event(QueryEvent {
             protocol: Protocol::Mysql,
@@ -749,25 +749,33 @@ impl Conn {
     }
 }
 
+/// The server error an ERR packet carries (None for a progress report or a malformed one).
+fn db_error(head: &[u8]) -> Option<DbError> {
+    match ErrOrProgress::parse(head) {
+        Ok(ErrOrProgress::Err(e)) => Some(DbError {
+            code: u32::from(e.code),
+            state: e.sql_state.map(|s| String::from_utf8_lossy(s).into()),
+            message: String::from_utf8_lossy(e.message).into(),
+        }),
+        _ => None,
+    }
+}
+
 /// Advances one response by one server message.
 fn step(h: &mut Pending, m: &Message<'_>, deprecate_eof: &mut Option<bool>, st: bool) -> Step {
     let head = m.head;
     let sh = shape(head, m.len);
-    let err = |h: &mut Pending| match ErrOrProgress::parse(head) {
-        Ok(ErrOrProgress::Err(e)) => {
-            h.error = Some(DbError {
-                code: u32::from(e.code),
-                state: e.sql_state.map(|s| String::from_utf8_lossy(s).into()),
-                message: String::from_utf8_lossy(e.message).into(),
-            });
+    let err = |h: &mut Pending| match db_error(head) {
+        Some(e) => {
+            h.error = Some(e);
             Step::Done(Outcome::Error)
         }
-        _ => Step::Malformed,
+        None => Step::Malformed,
     };
     // The packet that ends a result set (or the whole response): its warning count is the
     // statement's (an EOF between column definitions and rows is not one of these).
     let end_of_results = |h: &mut Pending, status: u16, warnings: u16| {
-        h.warnings = h.warnings.saturating_add(u64::from(warnings));
+        h.warned(warnings);
         if status & status::MORE_RESULTS_EXISTS != 0 {
             h.resp = Resp::Results(Rs::Start);
             Step::More
@@ -860,7 +868,7 @@ fn step(h: &mut Pending, m: &Message<'_>, deprecate_eof: &mut Option<bool>, st: 
         Resp::Results(Rs::Rows) | Resp::Rows => match sh {
             Shape::Terminator => match Terminator::parse(head, m.len, st) {
                 Ok(t) if h.resp == Resp::Rows => {
-                    h.warnings = h.warnings.saturating_add(u64::from(t.warnings()));
+                    h.warned(t.warnings());
                     Step::Done(Outcome::Ok)
                 }
                 Ok(t) => end_of_results(h, t.status(), t.warnings()),
@@ -885,7 +893,7 @@ fn step(h: &mut Pending, m: &Message<'_>, deprecate_eof: &mut Option<bool>, st: 
         Resp::Single => match sh {
             Shape::Ok => match ok(h) {
                 Ok((_, warnings)) => {
-                    h.warnings = h.warnings.saturating_add(u64::from(warnings));
+                    h.warned(warnings);
                     Step::Done(Outcome::Ok)
                 }
                 Err(s) => s,
