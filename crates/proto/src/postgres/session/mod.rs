@@ -4,8 +4,8 @@
 //! pickup and resynchronization after gaps.
 //!
 //! Layers: raw bytes -> messages ([`super::wire::Framer`]) -> typed messages
-//! ([`super::message`]) -> this state machine. The framing half ([`Dir`], one per direction)
-//! and the conversation half ([`state::Conn`]) are separate structs so a message can borrow the
+//! ([`super::message`]) -> this state machine. The framing half (`Dir`, one per direction)
+//! and the conversation half (`state::Conn`) are separate structs so a message can borrow the
 //! framing buffers while the conversation is updated.
 //!
 //! Pairing works on two queues. `units` holds the requests that will become events, in the order
@@ -15,14 +15,14 @@
 //! the client can no longer add to it.
 //!
 //! The code is split by concern:
-//! - [`state`]: the records (requests in flight, owed responses, the conversation);
-//! - [`queue`]: the two queues and emitting events;
-//! - [`startup`]: the startup packet, encryption answers and authentication;
-//! - [`client`]: one function per frontend message type;
-//! - [`server`]: backend messages against the owed responses (extended protocol, COPY);
-//! - [`query`]: simple-query messages split into statements;
-//! - [`loss`]: gaps and the end of the connection on the conversation side;
-//! - [`resync`]: the framing shell: feeding bytes, losing and regaining sync.
+//! - `state`: the records (requests in flight, owed responses, the conversation);
+//! - `queue`: the two queues and emitting events;
+//! - `startup`: the startup packet, encryption answers and authentication;
+//! - `client`: one function per frontend message type;
+//! - `server`: backend messages against the owed responses (extended protocol, COPY);
+//! - `query`: simple-query messages split into statements;
+//! - `loss`: gaps and the end of the connection on the conversation side;
+//! - `resync`: the framing shell: feeding bytes, losing and regaining sync.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
