@@ -524,11 +524,10 @@ impl<'a> Backend<'a> {
 /// protocol 3.x whose parameters look like names, an SSLRequest, a GSSENCRequest or a
 /// CancelRequest. `b` may be only the first bytes of the packet.
 pub fn looks_like_startup(b: &[u8]) -> bool {
-    let (Some(len), Some(code)) = (b.get(..4), b.get(4..8)) else {
+    let mut c = Cursor::new(b);
+    let (Ok(len), Ok(code)) = (c.u32("length"), c.u32("code")) else {
         return false;
     };
-    let len = u32::from_be_bytes([len[0], len[1], len[2], len[3]]);
-    let code = u32::from_be_bytes([code[0], code[1], code[2], code[3]]);
     match code {
         code::SSL_REQUEST | code::GSSENC_REQUEST => len == 8,
         code::CANCEL_REQUEST => (16..=12 + 256).contains(&len),

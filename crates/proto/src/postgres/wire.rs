@@ -1,9 +1,7 @@
 //! PostgreSQL wire framing: the 5-byte message header (type byte, big-endian int32 length that
 //! counts itself), the untyped startup packets (length, then a code), a streaming message
-//! assembler that keeps only the bytes its caller asks for, and a checked big-endian cursor.
-//! No state about the conversation lives here.
-
-use std::fmt;
+//! assembler that keeps only the bytes its caller asks for, and the checked big-endian cursor
+//! (the kit's). No state about the conversation lives here.
 
 use thiserror::Error;
 
@@ -26,24 +24,11 @@ pub mod code {
     pub const GSSENC_REQUEST: u32 = 80_877_104;
 }
 
-/// What went wrong reading PostgreSQL bytes. `what` names the field being read.
-#[derive(Clone, Debug, Error, PartialEq, Eq)]
-pub enum WireError {
-    #[error("{what}: needs {need} bytes at offset {at}, {have} left")]
-    Short {
-        what: &'static str,
-        at: usize,
-        need: usize,
-        have: usize,
-    },
-    #[error("{what}: no NUL terminator after offset {at}")]
-    Unterminated { what: &'static str, at: usize },
-    #[error("{what}: {why}")]
-    Invalid {
-        what: &'static str,
-        why: &'static str,
-    },
-}
+/// What went wrong reading PostgreSQL bytes: the kit's one read error.
+pub use crate::kit::WireError;
+
+/// A checked big-endian reader over untrusted bytes (the kit's cursor).
+pub type Cursor<'a> = crate::kit::Cursor<'a, crate::kit::Be>;
 
 /// A message header whose length cannot be right for its type (or for any message).
 #[derive(Clone, Copy, Debug, Error, PartialEq, Eq)]
@@ -53,98 +38,6 @@ pub struct BadLength {
     pub tag: u8,
     /// The length field as sent (it counts itself).
     pub len: u32,
-}
-
-type Res<T> = Result<T, WireError>;
-
-/// A checked reader over untrusted bytes: every read says what it reads and never panics.
-#[derive(Clone, Copy)]
-pub struct Cursor<'a> {
-    buf: &'a [u8],
-    pos: usize,
-}
-
-impl fmt::Debug for Cursor<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Cursor({}/{})", self.pos, self.buf.len())
-    }
-}
-
-impl<'a> Cursor<'a> {
-    pub fn new(buf: &'a [u8]) -> Self {
-        Cursor { buf, pos: 0 }
-    }
-    pub fn pos(&self) -> usize {
-        self.pos
-    }
-    pub fn remaining(&self) -> usize {
-        self.buf.len().saturating_sub(self.pos)
-    }
-    pub fn is_empty(&self) -> bool {
-        self.remaining() == 0
-    }
-    /// Everything not yet read, consumed.
-    pub fn rest(&mut self) -> &'a [u8] {
-        let r = self.buf.get(self.pos..).unwrap_or(&[]);
-        self.pos = self.buf.len();
-        r
-    }
-    pub fn bytes(&mut self, n: usize, what: &'static str) -> Res<&'a [u8]> {
-        match self
-            .pos
-            .checked_add(n)
-            .and_then(|e| self.buf.get(self.pos..e))
-        {
-            Some(s) => {
-                self.pos += n;
-                Ok(s)
-            }
-            None => Err(WireError::Short {
-                what,
-                at: self.pos,
-                need: n,
-                have: self.remaining(),
-            }),
-        }
-    }
-    fn array<const N: usize>(&mut self, what: &'static str) -> Res<[u8; N]> {
-        let s = self.bytes(N, what)?;
-        let mut a = [0u8; N];
-        a.copy_from_slice(s);
-        Ok(a)
-    }
-    pub fn u8(&mut self, what: &'static str) -> Res<u8> {
-        Ok(self.array::<1>(what)?[0])
-    }
-    pub fn i16(&mut self, what: &'static str) -> Res<i16> {
-        Ok(i16::from_be_bytes(self.array(what)?))
-    }
-    pub fn u32(&mut self, what: &'static str) -> Res<u32> {
-        Ok(u32::from_be_bytes(self.array(what)?))
-    }
-    pub fn i32(&mut self, what: &'static str) -> Res<i32> {
-        Ok(i32::from_be_bytes(self.array(what)?))
-    }
-    /// A NUL-terminated string (the NUL is consumed, not returned).
-    pub fn cstr(&mut self, what: &'static str) -> Res<&'a [u8]> {
-        let rest = self.buf.get(self.pos..).unwrap_or(&[]);
-        match rest.iter().position(|&b| b == 0) {
-            Some(i) => {
-                let s = rest.get(..i).unwrap_or(&[]);
-                self.pos += i + 1;
-                Ok(s)
-            }
-            None => Err(WireError::Unterminated { what, at: self.pos }),
-        }
-    }
-    /// A NUL-terminated string that may be cut short by the end of the kept bytes: returns
-    /// the string and whether its terminator was seen.
-    pub fn cstr_or_rest(&mut self) -> (&'a [u8], bool) {
-        match self.cstr("") {
-            Ok(s) => (s, true),
-            Err(_) => (self.rest(), false),
-        }
-    }
 }
 
 /// A typed message header.

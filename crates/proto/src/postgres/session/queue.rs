@@ -1,0 +1,198 @@
+//! The two queues of a PostgreSQL conversation (requests that will become events, responses
+//! the server owes), the keep policy of the framing, and emitting events.
+
+use super::super::message::{
+    MAX_NAME, backend_len_ok, be, fe, frontend_len_ok, is_backend_tag, is_frontend_tag,
+};
+use super::super::wire::{Header, MAX_STARTUP_LEN, Message};
+use super::state::{CLOSED, Conn, Item, Kind, Unit, Want, name_hash};
+use super::{CLIENT, ERROR_KEEP, MAX_PORTALS};
+use crate::kit::{Origin, Tags};
+use crate::{Direction, Outcome, Protocol, QueryEvent, Sink};
+
+impl Conn {
+    pub(super) fn unit_mut(&mut self, id: Option<u64>) -> Option<&mut Unit> {
+        let id = id?;
+        let front = self.units.front()?.id;
+        let i = usize::try_from(id.checked_sub(front)?).ok()?;
+        self.units.get_mut(i)
+    }
+
+    /// Keep policy: how many body bytes of a message to keep, or `None` for an impossible
+    /// length.
+    pub(super) fn keep(&self, d: Direction, tag: u8, len: u32, typed: bool) -> Option<usize> {
+        if !typed {
+            return (8..=MAX_STARTUP_LEN).contains(&len).then_some(len as usize);
+        }
+        let name = MAX_NAME as usize + 1;
+        if d == CLIENT {
+            let known = is_frontend_tag(tag);
+            if known && !frontend_len_ok(tag, len) || !known && !Header::len_ok(len) {
+                return None;
+            }
+            Some(match tag {
+                fe::QUERY => self.cfg.max_text.saturating_add(1),
+                fe::PARSE => name + self.cfg.max_text.saturating_add(1),
+                fe::BIND => 2 * name,
+                fe::DESCRIBE | fe::CLOSE | fe::EXECUTE => len as usize,
+                fe::FUNCTION_CALL => 4,
+                _ => 0,
+            })
+        } else {
+            let known = is_backend_tag(tag);
+            if known && !backend_len_ok(tag, len) || !known && !Header::len_ok(len) {
+                return None;
+            }
+            Some(match tag {
+                be::ERROR_RESPONSE => ERROR_KEEP,
+                be::COMMAND_COMPLETE | be::READY_FOR_QUERY | be::AUTHENTICATION => len as usize,
+                _ => 0,
+            })
+        }
+    }
+
+    /// The event of a unit, with the outcome its state implies.
+    pub(super) fn base_event(&self, u: &Unit) -> QueryEvent {
+        let origin = Origin {
+            protocol: Protocol::Postgres,
+            meta: &self.meta,
+        };
+        let tags = Tags::new(u.kind.name()).user_db(self.user.clone(), self.database.clone());
+        let outcome = u.core.implied_outcome(u.no_reply);
+        u.core.to_event(origin, tags, outcome)
+    }
+
+    /// Emits a finished unit. `outcome` overrides the one its state implies.
+    pub(super) fn emit(&mut self, u: Unit, outcome: Option<Outcome>, sink: &mut dyn Sink) {
+        if u.skipped {
+            return;
+        }
+        if u.core.error.is_some()
+            && let Some(undo) = &u.undo
+            && let Some(ins) = &undo.inserted
+            && self.stmts.holds(&undo.name[..], ins)
+        {
+            match &undo.previous {
+                Some(p) => {
+                    self.stmts
+                        .insert(undo.name.clone(), p.text.clone(), p.truncated);
+                }
+                None => {
+                    self.stmts.remove(&undo.name[..]);
+                }
+            }
+        }
+        let mut ev = if u.kind == Kind::Query {
+            self.statement_event(&u, true)
+        } else {
+            self.base_event(&u)
+        };
+        if let Some(o) = outcome {
+            ev.outcome = o;
+        }
+        sink.event(ev);
+    }
+
+    /// Emits the units at the front that owe nothing and can no longer grow.
+    pub(super) fn drain(&mut self, sink: &mut dyn Sink) {
+        while let Some(u) = self.units.front() {
+            let open = self.open.unit == Some(u.id) || self.skip == Some(Some(u.id));
+            if u.items_left > 0 || open {
+                break;
+            }
+            if let Some(u) = self.units.pop_front() {
+                self.emit(u, None, sink);
+            }
+        }
+    }
+
+    /// Records that `portal` was executed; false if it already had been since its Bind.
+    pub(super) fn mark_executed(&mut self, portal: &[u8]) -> bool {
+        let h = name_hash(portal);
+        if self.executed.contains(&h) {
+            return false;
+        }
+        if self.executed.len() >= MAX_PORTALS {
+            self.executed.pop_front();
+        }
+        self.executed.push_back(h);
+        true
+    }
+
+    pub(super) fn forget_executed(&mut self, portal: &[u8]) {
+        let h = name_hash(portal);
+        self.executed.retain(|&x| x != h);
+    }
+
+    /// Starts a new request: closes the open one and queues a unit (or, beyond `max_inflight`,
+    /// nothing: its items are tracked without an event).
+    pub(super) fn new_unit(
+        &mut self,
+        kind: Kind,
+        m: &Message<'_>,
+        sink: &mut dyn Sink,
+    ) -> Option<u64> {
+        self.open = CLOSED;
+        if self.units.len() >= self.cfg.max_inflight.max(1) {
+            sink.health().inflight_overflow += 1;
+            return None;
+        }
+        let id = self.next_id;
+        self.next_id += 1;
+        let mut u = Unit::new(id, kind, m.start_ts, m.wire_len());
+        u.core.damaged = m.damaged;
+        self.units.push_back(u);
+        Some(id)
+    }
+
+    /// Queues a response owed to `unit`. Returns false when the queue is full (the caller's
+    /// request is then dropped and its responses skipped).
+    pub(super) fn push_item(&mut self, want: Want, unit: Option<u64>, sink: &mut dyn Sink) -> bool {
+        if self.items.len() >= self.max_items {
+            sink.health().inflight_overflow += 1;
+            if let Some(u) = self.unit_mut(unit) {
+                // Its response will be skipped: a new request gives no event, a request
+                // joined by this message is incomplete.
+                if u.items_left == 0 {
+                    u.skipped = true;
+                } else {
+                    u.core.damaged = true;
+                }
+            }
+            self.lost_requests();
+            return false;
+        }
+        if let Some(u) = self.unit_mut(unit) {
+            u.items_left += 1;
+        }
+        self.items.push_back(Item { want, unit });
+        true
+    }
+
+    /// Requests were lost (client gap, queue full): mark the place.
+    pub(super) fn lost_requests(&mut self) {
+        self.orphans_expected = true;
+        self.open = CLOSED;
+        if self.items.back().map(|i| i.want) != Some(Want::Lost) {
+            self.items.push_back(Item {
+                want: Want::Lost,
+                unit: None,
+            });
+        }
+    }
+
+    pub(super) fn pop_item(&mut self) -> Option<Item> {
+        let it = self.items.pop_front()?;
+        if let Some(u) = self.unit_mut(it.unit) {
+            u.items_left = u.items_left.saturating_sub(1);
+        }
+        Some(it)
+    }
+
+    pub(super) fn add_in(&mut self, unit: Option<u64>, wire: u64, damaged: bool) {
+        if let Some(u) = self.unit_mut(unit) {
+            u.core.bytes_in += wire;
+            u.core.damaged |= damaged;
+        }
+    }
+}
