@@ -274,6 +274,40 @@ mod tests {
     }
 
     #[test]
+    fn midstream_probes() {
+        let probe =
+            |p: Protocol, b: &[u8]| spec(p).is_some_and(|s| s.looks_like_midstream_request(b));
+        let query = b"\x09\x00\x00\x00\x03SELECT 1";
+        assert!(probe(Protocol::Mysql, query));
+        assert!(!probe(Protocol::Postgres, query));
+        assert!(probe(Protocol::Postgres, b"Q\x00\x00\x00\x0dSELECT 1\x00"));
+        assert!(probe(Protocol::Redis, b"*1\r\n$4\r\nPING\r\n"));
+        assert!(!probe(Protocol::Mongodb, b"*1\r\n$4\r\nPING\r\n"));
+        // A greeting is no request.
+        let greeting = b"\x0a\x00\x00\x00\x0a8.0.1\x00\x01\x00\x00\x00abcdefgh\x00";
+        assert!(!probe(Protocol::Mysql, greeting));
+    }
+
+    #[test]
+    fn command_facts_per_protocol() {
+        let facts = |p, c| command_facts(p, c);
+        assert!(facts(Protocol::Postgres, "execute").execution);
+        assert!(!facts(Protocol::Postgres, "fetch").execution);
+        assert_eq!(facts(Protocol::Postgres, "fetch").group_under, "fetch");
+        assert_eq!(facts(Protocol::Postgres, "terminate").reply, Reply::Never);
+        assert_eq!(facts(Protocol::Mysql, "quit").reply, Reply::Never);
+        assert_eq!(facts(Protocol::Mysql, "query").reply, Reply::Answered);
+        assert_eq!(facts(Protocol::Mongodb, "op_insert").reply, Reply::Never);
+        assert_eq!(facts(Protocol::Mongodb, "insert").reply, Reply::Answered);
+        assert!(!facts(Protocol::Mongodb, "getmore").execution);
+        assert!(facts(Protocol::Mongodb, "find").execution);
+        assert!(facts(Protocol::Redis, "get").execution);
+        for p in ALL {
+            assert!(facts(p, "query").text_is_statement, "{}", p.name());
+        }
+    }
+
+    #[test]
     fn grouping_facts() {
         assert_eq!(group_command(Protocol::Postgres, "execute"), "query");
         assert_eq!(group_command(Protocol::Mysql, "execute"), "execute");
