@@ -44,9 +44,12 @@ pub struct CaptureArgs {
     )]
     pub interface: String,
 
-    /// A server port, in addition to the protocols' default ports (3306, 5432, 6379, 27017).
-    /// Repeatable. The kernel filter keeps only TCP to and from these ports and servers.
-    #[arg(long = "port", value_name = "N")]
+    // The default ports are the registered protocols'.
+    #[arg(
+        long = "port",
+        value_name = "N",
+        help = port_help("Repeatable. The kernel filter keeps only TCP to and from these ports and servers")
+    )]
     pub ports: Vec<u16>,
 
     /// A server address. Repeatable.
@@ -171,6 +174,17 @@ pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
     humantime::parse_duration(s).map_err(|e| format!("invalid duration '{s}': {e}"))
 }
 
+/// The help of `--port`: the registered protocols' default ports, then `rest`.
+fn port_help(rest: &str) -> String {
+    let ports: Vec<String> = proto::registry::default_ports()
+        .map(|(port, _)| port.to_string())
+        .collect();
+    format!(
+        "A server port, in addition to the protocols' default ports ({}). {rest}",
+        ports.join(", ")
+    )
+}
+
 /// Parses a listen address; `:PORT` and a bare port mean loopback.
 pub fn parse_listen(s: &str) -> Result<SocketAddr, String> {
     let t = s.strip_prefix(':').unwrap_or(s);
@@ -188,8 +202,8 @@ pub struct InputArgs {
     #[arg(required = true, value_name = "FILE")]
     pub files: Vec<PathBuf>,
 
-    /// A server port, in addition to the protocols' default ports (MySQL 3306). Repeatable.
-    #[arg(long = "port", value_name = "N")]
+    // The default ports are the registered protocols'.
+    #[arg(long = "port", value_name = "N", help = port_help("Repeatable"))]
     pub ports: Vec<u16>,
 
     /// A server address. Repeatable.

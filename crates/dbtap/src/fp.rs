@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use proto::{Protocol, QueryEvent};
+use proto::{Protocol, QueryEvent, registry};
 
 use crate::cli::FingerprintMode;
 
@@ -18,18 +18,8 @@ use crate::cli::FingerprintMode;
 pub struct Group<'a> {
     pub hash: u64,
     pub text: &'a str,
-    /// The command the group is filed under (see [`group_command`]).
+    /// The command the group is filed under ([`proto::registry::CommandFacts::group_under`]).
     pub command: &'static str,
-}
-
-/// The command a group is filed under. PostgreSQL's simple-protocol queries and extended-protocol
-/// executions of the same statement share one group, `query`, as pg_stat_statements counts them.
-/// MySQL keeps `execute` apart from `query`, as pt-query-digest does.
-pub fn group_command(protocol: Protocol, command: &'static str) -> &'static str {
-    match (protocol, command) {
-        (Protocol::Postgres, "execute") => "query",
-        _ => command,
-    }
 }
 
 struct Cached {
@@ -93,12 +83,14 @@ impl Fingerprinter {
 
     /// The group of `ev`. The returned text borrows an internal buffer.
     pub fn group(&mut self, ev: &QueryEvent) -> Group<'_> {
-        let command = group_command(ev.protocol, ev.command);
+        let facts = registry::command_facts(ev.protocol, ev.command);
+        let command = facts.group_under;
         let text = match &ev.text {
-            Some(t) if carries_statement(ev.protocol, ev.command) => t,
+            Some(t) if facts.text_is_statement => t,
             _ => {
                 self.buf.clear();
-                self.buf.push_str(&no_text_fingerprint(ev));
+                self.buf
+                    .push_str(&registry::text_without_statement(ev.protocol, ev.command));
                 return Group {
                     hash: fingerprint::hash64(&self.buf),
                     text: &self.buf,
@@ -165,39 +157,90 @@ pub fn query_id(
     fingerprint_text: &str,
     hash: u64,
 ) -> String {
-    match (protocol, mode) {
-        (Protocol::Mysql, FingerprintMode::Pt) => fingerprint::query_id(fingerprint_text),
-        (Protocol::Mysql, FingerprintMode::Dbtap) => {
+    (scheme(protocol).query_id)(mode, protocol, command, fingerprint_text, hash)
+}
+
+/// How one protocol's statement text becomes a group: its normalizer in the `fingerprint`
+/// crate, and how its Query ID is derived.
+#[derive(Clone, Copy)]
+struct Scheme {
+    /// Writes the fingerprint of `text` into `Fingerprinter::buf` and returns its group hash.
+    normalize: fn(&mut Fingerprinter, command: &str, text: &str) -> u64,
+    query_id: fn(FingerprintMode, Protocol, command: &str, fingerprint_text: &str, u64) -> String,
+}
+
+/// The fingerprint scheme of each protocol: the one place the binary names protocols.
+/// `fingerprint` is a crate of pure functions that depends on no other (not even `proto`), and
+/// `proto` must not depend on it, so pairing a protocol with its fingerprint rules belongs to
+/// the crate that knows both. Every other protocol fact comes from `proto::registry`.
+fn scheme(protocol: Protocol) -> Scheme {
+    match protocol {
+        Protocol::Mysql => Scheme {
+            normalize: |f, command, text| {
+                f.normalize_mysql(command, text);
+                fingerprint::hash64(&f.buf)
+            },
+            query_id: mysql_query_id,
+        },
+        Protocol::Postgres => Scheme {
+            normalize: |f, _, text| fingerprint::postgres::fingerprint(text, &mut f.buf),
+            query_id: hashed_query_id,
+        },
+        Protocol::Redis => Scheme {
+            normalize: |f, _, text| {
+                fingerprint::redis::fingerprint(text, f.key_patterns, &mut f.buf);
+                fingerprint::hash64(&f.buf)
+            },
+            query_id: hashed_query_id,
+        },
+        Protocol::Mongodb => Scheme {
+            normalize: |f, _, text| {
+                fingerprint::mongodb::fingerprint(text, f.keep_key_order, &mut f.buf)
+            },
+            query_id: hashed_query_id,
+        },
+    }
+}
+
+/// pt-query-digest's checksum of the fingerprint text (canonical for MySQL). In the default
+/// mode, commands other than `query` that carry a statement prefix it with the command, so an
+/// `execute` group and a `query` group of the same SQL differ; groups of commands without
+/// statement text (`administrator command: ...`) keep pt's ID.
+fn mysql_query_id(
+    mode: FingerprintMode,
+    _: Protocol,
+    command: &str,
+    fingerprint_text: &str,
+    _: u64,
+) -> String {
+    match mode {
+        FingerprintMode::Pt => fingerprint::query_id(fingerprint_text),
+        FingerprintMode::Dbtap => {
             if command == "query" || fingerprint_text.starts_with("administrator command") {
                 fingerprint::query_id(fingerprint_text)
             } else {
-                // An execute of a statement and a plain query of the same SQL are
-                // separate groups; their IDs must differ too.
                 fingerprint::query_id(&format!("{command} {fingerprint_text}"))
             }
         }
-        // The display text of these keeps the first-seen spelling; the group hash is of the
-        // canonical form, so the ID is derived from the hash.
-        (p, _) => fingerprint::query_id(&format!("{} {command} {hash:016x}", p.name())),
     }
+}
+
+/// The ID of a protocol whose display text keeps the first-seen spelling while the group hash
+/// is of the canonical form: derived from the hash.
+fn hashed_query_id(
+    _: FingerprintMode,
+    protocol: Protocol,
+    command: &str,
+    _: &str,
+    hash: u64,
+) -> String {
+    fingerprint::query_id(&format!("{} {command} {hash:016x}", protocol.name()))
 }
 
 impl Fingerprinter {
     /// Writes the fingerprint of `text` into `self.buf` and returns its group hash.
     fn normalize(&mut self, protocol: Protocol, command: &str, text: &str) -> u64 {
-        match protocol {
-            Protocol::Mysql => {}
-            Protocol::Postgres => return fingerprint::postgres::fingerprint(text, &mut self.buf),
-            Protocol::Redis => {
-                fingerprint::redis::fingerprint(text, self.key_patterns, &mut self.buf);
-                return fingerprint::hash64(&self.buf);
-            }
-            Protocol::Mongodb => {
-                return fingerprint::mongodb::fingerprint(text, self.keep_key_order, &mut self.buf);
-            }
-        }
-        self.normalize_mysql(command, text);
-        fingerprint::hash64(&self.buf)
+        (scheme(protocol).normalize)(self, command, text)
     }
 
     fn normalize_mysql(&mut self, command: &str, text: &str) {
@@ -228,22 +271,6 @@ impl Fingerprinter {
     }
 }
 
-/// Commands whose text is a statement (others, like MySQL's `init_db`, carry an argument).
-fn carries_statement(protocol: Protocol, command: &str) -> bool {
-    protocol != Protocol::Mysql
-        || matches!(
-            command,
-            "query"
-                | "execute"
-                | "prepare"
-                | "close"
-                | "reset"
-                | "fetch"
-                | "send_long_data"
-                | "bulk_execute"
-        )
-}
-
 /// Unreachable in practice (the entry was inserted just above); kept total instead of panicking.
 fn unreachable_group(buf: &mut String) -> Group<'_> {
     buf.clear();
@@ -252,34 +279,4 @@ fn unreachable_group(buf: &mut String) -> Group<'_> {
         text: buf,
         command: "unknown",
     }
-}
-
-/// What a command without statement text is called: MySQL commands as pt-query-digest names
-/// them, others by their command name.
-fn no_text_fingerprint(ev: &QueryEvent) -> String {
-    if ev.protocol != Protocol::Mysql {
-        return ev.command.to_string();
-    }
-    let name = match ev.command {
-        "execute" => return "execute <statement not captured>".to_string(),
-        "prepare" => return "prepare <statement not captured>".to_string(),
-        "ping" => "Ping",
-        "quit" => "Quit",
-        "init_db" => "Init DB",
-        "change_user" => "Change user",
-        "statistics" => "Statistics",
-        "field_list" => "Field List",
-        "process_kill" => "Kill",
-        "set_option" => "Set option",
-        "reset_connection" => "Reset connection",
-        "reset" => "Reset stmt",
-        "fetch" => "Fetch",
-        "send_long_data" => "Long Data",
-        "close" => "Close stmt",
-        "binlog_dump" => "Binlog Dump",
-        "bulk_execute" => "Bulk execute",
-        "connect" => "Connect",
-        other => other,
-    };
-    format!("administrator command: {name}")
 }

@@ -33,12 +33,11 @@ pub struct Settings {
 }
 
 impl Settings {
-    /// The default ports with their protocols, plus `ports` (sniffed unless a default port),
+    /// The registered protocols' default ports, plus `ports` (sniffed unless a default port),
     /// plus `servers` (sniffed).
     pub fn new(ports: &[u16], servers: &[SocketAddr], progress: bool) -> Settings {
-        let mut all: Vec<(u16, Option<Protocol>)> = DEFAULT_PORTS
-            .iter()
-            .map(|&(port, p)| (port, Some(p)))
+        let mut all: Vec<(u16, Option<Protocol>)> = proto::registry::default_ports()
+            .map(|(port, p)| (port, Some(p)))
             .collect();
         for &port in ports {
             if !all.iter().any(|(p, _)| *p == port) {
@@ -54,14 +53,6 @@ impl Settings {
     }
 }
 
-/// Default server ports per protocol.
-pub const DEFAULT_PORTS: &[(u16, Protocol)] = &[
-    (3306, Protocol::Mysql),
-    (5432, Protocol::Postgres),
-    (6379, Protocol::Redis),
-    (27017, Protocol::Mongodb),
-];
-
 /// Expire idle connections every this much capture time.
 const EXPIRE_EVERY_NS: u64 = 1_000_000_000;
 
@@ -76,36 +67,16 @@ enum Conn {
 /// that identifies its protocol.
 const SNIFF_TRIES: u32 = 64;
 
-/// Opens the session for a protocol.
+/// Opens the session for a protocol, through the registry.
 fn new_session(p: Protocol, meta: ConnMeta, cfg: &SessionConfig) -> Option<Box<dyn Session>> {
-    match p {
-        Protocol::Mysql => Some(Box::new(proto::mysql::new_session(meta, cfg.clone()))),
-        Protocol::Postgres => Some(Box::new(proto::postgres::new_session(meta, cfg.clone()))),
-        Protocol::Redis => Some(Box::new(proto::redis::new_session(meta, cfg.clone()))),
-        Protocol::Mongodb => Some(Box::new(proto::mongodb::new_session(meta, cfg.clone()))),
-    }
+    proto::registry::spec(p).map(|spec| (spec.new_session)(meta, cfg.clone()))
 }
 
-/// Which protocol the bytes in `dir` belong to, if any we know. `opening` is true when they are
-/// the first bytes of a connection whose start was captured.
+/// Which protocol the bytes in `dir` belong to, if any registered protocol recognises them
+/// ([`proto::registry::detect`]). `opening` is true when they are the first bytes of a
+/// connection whose start was captured.
 fn sniff(dir: Dir, data: &[u8], opening: bool) -> Option<Protocol> {
-    match dir {
-        Dir::ToClient if opening && proto::mysql::looks_like_server_greeting(data) => {
-            Some(Protocol::Mysql)
-        }
-        Dir::ToServer if opening && proto::postgres::looks_like_startup(data) => {
-            Some(Protocol::Postgres)
-        }
-        Dir::ToServer if proto::redis::looks_like_request(data) => Some(Protocol::Redis),
-        Dir::ToServer if proto::mongodb::looks_like_message(data) => Some(Protocol::Mongodb),
-        Dir::ToServer if !opening && proto::mysql::looks_like_client_command(data) => {
-            Some(Protocol::Mysql)
-        }
-        Dir::ToServer if !opening && proto::postgres::looks_like_client_message(data) => {
-            Some(Protocol::Postgres)
-        }
-        _ => None,
-    }
+    proto::registry::detect(direction(dir), data, opening)
 }
 
 /// The per-connection side of the pipeline, driven by the flow table.

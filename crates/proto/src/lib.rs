@@ -14,7 +14,10 @@ pub mod mongodb;
 pub mod mysql;
 pub mod postgres;
 pub mod redis;
+pub mod registry;
 pub mod testing;
+
+pub use registry::Protocol;
 
 /// Which way bytes travel on a connection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -23,26 +26,6 @@ pub enum Direction {
     ToServer,
     /// Server to client: responses.
     ToClient,
-}
-
-/// The database protocols dbtap understands.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Protocol {
-    Mysql,
-    Postgres,
-    Mongodb,
-    Redis,
-}
-
-impl Protocol {
-    pub fn name(self) -> &'static str {
-        match self {
-            Protocol::Mysql => "mysql",
-            Protocol::Postgres => "postgres",
-            Protocol::Mongodb => "mongodb",
-            Protocol::Redis => "redis",
-        }
-    }
 }
 
 /// What the flow layer knows of a connection when it hands it to a session.

@@ -118,10 +118,47 @@ pub mod wire;
 
 pub use session::MongoSession;
 
-use crate::{ConnMeta, SessionConfig};
+use crate::registry::{self, CommandFacts, Detection, ProtocolSpec, Reply};
+use crate::{ConnMeta, Protocol, SessionConfig};
 
 /// The default mongod/mongos port.
 pub const DEFAULT_PORT: u16 = 27017;
+
+/// What MongoDB declares to the [registry](crate::registry): a request header names its
+/// protocol at any message boundary, so one recognizer serves a captured start and a pickup
+/// mid-stream alike.
+pub static SPEC: ProtocolSpec = ProtocolSpec {
+    protocol: Protocol::Mongodb,
+    default_ports: &[DEFAULT_PORT],
+    detect: Detection {
+        server_greeting: None,
+        client_startup: None,
+        client_request: Some(looks_like_message),
+        client_midstream: None,
+    },
+    new_session: |meta, cfg| Box::new(new_session(meta, cfg)),
+    command_facts,
+    text_without_statement: registry::command_as_text,
+};
+
+/// What a MongoDB command name means: every command and legacy operation is an execution
+/// except the cursor steps (`getmore`, `killcursors`, `op_get_more`, `op_kill_cursors`); the
+/// legacy writes and `op_kill_cursors` are never answered (an OP_MSG command is answered unless
+/// it carries `moreToCome`).
+pub fn command_facts(command: &'static str) -> CommandFacts {
+    CommandFacts {
+        execution: !matches!(
+            command,
+            "getmore" | "killcursors" | "op_get_more" | "op_kill_cursors"
+        ),
+        reply: match command {
+            "op_insert" | "op_update" | "op_delete" | "op_kill_cursors" => Reply::Never,
+            _ => Reply::Answered,
+        },
+        text_is_statement: true,
+        group_under: command,
+    }
+}
 
 /// A session for one MongoDB connection.
 pub fn new_session(meta: ConnMeta, cfg: SessionConfig) -> MongoSession {

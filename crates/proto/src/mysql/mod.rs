@@ -57,7 +57,83 @@ pub mod wire;
 
 pub use session::MysqlSession;
 
-use crate::{ConnMeta, SessionConfig};
+use crate::registry::{CommandFacts, Detection, ProtocolSpec, Reply};
+use crate::{ConnMeta, Protocol, SessionConfig};
+
+/// The port MySQL and MariaDB listen on by default.
+pub const DEFAULT_PORT: u16 = 3306;
+
+/// What MySQL declares to the [registry](crate::registry): a connection is recognised by the
+/// server's greeting when its start was captured, and mid-stream by one whole command packet.
+pub static SPEC: ProtocolSpec = ProtocolSpec {
+    protocol: Protocol::Mysql,
+    default_ports: &[DEFAULT_PORT],
+    detect: Detection {
+        server_greeting: Some(looks_like_server_greeting),
+        client_startup: None,
+        client_request: None,
+        client_midstream: Some(looks_like_client_command),
+    },
+    new_session: |meta, cfg| Box::new(new_session(meta, cfg)),
+    command_facts,
+    text_without_statement,
+};
+
+/// What a MySQL command name means: `query`, `execute` and `bulk_execute` run statements;
+/// `close`, `send_long_data`, `quit` and `binlog_dump*` are never answered (the binlog dump is
+/// answered by a stream, not a reply); the statement commands carry the SQL (their own or the
+/// prepared statement's), while `init_db` and the others carry an argument or nothing.
+pub fn command_facts(command: &'static str) -> CommandFacts {
+    CommandFacts {
+        execution: matches!(command, "query" | "execute" | "bulk_execute"),
+        reply: match command {
+            "close" | "send_long_data" | "quit" | "binlog_dump" | "binlog_dump_gtid" => {
+                Reply::Never
+            }
+            _ => Reply::Answered,
+        },
+        text_is_statement: matches!(
+            command,
+            "query"
+                | "execute"
+                | "prepare"
+                | "close"
+                | "reset"
+                | "fetch"
+                | "send_long_data"
+                | "bulk_execute"
+        ),
+        group_under: command,
+    }
+}
+
+/// The group text of a command without statement text: as pt-query-digest names MySQL
+/// commands (`administrator command: Ping`), or a statement command whose statement was
+/// prepared before the capture.
+pub fn text_without_statement(command: &str) -> String {
+    let name = match command {
+        "execute" => return "execute <statement not captured>".to_string(),
+        "prepare" => return "prepare <statement not captured>".to_string(),
+        "ping" => "Ping",
+        "quit" => "Quit",
+        "init_db" => "Init DB",
+        "change_user" => "Change user",
+        "statistics" => "Statistics",
+        "field_list" => "Field List",
+        "process_kill" => "Kill",
+        "set_option" => "Set option",
+        "reset_connection" => "Reset connection",
+        "reset" => "Reset stmt",
+        "fetch" => "Fetch",
+        "send_long_data" => "Long Data",
+        "close" => "Close stmt",
+        "binlog_dump" => "Binlog Dump",
+        "bulk_execute" => "Bulk execute",
+        "connect" => "Connect",
+        other => other,
+    };
+    format!("administrator command: {name}")
+}
 
 /// A session for one MySQL/MariaDB connection.
 pub fn new_session(meta: ConnMeta, cfg: SessionConfig) -> MysqlSession {
@@ -156,5 +232,38 @@ mod sniff_tests {
         assert!(!looks_like_client_command(&bind));
         assert!(!looks_like_client_command(b"*1\r\n$4\r\nPING\r\n"));
         assert!(!looks_like_client_command(b""));
+    }
+}
+
+#[cfg(test)]
+mod facts_tests {
+    use super::{command_facts, message, message::Command};
+    use crate::registry::Reply;
+
+    #[test]
+    fn reply_facts_agree_with_the_command_table() {
+        for byte in 0..=u8::MAX {
+            let c = Command(byte);
+            let never = matches!(c.reply(), message::Reply::None | message::Reply::Stream);
+            let facts = command_facts(c.name());
+            assert_eq!(facts.reply == Reply::Never, never, "{}", c.name());
+            assert_eq!(facts.group_under, c.name());
+        }
+    }
+
+    #[test]
+    fn statements_and_executions() {
+        assert!(command_facts("execute").execution);
+        assert!(!command_facts("prepare").execution);
+        assert!(command_facts("close").text_is_statement);
+        assert!(!command_facts("init_db").text_is_statement);
+        assert_eq!(
+            super::text_without_statement("init_db"),
+            "administrator command: Init DB"
+        );
+        assert_eq!(
+            super::text_without_statement("execute"),
+            "execute <statement not captured>"
+        );
     }
 }

@@ -121,10 +121,47 @@ pub mod wire;
 
 pub use session::{PgSession, TxStatus};
 
-use crate::{ConnMeta, SessionConfig};
+use crate::registry::{self, CommandFacts, Detection, ProtocolSpec, Reply};
+use crate::{ConnMeta, Protocol, SessionConfig};
 
 /// The default PostgreSQL server port.
 pub const DEFAULT_PORT: u16 = 5432;
+
+/// What PostgreSQL declares to the [registry](crate::registry): a connection is recognised by
+/// its startup (or SSL, GSS or cancel request) when its start was captured, and mid-stream by a
+/// run of whole frontend messages.
+pub static SPEC: ProtocolSpec = ProtocolSpec {
+    protocol: Protocol::Postgres,
+    default_ports: &[DEFAULT_PORT],
+    detect: Detection {
+        server_greeting: None,
+        client_startup: Some(looks_like_startup),
+        client_request: None,
+        client_midstream: Some(looks_like_client_message),
+    },
+    new_session: |meta, cfg| Box::new(new_session(meta, cfg)),
+    command_facts,
+    text_without_statement: registry::command_as_text,
+};
+
+/// What a PostgreSQL command name means: `query` and `execute` run statements, and are filed
+/// under one group, `query`, as pg_stat_statements counts them as one statement (a `fetch`
+/// from the same portal is its own group: it counts no call); `cancel` and `terminate` are
+/// never answered.
+pub fn command_facts(command: &'static str) -> CommandFacts {
+    CommandFacts {
+        execution: matches!(command, "query" | "execute"),
+        reply: match command {
+            "cancel" | "terminate" => Reply::Never,
+            _ => Reply::Answered,
+        },
+        text_is_statement: true,
+        group_under: match command {
+            "execute" => "query",
+            other => other,
+        },
+    }
+}
 
 /// A session for one PostgreSQL connection.
 pub fn new_session(meta: ConnMeta, cfg: SessionConfig) -> PgSession {

@@ -111,10 +111,38 @@ pub mod wire;
 
 pub use session::RedisSession;
 
-use crate::{ConnMeta, SessionConfig};
+use crate::registry::{self, CommandFacts, Detection, ProtocolSpec, Reply};
+use crate::{ConnMeta, Protocol, SessionConfig};
 
 /// The port Redis listens on by default.
 pub const DEFAULT_PORT: u16 = 6379;
+
+/// What Redis declares to the [registry](crate::registry): a command names its protocol at any
+/// command boundary, so one recognizer serves a captured start and a pickup mid-stream alike.
+pub static SPEC: ProtocolSpec = ProtocolSpec {
+    protocol: Protocol::Redis,
+    default_ports: &[DEFAULT_PORT],
+    detect: Detection {
+        server_greeting: None,
+        client_startup: None,
+        client_request: Some(looks_like_request),
+        client_midstream: None,
+    },
+    new_session: |meta, cfg| Box::new(new_session(meta, cfg)),
+    command_facts,
+    text_without_statement: registry::command_as_text,
+};
+
+/// What a Redis command name means: every command is an execution (`INFO commandstats`
+/// counts each), and every command is answered unless `CLIENT REPLY OFF`/`SKIP` silenced it.
+pub fn command_facts(command: &'static str) -> CommandFacts {
+    CommandFacts {
+        execution: true,
+        reply: Reply::Answered,
+        text_is_statement: true,
+        group_under: command,
+    }
+}
 
 /// A session for one Redis connection.
 pub fn new_session(meta: ConnMeta, cfg: SessionConfig) -> RedisSession {
