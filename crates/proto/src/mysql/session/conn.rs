@@ -1,0 +1,302 @@
+//! The conversation half of a MySQL session: what is known about the connection, the requests
+//! in flight, the prepared statements, and turning a finished request into an event.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+
+use super::super::message::{Command, caps};
+use super::super::wire::Message;
+use super::handshake::Login;
+use super::result::{Prep, Resp};
+use super::{Act, CLIENT, Phase};
+use crate::{ConnMeta, DbError, Outcome, Protocol, QueryEvent, SessionConfig, Sink};
+
+/// Prepared statements remembered per connection, and the text bytes they may hold.
+const MAX_STMTS: usize = 4096;
+const MAX_STMT_BYTES: usize = 32 << 20;
+
+/// What a successful request changes on the connection.
+#[derive(Clone, Debug, Default)]
+pub(super) enum Effect {
+    #[default]
+    None,
+    SetDb(Arc<str>),
+    ChangeUser {
+        user: Arc<str>,
+        db: Option<Arc<str>>,
+    },
+    ClearStatements,
+}
+
+/// A request in flight, from its command to the end of its response.
+#[derive(Debug)]
+pub(super) struct Pending {
+    pub(super) command: Command,
+    pub(super) text: Option<Arc<str>>,
+    pub(super) text_truncated: bool,
+    pub(super) stmt: Option<u32>,
+    /// The statement's text is looked up when the event is emitted (id -1, or a statement
+    /// whose prepare response had not arrived when this was sent).
+    pub(super) resolve_stmt: bool,
+    pub(super) start_ns: u64,
+    pub(super) first_response_ns: Option<u64>,
+    pub(super) end_ns: Option<u64>,
+    pub(super) bytes_in: u64,
+    pub(super) bytes_out: u64,
+    pub(super) rows_sent: u64,
+    pub(super) rows_affected: u64,
+    /// Warning counts of the packets that end each result set (or the OK), summed.
+    pub(super) warnings: u64,
+    pub(super) error: Option<DbError>,
+    pub(super) resp: Resp,
+    pub(super) damaged: bool,
+    pub(super) effect: Effect,
+    /// Schema reported by session-state tracking in an OK packet.
+    pub(super) new_schema: Option<Arc<str>>,
+    /// Set by a prepare OK.
+    pub(super) prepared: Option<u32>,
+}
+
+impl Pending {
+    /// A request sent at `start_ns` in `bytes_in` wire bytes, awaiting one OK/ERR/EOF.
+    pub(super) fn new(command: Command, start_ns: u64, bytes_in: u64) -> Self {
+        Pending {
+            command,
+            text: None,
+            text_truncated: false,
+            stmt: None,
+            resolve_stmt: false,
+            start_ns,
+            first_response_ns: None,
+            end_ns: None,
+            bytes_in,
+            bytes_out: 0,
+            rows_sent: 0,
+            rows_affected: 0,
+            warnings: 0,
+            error: None,
+            resp: Resp::Single,
+            damaged: false,
+            effect: Effect::None,
+            new_schema: None,
+            prepared: None,
+        }
+    }
+
+    /// Adds the warning count of a packet that ends a result set.
+    pub(super) fn warned(&mut self, n: u16) {
+        self.warnings = self.warnings.saturating_add(u64::from(n));
+    }
+}
+
+/// Prepared statement texts by id, bounded in count and bytes (the oldest go first).
+#[derive(Debug, Default)]
+pub(super) struct StmtMap {
+    pub(super) map: HashMap<u32, (Arc<str>, bool, u64)>,
+    age: u64,
+    pub(super) bytes: usize,
+}
+
+impl StmtMap {
+    pub(super) fn get(&self, id: u32) -> Option<(Arc<str>, bool)> {
+        self.map.get(&id).map(|(t, tr, _)| (t.clone(), *tr))
+    }
+    pub(super) fn insert(&mut self, id: u32, text: Arc<str>, truncated: bool) {
+        self.remove(id);
+        while !self.map.is_empty()
+            && (self.map.len() >= MAX_STMTS || self.bytes + text.len() > MAX_STMT_BYTES)
+        {
+            let oldest = self.map.iter().min_by_key(|(_, v)| v.2).map(|(k, _)| *k);
+            match oldest {
+                Some(k) => self.remove(k),
+                None => break,
+            }
+        }
+        self.age += 1;
+        self.bytes += text.len();
+        self.map.insert(id, (text, truncated, self.age));
+    }
+    pub(super) fn remove(&mut self, id: u32) {
+        if let Some((t, _, _)) = self.map.remove(&id) {
+            self.bytes -= t.len();
+        }
+    }
+    pub(super) fn clear(&mut self) {
+        self.map.clear();
+        self.bytes = 0;
+    }
+}
+
+/// The conversation: everything but the framing.
+#[derive(Debug)]
+pub(super) struct Conn {
+    pub(super) meta: ConnMeta,
+    pub(super) cfg: SessionConfig,
+    pub(super) phase: Phase,
+    pub(super) server_caps: u64,
+    /// Negotiated capabilities, when the handshake was seen.
+    pub(super) caps: Option<u64>,
+    /// Learnt from the handshake, or from the shape of the first result set.
+    pub(super) deprecate_eof: Option<bool>,
+    pub(super) user: Option<Arc<str>>,
+    pub(super) database: Option<Arc<str>>,
+    pub(super) stmts: StmtMap,
+    pub(super) last_prepared: Option<u32>,
+    pub(super) inflight: VecDeque<Pending>,
+    /// A request was lost (gap or overflow): a response arriving with nothing in flight is
+    /// its answer, not a stray.
+    pub(super) orphans_expected: bool,
+    /// The login in progress (from the handshake response to the server's OK or ERR).
+    pub(super) login: Option<Login>,
+}
+
+impl Conn {
+    /// One whole message from direction `d`, `wire` bytes on the wire, ending at `ts`.
+    pub(super) fn on_message(
+        &mut self,
+        d: usize,
+        m: &Message<'_>,
+        wire: u64,
+        ts: u64,
+        sink: &mut dyn Sink,
+    ) -> Act {
+        if d == CLIENT {
+            self.on_client(m, wire, sink)
+        } else {
+            self.on_server(m, wire, ts, sink)
+        }
+    }
+
+    pub(super) fn session_track(&self) -> bool {
+        self.caps
+            .is_some_and(|c| c & caps::CLIENT_SESSION_TRACK != 0)
+    }
+
+    pub(super) fn event(&self, p: Pending, outcome: Outcome) -> QueryEvent {
+        let (mut text, mut text_truncated, mut stmt) = (p.text, p.text_truncated, p.stmt);
+        if p.resolve_stmt {
+            let id = match stmt {
+                Some(u32::MAX) | None => self.last_prepared,
+                s => s,
+            };
+            if let Some(id) = id {
+                stmt = Some(id);
+                if let Some((t, tr)) = self.stmts.get(id) {
+                    text = Some(t);
+                    text_truncated = tr;
+                }
+            }
+        }
+        QueryEvent {
+            protocol: Protocol::Mysql,
+            conn: self.meta.id,
+            client: self.meta.client,
+            server: self.meta.server,
+            start_ns: p.start_ns,
+            first_response_ns: p.first_response_ns,
+            end_ns: p.end_ns,
+            user: self.user.clone(),
+            database: self.database.clone(),
+            command: p.command.name(),
+            text,
+            text_truncated,
+            statement_id: stmt,
+            bytes_in: p.bytes_in,
+            bytes_out: p.bytes_out,
+            rows_sent: p.rows_sent,
+            rows_affected: p.rows_affected,
+            warnings: p.warnings,
+            outcome: if p.damaged && outcome != Outcome::NoReplyExpected {
+                Outcome::Incomplete
+            } else {
+                outcome
+            },
+            error: p.error,
+        }
+    }
+
+    /// Emits the event (with the user and schema in force when the command was sent), then
+    /// applies what the command changed.
+    pub(super) fn emit(&mut self, mut p: Pending, outcome: Outcome, sink: &mut dyn Sink) {
+        let apply = matches!(outcome, Outcome::Ok) && !p.damaged;
+        let prepared = p
+            .prepared
+            .zip(p.text.clone())
+            .map(|(id, t)| (id, t, p.text_truncated));
+        let effect = std::mem::take(&mut p.effect);
+        let new_schema = p.new_schema.take();
+        let ev = self.event(p, outcome);
+        sink.event(ev);
+        if apply {
+            if let Some((id, t, tr)) = prepared {
+                self.stmts.insert(id, t, tr);
+                self.last_prepared = Some(id);
+            }
+            self.apply_effect(effect);
+            if let Some(s) = new_schema {
+                self.database = Some(s);
+            }
+        }
+    }
+
+    fn apply_effect(&mut self, effect: Effect) {
+        match effect {
+            Effect::None => {}
+            Effect::SetDb(db) => self.database = Some(db),
+            Effect::ChangeUser { user, db } => {
+                self.user = Some(user);
+                self.database = db;
+                self.stmts.clear();
+            }
+            Effect::ClearStatements => self.stmts.clear(),
+        }
+    }
+
+    /// Emits every request in flight as incomplete (their responses can no longer be read).
+    pub(super) fn abandon_inflight(&mut self, sink: &mut dyn Sink) {
+        while let Some(mut p) = self.inflight.pop_front() {
+            p.damaged = true;
+            self.emit(p, Outcome::Incomplete, sink);
+        }
+    }
+
+    /// A prepare response whose final EOF was uncertain is complete once the client moves on.
+    pub(super) fn finish_maybe_done(&mut self, sink: &mut dyn Sink) {
+        if let Some(h) = self.inflight.front()
+            && h.resp == Resp::Prepare(Prep::WaitEof { certain: false })
+            && let Some(p) = self.inflight.pop_front()
+        {
+            self.emit(p, Outcome::Ok, sink);
+        }
+    }
+
+    /// The server direction lost bytes: what was in flight cannot be completed.
+    pub(super) fn server_gap(&mut self, sink: &mut dyn Sink) {
+        self.abandon_inflight(sink);
+    }
+
+    /// The client direction lost bytes.
+    pub(super) fn client_gap(&mut self) {
+        match self.inflight.front_mut() {
+            Some(h) if h.resp == Resp::Infile => {
+                h.damaged = true;
+                h.resp = Resp::Results(super::result::Rs::Start);
+            }
+            Some(h) if h.resp == Resp::Auth => h.damaged = true,
+            _ => self.orphans_expected = true,
+        }
+    }
+
+    pub(super) fn close(&mut self, sink: &mut dyn Sink) {
+        while let Some(p) = self.inflight.pop_front() {
+            let outcome = if matches!(p.resp, Resp::Prepare(Prep::WaitEof { .. })) {
+                Outcome::Ok
+            } else if p.first_response_ns.is_some() || p.damaged {
+                Outcome::Incomplete
+            } else {
+                Outcome::NoResponse
+            };
+            self.emit(p, outcome, sink);
+        }
+    }
+}
