@@ -9,6 +9,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+pub mod kit;
 pub mod mongodb;
 pub mod mysql;
 pub mod postgres;
@@ -229,21 +230,4 @@ pub trait Session {
     fn close(&mut self, ts_ns: u64, sink: &mut dyn Sink);
 }
 
-/// The runs of equal timestamps in bytes kept with the timestamp of the packet that carried
-/// each (a resynchronization probe): `(index range, timestamp)`, in order. Replaying a probe
-/// run by run gives every message the timestamp of its first byte, as if fed live.
-pub(crate) fn timestamp_runs(
-    probe: &[(u8, u64)],
-) -> impl Iterator<Item = (std::ops::Range<usize>, u64)> + '_ {
-    let mut i = 0;
-    std::iter::from_fn(move || {
-        let ts = probe.get(i)?.1;
-        let j = probe[i..]
-            .iter()
-            .position(|p| p.1 != ts)
-            .map_or(probe.len(), |k| i + k);
-        let run = i..j;
-        i = j;
-        Some((run, ts))
-    })
-}
+pub(crate) use kit::timestamp_runs;

@@ -1,0 +1,202 @@
+//! A bounded cache of named texts: prepared statements (by MySQL id or PostgreSQL name) and
+//! portals. Bounded by count and by text bytes; when full, the entry inserted longest ago is
+//! evicted first.
+
+use std::borrow::Borrow;
+use std::collections::{BTreeMap, HashMap};
+use std::hash::Hash;
+use std::sync::Arc;
+
+/// A statement's text and whether it was cut.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Named {
+    pub text: Arc<str>,
+    pub truncated: bool,
+}
+
+#[derive(Debug)]
+struct Entry {
+    text: Arc<str>,
+    truncated: bool,
+    age: u64,
+}
+
+/// Texts by name, at most `max_count` of them holding at most `max_bytes` text bytes.
+#[derive(Debug)]
+pub struct NameCache<K> {
+    map: HashMap<K, Entry>,
+    /// Insertion age to key: the oldest is first.
+    order: BTreeMap<u64, K>,
+    age: u64,
+    bytes: usize,
+    max_count: usize,
+    max_bytes: usize,
+}
+
+impl<K: Hash + Eq + Clone> NameCache<K> {
+    pub fn new(max_count: usize, max_bytes: usize) -> Self {
+        NameCache {
+            map: HashMap::new(),
+            order: BTreeMap::new(),
+            age: 0,
+            bytes: 0,
+            max_count,
+            max_bytes,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+    /// Text bytes held.
+    pub fn text_bytes(&self) -> usize {
+        self.bytes
+    }
+
+    pub fn get<Q>(&self, name: &Q) -> Option<Named>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.map.get(name).map(|e| Named {
+            text: e.text.clone(),
+            truncated: e.truncated,
+        })
+    }
+
+    /// Whether `name` holds this very text (the same allocation).
+    pub fn holds<Q>(&self, name: &Q, text: &Arc<str>) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.map
+            .get(name)
+            .is_some_and(|e| Arc::ptr_eq(&e.text, text))
+    }
+
+    /// Sets `name` to `text`, evicting the oldest entries while the cache is full (by count, or
+    /// by bytes with the new text). Returns what `name` held before.
+    pub fn insert(&mut self, name: K, text: Arc<str>, truncated: bool) -> Option<Named> {
+        let prev = self.remove(&name);
+        while !self.map.is_empty()
+            && (self.map.len() >= self.max_count || self.bytes + text.len() > self.max_bytes)
+        {
+            let Some((_, oldest)) = self.order.pop_first() else {
+                break;
+            };
+            if let Some(e) = self.map.remove(&oldest) {
+                self.bytes -= e.text.len();
+            }
+        }
+        self.age += 1;
+        self.bytes += text.len();
+        self.order.insert(self.age, name.clone());
+        self.map.insert(
+            name,
+            Entry {
+                text,
+                truncated,
+                age: self.age,
+            },
+        );
+        prev
+    }
+
+    /// Forgets `name`; returns what it held.
+    pub fn remove<Q>(&mut self, name: &Q) -> Option<Named>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let e = self.map.remove(name)?;
+        self.order.remove(&e.age);
+        self.bytes -= e.text.len();
+        Some(Named {
+            text: e.text,
+            truncated: e.truncated,
+        })
+    }
+
+    pub fn clear(&mut self) {
+        self.map.clear();
+        self.order.clear();
+        self.bytes = 0;
+    }
+
+    /// Heap bytes held, roughly: the texts and 64 bytes per entry.
+    pub fn heap_bytes(&self) -> usize {
+        self.bytes + self.map.len() * 64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(s: &str) -> Arc<str> {
+        Arc::from(s)
+    }
+
+    #[test]
+    fn get_insert_remove() {
+        let mut c: NameCache<Box<[u8]>> = NameCache::new(10, 100);
+        assert!(c.is_empty());
+        assert_eq!(c.insert(b"s1"[..].into(), t("select 1"), false), None);
+        let prev = c.insert(b"s1"[..].into(), t("select 22"), true);
+        assert_eq!(
+            prev,
+            Some(Named {
+                text: t("select 1"),
+                truncated: false
+            })
+        );
+        let got = c.get(&b"s1"[..]).unwrap();
+        assert_eq!(&*got.text, "select 22");
+        assert!(got.truncated);
+        assert!(c.holds(&b"s1"[..], &got.text));
+        assert!(!c.holds(&b"s1"[..], &t("select 22")));
+        assert_eq!(c.text_bytes(), 9);
+        assert_eq!(c.heap_bytes(), 9 + 64);
+        assert!(c.remove(&b"s1"[..]).is_some());
+        assert!(c.remove(&b"s1"[..]).is_none());
+        assert_eq!((c.len(), c.text_bytes()), (0, 0));
+    }
+
+    #[test]
+    fn evicts_oldest_by_count() {
+        let mut c: NameCache<u32> = NameCache::new(3, 1000);
+        for i in 0..3 {
+            c.insert(i, t("x"), false);
+        }
+        // Re-inserting makes 0 the youngest.
+        c.insert(0, t("y"), false);
+        c.insert(3, t("z"), false);
+        assert_eq!(c.len(), 3);
+        assert!(c.get(&1).is_none());
+        assert!(c.get(&0).is_some() && c.get(&2).is_some() && c.get(&3).is_some());
+        c.insert(4, t("w"), false);
+        assert!(c.get(&2).is_none());
+    }
+
+    #[test]
+    fn evicts_oldest_by_bytes() {
+        let mut c: NameCache<u32> = NameCache::new(100, 10);
+        c.insert(1, t("aaaa"), false);
+        c.insert(2, t("bbbb"), false);
+        c.insert(3, t("cccc"), false);
+        assert!(c.get(&1).is_none());
+        assert_eq!(c.text_bytes(), 8);
+        // A text bigger than the bound empties the cache but is kept.
+        c.insert(4, t("dddddddddddd"), false);
+        assert_eq!(c.len(), 1);
+        assert_eq!(c.text_bytes(), 12);
+        c.clear();
+        assert!(c.is_empty());
+        c.insert(5, t("e"), false);
+        assert_eq!(c.text_bytes(), 1);
+    }
+}
