@@ -1,7 +1,7 @@
 //! Client-to-server messages: command bytes and what each expects back, the parsed commands,
 //! and the handshake response (or TLS request).
 
-use super::super::wire::{Cursor, WireError};
+use super::super::wire::{Cursor, LenencRead, WireError};
 use super::{Res, caps, cmd};
 
 /// What a command expects back from the server.
@@ -224,21 +224,21 @@ impl<'a> Request<'a> {
             },
             cmd::INIT_DB => Request::InitDb { schema: c.rest() },
             cmd::FIELD_LIST => Request::FieldList {
-                table: c.nul_or_rest(),
+                table: c.cstr_or_rest().0,
             },
             cmd::CHANGE_USER => {
-                let user = c.nul_bytes("user")?;
+                let user = c.cstr("user")?;
                 let secure = caps.is_none_or(|c| c & caps::CLIENT_SECURE_CONNECTION != 0);
                 if secure {
                     let n = c.u8("auth length")?;
                     c.skip(usize::from(n), "auth data")?;
                 } else {
-                    c.nul_bytes("auth data")?;
+                    c.cstr("auth data")?;
                 }
                 let schema = if c.is_empty() {
                     None
                 } else {
-                    Some(c.nul_or_rest())
+                    Some(c.cstr_or_rest().0)
                 };
                 Request::ChangeUser { user, schema }
             }
@@ -350,7 +350,7 @@ impl<'a> HandshakeResponse<'a> {
         if capabilities & caps::CLIENT_PROTOCOL_41 == 0 {
             // HandshakeResponse320: capabilities(2), max packet(3), user NUL, auth.
             let max_packet = c.u24("max packet")?;
-            let user = c.nul_or_rest();
+            let user = c.cstr_or_rest().0;
             return Ok(HandshakeResponse {
                 capabilities,
                 max_packet,
@@ -386,20 +386,20 @@ impl<'a> HandshakeResponse<'a> {
         }
         // A full response with CLIENT_SSL is only ever sent inside TLS.
         r.ssl_request = capabilities & caps::CLIENT_SSL != 0;
-        r.user = c.nul_bytes("user")?;
+        r.user = c.cstr("user")?;
         if capabilities & caps::CLIENT_PLUGIN_AUTH_LENENC_CLIENT_DATA != 0 {
             c.lenenc_bytes("auth response")?;
         } else if capabilities & caps::CLIENT_SECURE_CONNECTION != 0 {
             let n = c.u8("auth response length")?;
             c.skip(usize::from(n), "auth response")?;
         } else {
-            c.nul_bytes("auth response")?;
+            c.cstr("auth response")?;
         }
         if capabilities & caps::CLIENT_CONNECT_WITH_DB != 0 && !c.is_empty() {
-            r.database = Some(c.nul_or_rest());
+            r.database = Some(c.cstr_or_rest().0);
         }
         if capabilities & caps::CLIENT_PLUGIN_AUTH != 0 && !c.is_empty() {
-            r.auth_plugin = Some(c.nul_or_rest());
+            r.auth_plugin = Some(c.cstr_or_rest().0);
         }
         if capabilities & caps::CLIENT_CONNECT_ATTRS != 0 && !c.is_empty() {
             c.lenenc_bytes("connect attributes")?;

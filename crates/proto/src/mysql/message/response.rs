@@ -1,7 +1,7 @@
 //! Server-to-client messages: the greeting, OK/ERR/EOF and progress packets, how a packet
 //! presents itself, result-set column counts and definitions, the prepare OK, and rows.
 
-use super::super::wire::{Cursor, MAX_PACKET_PAYLOAD, WireError};
+use super::super::wire::{Cursor, LenencRead, MAX_PACKET_PAYLOAD, WireError};
 use super::{Res, caps, skip_binary_value, status};
 
 /// Protocol::HandshakeV10, the server greeting.
@@ -26,7 +26,7 @@ impl<'a> Handshake<'a> {
                 why: "protocol version is not 10",
             });
         }
-        let server_version = c.nul_bytes("server version")?;
+        let server_version = c.cstr("server version")?;
         let connection_id = c.u32("connection id")?;
         c.skip(8, "auth data part 1")?;
         c.skip(1, "filler")?;
@@ -50,7 +50,7 @@ impl<'a> Handshake<'a> {
                 c.skip(n.min(c.remaining()), "auth data part 2")?;
             }
             if capabilities & caps::CLIENT_PLUGIN_AUTH != 0 && !c.is_empty() {
-                auth_plugin = Some(c.nul_or_rest());
+                auth_plugin = Some(c.cstr_or_rest().0);
             }
         }
         Ok(Handshake {
