@@ -7,7 +7,8 @@ use super::super::wire::Message;
 use super::Act;
 use super::conn::{Conn, Effect, Pending};
 use super::result::{Prep, Resp, Rs};
-use super::text::{lossy_arc, make_text, sql_total, use_statement};
+use super::text::{make_text, sql_total, use_statement};
+use crate::kit::lossy_arc;
 use crate::{Outcome, Sink};
 
 impl Conn {
@@ -79,14 +80,14 @@ impl Conn {
         };
         match h.resp {
             Resp::Infile => {
-                h.bytes_in += wire;
+                h.core.bytes_in += wire;
                 if m.len == 0 {
                     h.resp = Resp::Results(Rs::Start);
                 }
                 true
             }
             Resp::Auth => {
-                h.bytes_in += wire;
+                h.core.bytes_in += wire;
                 true
             }
             _ => false,
@@ -99,24 +100,24 @@ impl Conn {
         if let Some(db) = use_statement(&t) {
             p.effect = Effect::SetDb(db.into());
         }
-        p.text = Some(t);
-        p.text_truncated = tr;
+        p.core.text = Some(t);
+        p.core.text_truncated = tr;
     }
 
     /// COM_STMT_PREPARE: its text (remembered under the id its OK assigns).
     fn prepare(&self, p: &mut Pending, m: &Message<'_>, sql: &[u8]) {
         let (t, tr) = make_text(sql, m.tail, sql_total(m, sql), self.cfg.max_text);
-        p.text = Some(t);
-        p.text_truncated = tr;
+        p.core.text = Some(t);
+        p.core.text_truncated = tr;
     }
 
     /// A command on a prepared statement: its text now if known, else when emitted.
     fn statement(&self, p: &mut Pending, stmt_id: u32) {
         p.stmt = Some(stmt_id);
-        match self.stmts.get(stmt_id) {
-            Some((t, tr)) if stmt_id != u32::MAX => {
-                p.text = Some(t);
-                p.text_truncated = tr;
+        match self.stmts.get(&stmt_id) {
+            Some(named) if stmt_id != u32::MAX => {
+                p.core.text = Some(named.text);
+                p.core.text_truncated = named.truncated;
             }
             _ => p.resolve_stmt = true,
         }
@@ -126,10 +127,10 @@ impl Conn {
     fn close_statement(&mut self, p: Pending, stmt_id: u32, sink: &mut dyn Sink) {
         if p.resolve_stmt {
             let ev = self.event(p, Outcome::NoReplyExpected);
-            self.stmts.remove(ev.statement_id.unwrap_or(stmt_id));
+            self.stmts.remove(&ev.statement_id.unwrap_or(stmt_id));
             sink.event(ev);
         } else {
-            self.stmts.remove(stmt_id);
+            self.stmts.remove(&stmt_id);
             self.emit(p, Outcome::NoReplyExpected, sink);
         }
     }

@@ -1,15 +1,15 @@
 //! The conversation half of a MySQL session: what is known about the connection, the requests
 //! in flight, the prepared statements, and turning a finished request into an event.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use super::super::message::{Command, caps};
 use super::super::wire::Message;
-use super::handshake::Login;
-use super::result::{Prep, Resp};
+use super::result::{Prep, Resp, Rs};
 use super::{Act, CLIENT, Phase};
-use crate::{ConnMeta, DbError, Outcome, Protocol, QueryEvent, SessionConfig, Sink};
+use crate::kit::{NameCache, Origin, RequestCore, Tags};
+use crate::{ConnMeta, Direction, Outcome, Protocol, QueryEvent, SessionConfig, Sink};
 
 /// Prepared statements remembered per connection, and the text bytes they may hold.
 const MAX_STMTS: usize = 4096;
@@ -28,28 +28,17 @@ pub(super) enum Effect {
     ClearStatements,
 }
 
-/// A request in flight, from its command to the end of its response.
+/// A request in flight, from its command to the end of its response: the kit's request core
+/// and what MySQL adds to it.
 #[derive(Debug)]
 pub(super) struct Pending {
     pub(super) command: Command,
-    pub(super) text: Option<Arc<str>>,
-    pub(super) text_truncated: bool,
+    pub(super) core: RequestCore,
     pub(super) stmt: Option<u32>,
     /// The statement's text is looked up when the event is emitted (id -1, or a statement
     /// whose prepare response had not arrived when this was sent).
     pub(super) resolve_stmt: bool,
-    pub(super) start_ns: u64,
-    pub(super) first_response_ns: Option<u64>,
-    pub(super) end_ns: Option<u64>,
-    pub(super) bytes_in: u64,
-    pub(super) bytes_out: u64,
-    pub(super) rows_sent: u64,
-    pub(super) rows_affected: u64,
-    /// Warning counts of the packets that end each result set (or the OK), summed.
-    pub(super) warnings: u64,
-    pub(super) error: Option<DbError>,
     pub(super) resp: Resp,
-    pub(super) damaged: bool,
     pub(super) effect: Effect,
     /// Schema reported by session-state tracking in an OK packet.
     pub(super) new_schema: Option<Arc<str>>,
@@ -62,21 +51,10 @@ impl Pending {
     pub(super) fn new(command: Command, start_ns: u64, bytes_in: u64) -> Self {
         Pending {
             command,
-            text: None,
-            text_truncated: false,
+            core: RequestCore::new(start_ns, bytes_in),
             stmt: None,
             resolve_stmt: false,
-            start_ns,
-            first_response_ns: None,
-            end_ns: None,
-            bytes_in,
-            bytes_out: 0,
-            rows_sent: 0,
-            rows_affected: 0,
-            warnings: 0,
-            error: None,
             resp: Resp::Single,
-            damaged: false,
             effect: Effect::None,
             new_schema: None,
             prepared: None,
@@ -85,45 +63,7 @@ impl Pending {
 
     /// Adds the warning count of a packet that ends a result set.
     pub(super) fn warned(&mut self, n: u16) {
-        self.warnings = self.warnings.saturating_add(u64::from(n));
-    }
-}
-
-/// Prepared statement texts by id, bounded in count and bytes (the oldest go first).
-#[derive(Debug, Default)]
-pub(super) struct StmtMap {
-    pub(super) map: HashMap<u32, (Arc<str>, bool, u64)>,
-    age: u64,
-    pub(super) bytes: usize,
-}
-
-impl StmtMap {
-    pub(super) fn get(&self, id: u32) -> Option<(Arc<str>, bool)> {
-        self.map.get(&id).map(|(t, tr, _)| (t.clone(), *tr))
-    }
-    pub(super) fn insert(&mut self, id: u32, text: Arc<str>, truncated: bool) {
-        self.remove(id);
-        while !self.map.is_empty()
-            && (self.map.len() >= MAX_STMTS || self.bytes + text.len() > MAX_STMT_BYTES)
-        {
-            let oldest = self.map.iter().min_by_key(|(_, v)| v.2).map(|(k, _)| *k);
-            match oldest {
-                Some(k) => self.remove(k),
-                None => break,
-            }
-        }
-        self.age += 1;
-        self.bytes += text.len();
-        self.map.insert(id, (text, truncated, self.age));
-    }
-    pub(super) fn remove(&mut self, id: u32) {
-        if let Some((t, _, _)) = self.map.remove(&id) {
-            self.bytes -= t.len();
-        }
-    }
-    pub(super) fn clear(&mut self) {
-        self.map.clear();
-        self.bytes = 0;
+        self.core.warned(u64::from(n));
     }
 }
 
@@ -140,21 +80,22 @@ pub(super) struct Conn {
     pub(super) deprecate_eof: Option<bool>,
     pub(super) user: Option<Arc<str>>,
     pub(super) database: Option<Arc<str>>,
-    pub(super) stmts: StmtMap,
+    /// Prepared statement texts by id.
+    pub(super) stmts: NameCache<u32>,
     pub(super) last_prepared: Option<u32>,
     pub(super) inflight: VecDeque<Pending>,
     /// A request was lost (gap or overflow): a response arriving with nothing in flight is
     /// its answer, not a stray.
     pub(super) orphans_expected: bool,
     /// The login in progress (from the handshake response to the server's OK or ERR).
-    pub(super) login: Option<Login>,
+    pub(super) login: Option<RequestCore>,
 }
 
 impl Conn {
     /// One whole message from direction `d`, `wire` bytes on the wire, ending at `ts`.
     pub(super) fn on_message(
         &mut self,
-        d: usize,
+        d: Direction,
         m: &Message<'_>,
         wire: u64,
         ts: u64,
@@ -172,57 +113,61 @@ impl Conn {
             .is_some_and(|c| c & caps::CLIENT_SESSION_TRACK != 0)
     }
 
+    /// The statement cache a new connection starts with.
+    pub(super) fn statement_cache() -> NameCache<u32> {
+        NameCache::new(MAX_STMTS, MAX_STMT_BYTES)
+    }
+
+    /// Who the events come from.
+    pub(super) fn origin(&self) -> Origin<'_> {
+        Origin {
+            protocol: Protocol::Mysql,
+            meta: &self.meta,
+        }
+    }
+
+    /// An event's tags: the command, and the user and schema in force now.
+    pub(super) fn tags(&self, command: &'static str) -> Tags {
+        Tags::new(command).user_db(self.user.clone(), self.database.clone())
+    }
+
     pub(super) fn event(&self, p: Pending, outcome: Outcome) -> QueryEvent {
-        let (mut text, mut text_truncated, mut stmt) = (p.text, p.text_truncated, p.stmt);
-        if p.resolve_stmt {
+        let Pending {
+            command,
+            mut core,
+            mut stmt,
+            resolve_stmt,
+            ..
+        } = p;
+        if resolve_stmt {
             let id = match stmt {
                 Some(u32::MAX) | None => self.last_prepared,
                 s => s,
             };
             if let Some(id) = id {
                 stmt = Some(id);
-                if let Some((t, tr)) = self.stmts.get(id) {
-                    text = Some(t);
-                    text_truncated = tr;
+                if let Some(named) = self.stmts.get(&id) {
+                    core.text = Some(named.text);
+                    core.text_truncated = named.truncated;
                 }
             }
         }
-        QueryEvent {
-            protocol: Protocol::Mysql,
-            conn: self.meta.id,
-            client: self.meta.client,
-            server: self.meta.server,
-            start_ns: p.start_ns,
-            first_response_ns: p.first_response_ns,
-            end_ns: p.end_ns,
-            user: self.user.clone(),
-            database: self.database.clone(),
-            command: p.command.name(),
-            text,
-            text_truncated,
-            statement_id: stmt,
-            bytes_in: p.bytes_in,
-            bytes_out: p.bytes_out,
-            rows_sent: p.rows_sent,
-            rows_affected: p.rows_affected,
-            warnings: p.warnings,
-            outcome: if p.damaged && outcome != Outcome::NoReplyExpected {
-                Outcome::Incomplete
-            } else {
-                outcome
-            },
-            error: p.error,
-        }
+        let outcome = core.settle(outcome);
+        core.into_event(
+            self.origin(),
+            self.tags(command.name()).statement(stmt),
+            outcome,
+        )
     }
 
     /// Emits the event (with the user and schema in force when the command was sent), then
     /// applies what the command changed.
     pub(super) fn emit(&mut self, mut p: Pending, outcome: Outcome, sink: &mut dyn Sink) {
-        let apply = matches!(outcome, Outcome::Ok) && !p.damaged;
+        let apply = matches!(outcome, Outcome::Ok) && !p.core.damaged;
         let prepared = p
             .prepared
-            .zip(p.text.clone())
-            .map(|(id, t)| (id, t, p.text_truncated));
+            .zip(p.core.text.clone())
+            .map(|(id, t)| (id, t, p.core.text_truncated));
         let effect = std::mem::take(&mut p.effect);
         let new_schema = p.new_schema.take();
         let ev = self.event(p, outcome);
@@ -255,7 +200,7 @@ impl Conn {
     /// Emits every request in flight as incomplete (their responses can no longer be read).
     pub(super) fn abandon_inflight(&mut self, sink: &mut dyn Sink) {
         while let Some(mut p) = self.inflight.pop_front() {
-            p.damaged = true;
+            p.core.damaged = true;
             self.emit(p, Outcome::Incomplete, sink);
         }
     }
@@ -279,10 +224,10 @@ impl Conn {
     pub(super) fn client_gap(&mut self) {
         match self.inflight.front_mut() {
             Some(h) if h.resp == Resp::Infile => {
-                h.damaged = true;
-                h.resp = Resp::Results(super::result::Rs::Start);
+                h.core.damaged = true;
+                h.resp = Resp::Results(Rs::Start);
             }
-            Some(h) if h.resp == Resp::Auth => h.damaged = true,
+            Some(h) if h.resp == Resp::Auth => h.core.damaged = true,
             _ => self.orphans_expected = true,
         }
     }
@@ -291,7 +236,7 @@ impl Conn {
         while let Some(p) = self.inflight.pop_front() {
             let outcome = if matches!(p.resp, Resp::Prepare(Prep::WaitEof { .. })) {
                 Outcome::Ok
-            } else if p.first_response_ns.is_some() || p.damaged {
+            } else if p.core.first_response_ns.is_some() || p.core.damaged {
                 Outcome::Incomplete
             } else {
                 Outcome::NoResponse

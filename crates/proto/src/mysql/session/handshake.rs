@@ -6,18 +6,9 @@ use super::super::message::{Handshake, HandshakeResponse, caps};
 use super::super::wire::Message;
 use super::conn::Conn;
 use super::result::db_error;
-use super::text::lossy_arc;
 use super::{Act, Phase};
-use crate::{Outcome, Protocol, QueryEvent, Sink};
-
-/// What a failed login's `connect` event needs.
-#[derive(Debug)]
-pub(super) struct Login {
-    start_ns: u64,
-    first_response_ns: Option<u64>,
-    bytes_in: u64,
-    bytes_out: u64,
-}
+use crate::kit::{RequestCore, lossy_arc};
+use crate::{Outcome, Sink};
 
 impl Conn {
     /// A whole client message.
@@ -52,12 +43,7 @@ impl Conn {
                 act.stop = true;
             }
             Ok(r) => {
-                self.login = Some(Login {
-                    start_ns: m.start_ts,
-                    first_response_ns: None,
-                    bytes_in: wire,
-                    bytes_out: 0,
-                });
+                self.login = Some(RequestCore::new(m.start_ts, wire));
                 let eff = r.capabilities & self.server_caps;
                 self.caps = Some(eff);
                 self.deprecate_eof = Some(eff & caps::CLIENT_DEPRECATE_EOF != 0);
@@ -109,12 +95,8 @@ impl Conn {
                 if m.head.first() == Some(&0xFF) {
                     // A refusal instead of a greeting ("Too many connections", "Host is
                     // blocked"): a failed connect of its own.
-                    let login = Login {
-                        start_ns: ts,
-                        first_response_ns: Some(ts),
-                        bytes_in: 0,
-                        bytes_out: wire,
-                    };
+                    let mut login = RequestCore::new(ts, 0);
+                    login.response(ts, ts, wire);
                     self.failed_connect(login, m.head, ts, sink);
                 } else {
                     sink.health().malformed += 1;
@@ -143,15 +125,13 @@ impl Conn {
             Some(0xFF) => {
                 self.phase = Phase::Ended;
                 if let Some(mut l) = self.login.take() {
-                    l.bytes_out += wire;
-                    l.first_response_ns.get_or_insert(ts);
+                    l.response(ts, ts, wire);
                     self.failed_connect(l, m.head, ts, sink);
                 }
             }
             _ => {
                 if let Some(l) = &mut self.login {
-                    l.bytes_out += wire;
-                    l.first_response_ns.get_or_insert(ts);
+                    l.response(ts, ts, wire);
                 }
             }
         }
@@ -159,32 +139,13 @@ impl Conn {
     }
 
     /// A `connect` event for a login the server refused with the ERR in `head`.
-    fn failed_connect(&self, l: Login, head: &[u8], ts: u64, sink: &mut dyn Sink) {
+    fn failed_connect(&self, mut login: RequestCore, head: &[u8], ts: u64, sink: &mut dyn Sink) {
         let Some(error) = db_error(head) else {
             sink.health().malformed += 1;
             return;
         };
-        sink.event(QueryEvent {
-            protocol: Protocol::Mysql,
-            conn: self.meta.id,
-            client: self.meta.client,
-            server: self.meta.server,
-            start_ns: l.start_ns,
-            first_response_ns: l.first_response_ns,
-            end_ns: Some(ts),
-            user: self.user.clone(),
-            database: self.database.clone(),
-            command: "connect",
-            text: None,
-            text_truncated: false,
-            statement_id: None,
-            bytes_in: l.bytes_in,
-            bytes_out: l.bytes_out,
-            rows_sent: 0,
-            rows_affected: 0,
-            warnings: 0,
-            outcome: Outcome::Error,
-            error: Some(error),
-        });
+        login.error = Some(error);
+        login.end_ns = Some(ts);
+        sink.event(login.into_event(self.origin(), self.tags("connect"), Outcome::Error));
     }
 }

@@ -24,12 +24,13 @@ use std::sync::Arc;
 
 use super::message::cmd;
 use super::wire::{Assembler, Deframer};
-use crate::{ConnMeta, Direction, Progress, Session, SessionConfig, Sink};
-use conn::{Conn, Pending, StmtMap};
+use crate::kit::{Framing, PerDir, Sync};
+use crate::{ConnMeta, Direction, Health, Progress, Session, SessionConfig, Sink};
+use conn::{Conn, Pending};
 use result::Resp;
 
-const CLIENT: usize = 0;
-const SERVER: usize = 1;
+const CLIENT: Direction = Direction::ToServer;
+const SERVER: Direction = Direction::ToClient;
 /// Server payload bytes kept per message: enough for any OK, ERR, EOF, greeting or
 /// prepare-OK; rows and column definitions are only classified by their first bytes.
 const SERVER_KEEP: usize = 8 * 1024;
@@ -38,24 +39,8 @@ const CLIENT_KEEP: usize = 4 * 1024;
 /// The longest plausible server greeting.
 const MAX_GREETING: u32 = 64 * 1024;
 
-fn idx(d: Direction) -> usize {
-    match d {
-        Direction::ToServer => CLIENT,
-        Direction::ToClient => SERVER,
-    }
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Sync {
-    Synced,
-    /// Skipping bytes. `candidate`: the next byte may start a message (after a gap, at the
-    /// start of a mid-stream pickup, or at a turn of the conversation).
-    Lost {
-        candidate: bool,
-    },
-}
-
-/// The framing state of one direction.
+/// The framing state of one direction: the kit's sync state and probe, and MySQL's packet
+/// and compressed-frame layers.
 #[derive(Debug)]
 struct Dir {
     compressed: bool,
@@ -64,42 +49,49 @@ struct Dir {
     scratch: Vec<u8>,
     /// Wire bytes consumed and not yet attributed to a message.
     credit: u64,
-    sync: Sync,
-    probe: Vec<(u8, u64)>,
+    framing: Framing,
     /// Compressed bytes of a frame whose content was abandoned: skipped without counting
     /// them again (the frame's size was counted when it began).
     skip_frame: u64,
 }
 
 impl Dir {
-    fn new(sync: Sync) -> Self {
+    fn new(framing: Framing) -> Self {
         Dir {
             compressed: false,
             asm: Assembler::new(),
             deframer: Deframer::new(),
             scratch: Vec::new(),
             credit: 0,
-            sync,
-            probe: Vec::new(),
+            framing,
             skip_frame: 0,
         }
     }
 
     /// Drops every partial message; returns the bytes thrown away. With compression these
     /// are the unattributed frames, counted whole when their header was read (which does not
-    /// depend on how the bytes were chunked).
-    fn reset(&mut self) -> u64 {
+    /// depend on how the bytes were chunked). The probe is kept.
+    fn drop_partial(&mut self) -> u64 {
         let mut n = self.asm.reset();
         if self.compressed {
             self.deframer.reset();
             self.scratch.clear();
             n = self.credit;
         }
-        n += self.probe.len() as u64;
-        self.probe.clear();
         self.credit = 0;
         self.skip_frame = 0;
         n
+    }
+
+    /// Drops every partial message and the probe; returns the bytes thrown away.
+    fn reset(&mut self) -> u64 {
+        self.drop_partial() + self.framing.probe.clear()
+    }
+
+    /// Out of sync: what was partial is unparsed, and bytes are skipped until a candidate.
+    fn lose(&mut self, health: &mut Health) {
+        health.unparsed_bytes += self.drop_partial();
+        self.framing.lose(health);
     }
 }
 
@@ -128,7 +120,7 @@ enum Phase {
 #[derive(Debug)]
 pub struct MysqlSession {
     conn: Conn,
-    dirs: [Dir; 2],
+    dirs: PerDir<Dir>,
     /// Whether we know if the connection uses the compressed protocol (always after a seen
     /// handshake; mid-stream, once the first command was recognised).
     framing_known: bool,
@@ -139,13 +131,9 @@ impl MysqlSession {
     pub(crate) fn new(meta: ConnMeta, cfg: SessionConfig) -> Self {
         let saw_open = meta.saw_open;
         let (phase, client, server) = if saw_open {
-            (Phase::Greeting, Sync::Synced, Sync::Synced)
+            (Phase::Greeting, Framing::synced(), Framing::synced())
         } else {
-            (
-                Phase::Command,
-                Sync::Lost { candidate: true },
-                Sync::Lost { candidate: false },
-            )
+            (Phase::Command, Framing::lost(true), Framing::lost(false))
         };
         MysqlSession {
             conn: Conn {
@@ -157,13 +145,13 @@ impl MysqlSession {
                 deprecate_eof: None,
                 user: None,
                 database: None,
-                stmts: StmtMap::default(),
+                stmts: Conn::statement_cache(),
                 last_prepared: None,
                 inflight: VecDeque::new(),
                 orphans_expected: false,
                 login: None,
             },
-            dirs: [Dir::new(client), Dir::new(server)],
+            dirs: PerDir::new(Dir::new(client), Dir::new(server)),
             framing_known: saw_open,
             stopped: false,
         }
@@ -183,15 +171,15 @@ impl MysqlSession {
         let dirs: usize = self
             .dirs
             .iter()
-            .map(|d| d.asm.buffered_bytes() + d.scratch.capacity() + d.probe.capacity() * 16)
+            .map(|d| d.asm.buffered_bytes() + d.scratch.capacity() + d.framing.probe.heap_bytes())
             .sum();
         let inflight: usize = self
             .conn
             .inflight
             .iter()
-            .map(|p| std::mem::size_of::<Pending>() + p.text.as_ref().map_or(0, |t| t.len()))
+            .map(|p| std::mem::size_of::<Pending>() + p.core.text.as_ref().map_or(0, |t| t.len()))
             .sum();
-        dirs + inflight + self.conn.stmts.bytes + self.conn.stmts.map.len() * 48
+        dirs + inflight + self.conn.stmts.heap_bytes()
     }
 
     /// Whether the compressed protocol is in use (as negotiated or detected).
@@ -204,7 +192,7 @@ impl MysqlSession {
             self.stopped = true;
         }
         if act.compress {
-            for d in &mut self.dirs {
+            for d in self.dirs.iter_mut() {
                 d.compressed = true;
                 d.deframer.reset();
             }
@@ -215,14 +203,14 @@ impl MysqlSession {
         if act.unsync_client {
             self.lose_keeping_frame(CLIENT, sink.health());
         }
-        if act.server_boundary && matches!(self.dirs[SERVER].sync, Sync::Lost { .. }) {
-            self.dirs[SERVER].sync = Sync::Lost { candidate: true };
+        if act.server_boundary {
+            self.dirs[SERVER].framing.candidate();
         }
     }
 
     /// Pushes bytes through direction `d`'s packet layer; returns how many were consumed. A
     /// completed message goes to the conversation and its side effects are applied.
-    fn push_packets(&mut self, d: usize, data: &[u8], ts: u64, sink: &mut dyn Sink) -> usize {
+    fn push_packets(&mut self, d: Direction, data: &[u8], ts: u64, sink: &mut dyn Sink) -> usize {
         let conn = &self.conn;
         let dir = &mut self.dirs[d];
         let keep = |b: u8| keep_for(conn, d, b);
@@ -240,7 +228,7 @@ impl MysqlSession {
 
     /// Feeds bytes to a direction that is in sync; returns how many were consumed (the call
     /// stops early after a message that changed the framing or the sync state).
-    fn feed_synced(&mut self, d: usize, data: &[u8], ts: u64, sink: &mut dyn Sink) -> usize {
+    fn feed_synced(&mut self, d: Direction, data: &[u8], ts: u64, sink: &mut dyn Sink) -> usize {
         if !self.dirs[d].compressed {
             return self.push_packets(d, data, ts, sink);
         }
@@ -264,7 +252,7 @@ impl MysqlSession {
             }
             let mut inner: &[u8] = &scratch;
             while !inner.is_empty() {
-                if self.stopped || self.dirs[d].sync != Sync::Synced || !self.dirs[d].compressed {
+                if self.stopped || !self.dirs[d].framing.is_synced() || !self.dirs[d].compressed {
                     // The frame was counted when it began.
                     break;
                 }
@@ -272,26 +260,26 @@ impl MysqlSession {
                 inner = &inner[n..];
             }
             self.dirs[d].scratch = scratch;
-            let stay = self.dirs[d].sync == Sync::Synced && !self.stopped;
+            let stay = self.dirs[d].framing.is_synced() && !self.stopped;
             if !stay || !self.dirs[d].deframer.has_pending_output() {
                 return consumed;
             }
         }
     }
 
-    fn feed_dir(&mut self, d: usize, mut data: &[u8], ts: u64, sink: &mut dyn Sink) {
+    fn feed_dir(&mut self, d: Direction, mut data: &[u8], ts: u64, sink: &mut dyn Sink) {
         while !data.is_empty() && !self.stopped {
-            let skip = &mut self.dirs[d].skip_frame;
-            if *skip > 0 && self.dirs[d].sync != Sync::Synced {
-                let n = (*skip).min(data.len() as u64);
-                *skip -= n;
+            let dir = &mut self.dirs[d];
+            if dir.skip_frame > 0 && !dir.framing.is_synced() {
+                let n = dir.skip_frame.min(data.len() as u64);
+                dir.skip_frame -= n;
                 data = &data[n as usize..];
                 continue;
             }
-            match self.dirs[d].sync {
+            match self.dirs[d].framing.sync {
                 Sync::Synced => {
                     let n = self.feed_synced(d, data, ts, sink);
-                    if n == 0 && self.dirs[d].sync == Sync::Synced && !self.stopped {
+                    if n == 0 && self.dirs[d].framing.is_synced() && !self.stopped {
                         // No progress is a framing bug; never spin.
                         sink.health().malformed += 1;
                         self.abandon(d, sink);
@@ -313,7 +301,7 @@ impl MysqlSession {
 }
 
 /// Payload bytes kept of a message in direction `d` whose first payload byte is `first`.
-fn keep_for(conn: &Conn, d: usize, first: u8) -> usize {
+fn keep_for(conn: &Conn, d: Direction, first: u8) -> usize {
     if d == SERVER {
         return SERVER_KEEP;
     }
@@ -341,7 +329,7 @@ impl Session for MysqlSession {
         if data.is_empty() {
             return Progress::Continue;
         }
-        let d = idx(dir);
+        let d = dir;
         if self.conn.phase == Phase::Greeting && d == CLIENT {
             // The server speaks first in MySQL: this is another protocol.
             sink.health().malformed += 1;
@@ -371,7 +359,6 @@ impl Session for MysqlSession {
         if self.stopped {
             return;
         }
-        let d = idx(dir);
         if matches!(
             self.conn.phase,
             Phase::Greeting | Phase::ClientResponse | Phase::Auth
@@ -379,22 +366,22 @@ impl Session for MysqlSession {
             self.degrade_to_midstream(sink);
             return;
         }
-        if d == SERVER {
+        if dir == SERVER {
             self.conn.server_gap(sink);
             self.lose(SERVER, sink.health());
         } else {
             self.conn.client_gap();
             self.lose(CLIENT, sink.health());
-            self.dirs[CLIENT].sync = Sync::Lost { candidate: true };
+            self.dirs[CLIENT].framing.candidate();
         }
     }
 
     fn close(&mut self, _ts_ns: u64, sink: &mut dyn Sink) {
-        if !self.stopped && !self.dirs[CLIENT].probe.is_empty() {
+        if !self.stopped && !self.dirs[CLIENT].framing.probe.is_empty() {
             self.eval_probe(sink);
         }
         self.conn.close(sink);
-        for dir in &mut self.dirs {
+        for dir in self.dirs.iter_mut() {
             sink.health().unparsed_bytes += dir.reset();
         }
         self.stopped = true;

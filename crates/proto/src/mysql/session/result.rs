@@ -9,7 +9,7 @@ use super::super::message::{
 use super::super::wire::Message;
 use super::Act;
 use super::conn::{Conn, Pending};
-use super::text::lossy_arc;
+use crate::kit::lossy_arc;
 use crate::{DbError, Outcome, Sink};
 
 /// Result-set parsing state (query, execute, bulk execute, unknown commands).
@@ -101,9 +101,7 @@ impl Conn {
                 }
                 continue;
             }
-            h.bytes_out += wire;
-            h.first_response_ns.get_or_insert(m.start_ts);
-            h.end_ns = Some(ts);
+            h.core.response(m.start_ts, ts, wire);
             match step {
                 Step::More | Step::NotMine => {}
                 Step::Done(outcome) => {
@@ -153,7 +151,7 @@ impl Packet<'_> {
     fn err(&self, h: &mut Pending) -> Step {
         match db_error(self.head) {
             Some(e) => {
-                h.error = Some(e);
+                h.core.error = Some(e);
                 Step::Done(Outcome::Error)
             }
             None => Step::Malformed,
@@ -165,7 +163,7 @@ impl Packet<'_> {
     fn ok(&self, h: &mut Pending) -> Result<(u16, u16), Step> {
         match OkPacket::parse(self.head, self.session_track) {
             Ok(ok) => {
-                h.rows_affected = h.rows_affected.saturating_add(ok.affected_rows);
+                h.core.rows_affected = h.core.rows_affected.saturating_add(ok.affected_rows);
                 if let Some(s) = ok.schema {
                     h.new_schema = Some(lossy_arc(s));
                 }
@@ -315,7 +313,7 @@ fn after_defs(h: &mut Pending, pk: &Packet<'_>, deprecate_eof: &mut Option<bool>
         Shape::Err => pk.err(h),
         _ => {
             *deprecate_eof = Some(true);
-            h.rows_sent += 1;
+            h.core.rows_sent += 1;
             h.resp = Resp::Results(Rs::Rows);
             Step::More
         }
@@ -335,7 +333,7 @@ fn row(h: &mut Pending, pk: &Packet<'_>) -> Step {
         },
         Shape::Err => pk.err(h),
         _ => {
-            h.rows_sent += 1;
+            h.core.rows_sent += 1;
             Step::More
         }
     }

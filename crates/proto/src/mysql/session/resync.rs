@@ -4,8 +4,9 @@
 
 use super::super::message::Command;
 use super::super::wire::{Codec, CompressedHeader, PacketHeader};
-use super::{CLIENT, MysqlSession, Phase, SERVER, Sync};
-use crate::{Health, Sink};
+use super::{CLIENT, MysqlSession, Phase, SERVER};
+use crate::kit::Sync;
+use crate::{Direction, Health, Sink};
 
 /// Bytes looked at before trusting a possible command start when resynchronizing.
 const PROBE_LEN: usize = 12;
@@ -13,7 +14,7 @@ const PROBE_LEN: usize = 12;
 impl MysqlSession {
     /// Marks direction `d` as out of sync. The compressed frame in progress, if its framing
     /// is still trusted (`frame_ok`), is skipped to its end without counting it twice.
-    pub(super) fn lose_keeping_frame(&mut self, d: usize, health: &mut Health) {
+    pub(super) fn lose_keeping_frame(&mut self, d: Direction, health: &mut Health) {
         let left = if self.dirs[d].compressed {
             self.dirs[d].deframer.frame_left()
         } else {
@@ -24,17 +25,12 @@ impl MysqlSession {
     }
 
     /// Marks direction `d` as out of sync.
-    pub(super) fn lose(&mut self, d: usize, health: &mut Health) {
-        let dir = &mut self.dirs[d];
-        health.unparsed_bytes += dir.reset();
-        if dir.sync == Sync::Synced {
-            health.resyncs += 1;
-        }
-        dir.sync = Sync::Lost { candidate: false };
+    pub(super) fn lose(&mut self, d: Direction, health: &mut Health) {
+        self.dirs[d].lose(health);
     }
 
     /// A malformed frame: what was in flight in that direction is lost.
-    pub(super) fn abandon(&mut self, d: usize, sink: &mut dyn Sink) {
+    pub(super) fn abandon(&mut self, d: Direction, sink: &mut dyn Sink) {
         if d == SERVER {
             self.conn.server_gap(sink);
         } else {
@@ -46,17 +42,16 @@ impl MysqlSession {
     /// The first server byte after a request: the start of its response.
     pub(super) fn server_resume(&mut self) {
         self.dirs[SERVER].reset();
-        self.dirs[SERVER].sync = Sync::Synced;
+        self.dirs[SERVER].framing.sync = Sync::Synced;
         self.conn.orphans_expected = false;
     }
 
     /// Collects client bytes at a possible command start; returns how many were taken. Once
     /// enough are held, they are judged.
     pub(super) fn probe_more(&mut self, data: &[u8], ts: u64, sink: &mut dyn Sink) -> usize {
-        let dir = &mut self.dirs[CLIENT];
-        let n = (PROBE_LEN - dir.probe.len()).min(data.len());
-        dir.probe.extend(data[..n].iter().map(|&b| (b, ts)));
-        if dir.probe.len() >= PROBE_LEN {
+        let probe = &mut self.dirs[CLIENT].framing.probe;
+        let n = probe.fill(data, ts, PROBE_LEN);
+        if probe.len() >= PROBE_LEN {
             self.eval_probe(sink);
         }
         n
@@ -65,45 +60,38 @@ impl MysqlSession {
     /// Decides whether the bytes collected at a possible command boundary start a command;
     /// if so, replays them in sync.
     pub(super) fn eval_probe(&mut self, sink: &mut dyn Sink) {
-        let probe = std::mem::take(&mut self.dirs[CLIENT].probe);
-        if probe.is_empty() {
+        let framing = &self.dirs[CLIENT].framing;
+        if framing.probe.is_empty() {
             return;
         }
-        let bytes: Vec<u8> = probe.iter().map(|p| p.0).collect();
         let known = self.framing_known.then_some(self.dirs[CLIENT].compressed);
-        match probe_verdict(&bytes, known) {
-            None => {
-                sink.health().unparsed_bytes += bytes.len() as u64;
-                self.dirs[CLIENT].sync = Sync::Lost { candidate: false };
+        let Some(compressed) = probe_verdict(framing.probe.bytes(), known) else {
+            self.dirs[CLIENT].framing.reject_probe(sink.health());
+            return;
+        };
+        if !self.framing_known {
+            self.framing_known = true;
+            for dir in self.dirs.iter_mut() {
+                dir.compressed = compressed;
             }
-            Some(compressed) => {
-                if !self.framing_known {
-                    self.framing_known = true;
-                    for dir in &mut self.dirs {
-                        dir.compressed = compressed;
-                    }
-                }
-                let dir = &mut self.dirs[CLIENT];
-                dir.asm.reset();
-                dir.deframer.reset();
-                dir.credit = 0;
-                dir.sync = Sync::Synced;
-                for (run, ts) in crate::timestamp_runs(&probe) {
-                    self.feed_dir(CLIENT, &bytes[run], ts, sink);
-                }
-            }
+        }
+        let dir = &mut self.dirs[CLIENT];
+        dir.asm.reset();
+        dir.deframer.reset();
+        dir.credit = 0;
+        let probe = dir.framing.accept_probe();
+        for (run, ts) in probe.runs() {
+            self.feed_dir(CLIENT, probe.bytes().get(run).unwrap_or(&[]), ts, sink);
         }
     }
 
     /// Server bytes are arriving: the client's turn ended. A pending probe is decided now, and
     /// a client that lost sync may find a command at its next byte.
     pub(super) fn client_turn(&mut self, sink: &mut dyn Sink) {
-        if !self.dirs[CLIENT].probe.is_empty() {
+        if !self.dirs[CLIENT].framing.probe.is_empty() {
             self.eval_probe(sink);
         }
-        if self.dirs[CLIENT].sync == (Sync::Lost { candidate: false }) {
-            self.dirs[CLIENT].sync = Sync::Lost { candidate: true };
-        }
+        self.dirs[CLIENT].framing.candidate();
     }
 
     /// A gap during the handshake: continue as if picked up mid-stream.
@@ -114,7 +102,7 @@ impl MysqlSession {
         self.framing_known = false;
         self.lose(CLIENT, sink.health());
         self.lose(SERVER, sink.health());
-        self.dirs[CLIENT].sync = Sync::Lost { candidate: true };
+        self.dirs[CLIENT].framing.candidate();
     }
 }
 

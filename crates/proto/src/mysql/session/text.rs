@@ -4,18 +4,12 @@
 use std::sync::Arc;
 
 use super::super::wire::Message;
+use crate::kit::cut_text;
 
 /// Total SQL bytes on the wire for a message whose head ends with `sql`.
 pub(super) fn sql_total(m: &Message<'_>, sql: &[u8]) -> u64 {
     let offset = m.head.len().saturating_sub(sql.len());
     m.len.saturating_sub(offset as u64)
-}
-
-pub(super) fn lossy_arc(b: &[u8]) -> Arc<str> {
-    match std::str::from_utf8(b) {
-        Ok(s) => Arc::from(s),
-        Err(_) => Arc::from(String::from_utf8_lossy(b).as_ref()),
-    }
 }
 
 /// Statement text kept for an event: at most `max` bytes, cut at a char boundary. When the
@@ -40,25 +34,8 @@ pub(super) fn make_text(sql: &[u8], tail: &[u8], total: u64, max: usize) -> (Arc
         text.push_str(&String::from_utf8_lossy(&tail[skip..]));
         return (Arc::from(text), true);
     }
-    let mut bytes = &sql[..sql.len().min(max)];
-    let truncated = total > bytes.len() as u64;
-    if truncated
-        && let Err(e) = std::str::from_utf8(bytes)
-        && e.error_len().is_none()
-    {
-        // Cut in the middle of a character: drop its first bytes.
-        bytes = &bytes[..e.valid_up_to()];
-    }
-    let text = String::from_utf8_lossy(bytes);
-    if text.len() <= max {
-        return (Arc::from(text.as_ref()), truncated);
-    }
-    // Replacement characters made it longer.
-    let mut cut = max;
-    while !text.is_char_boundary(cut) {
-        cut -= 1;
-    }
-    (Arc::from(&text[..cut]), true)
+    let (text, truncated) = cut_text(sql, total > sql.len() as u64, max);
+    (Arc::from(text.as_ref()), truncated)
 }
 
 /// The schema named by a `USE db` statement.
