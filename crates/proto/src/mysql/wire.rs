@@ -274,6 +274,45 @@ impl Assembler {
         n
     }
 
+    /// Starts a message whose first packet header is `h`.
+    fn begin(&mut self, h: PacketHeader) {
+        self.active = true;
+        self.seq = h.seq;
+        self.first_len = h.len;
+        self.len = 0;
+        self.packets = 0;
+        self.consumed = 0;
+        self.keep_set = false;
+        self.keep = 0;
+        self.head.clear();
+        if self.head.capacity() > 256 * 1024 {
+            // Do not hold on to the memory of one huge message.
+            self.head = Vec::new();
+        }
+        self.tail = Default::default();
+    }
+
+    /// Keeps what the caller wants of a piece of payload: the head up to `keep`, and for
+    /// statement text the last bytes in the tail.
+    fn keep_payload(&mut self, chunk: &[u8], keep: &dyn Fn(u8) -> usize) {
+        if !self.keep_set
+            && let Some(&b) = chunk.first()
+        {
+            self.keep_set = true;
+            self.keep = keep(b);
+        }
+        let n = chunk.len();
+        let room = self.keep.saturating_sub(self.head.len()).min(n);
+        self.head.extend_from_slice(&chunk[..room]);
+        if self.keep >= TAIL_KEEP_MIN && room < n {
+            let rest = &chunk[room..];
+            let rest = &rest[rest.len().saturating_sub(TAIL_KEEP)..];
+            let over = (self.tail.len() + rest.len()).saturating_sub(TAIL_KEEP);
+            self.tail.drain(..over.min(self.tail.len()));
+            self.tail.extend(rest);
+        }
+    }
+
     /// Consumes bytes from `input` until one message is complete. Returns how many bytes were
     /// consumed and the message, if one completed. `keep(first_payload_byte)` says how many
     /// payload bytes of a new message to keep.
@@ -286,28 +325,9 @@ impl Assembler {
         // Fast path: a whole single-packet message in the input, nothing buffered.
         if !self.active
             && self.hdr_have == 0
-            && let Some(h) = PacketHeader::parse(input)
-            && h.len < MAX_PACKET_PAYLOAD
-            && let Some(payload) = input.get(HEADER_LEN..HEADER_LEN + h.len as usize)
+            && let Some((n, msg)) = whole_packet(input, ts, keep)
         {
-            let want = payload.first().map_or(0, |&b| keep(b));
-            let k = want.min(payload.len());
-            let tail = if want >= TAIL_KEEP_MIN && payload.len() > k {
-                payload
-                    .get(k.max(payload.len().saturating_sub(TAIL_KEEP))..)
-                    .unwrap_or(&[])
-            } else {
-                &[]
-            };
-            let msg = Message {
-                seq: h.seq,
-                packets: 1,
-                len: u64::from(h.len),
-                head: payload.get(..k).unwrap_or(&[]),
-                tail,
-                start_ts: ts,
-            };
-            return (HEADER_LEN + h.len as usize, Some(msg));
+            return (n, Some(msg));
         }
         let mut pos = 0usize;
         while pos < input.len() {
@@ -324,20 +344,7 @@ impl Assembler {
                 }
                 let h = PacketHeader::parse(&self.hdr).unwrap_or(PacketHeader { len: 0, seq: 0 });
                 if !self.active {
-                    self.active = true;
-                    self.seq = h.seq;
-                    self.first_len = h.len;
-                    self.len = 0;
-                    self.packets = 0;
-                    self.consumed = 0;
-                    self.keep_set = false;
-                    self.keep = 0;
-                    self.head.clear();
-                    if self.head.capacity() > 256 * 1024 {
-                        // Do not hold on to the memory of one huge message.
-                        self.head = Vec::new();
-                    }
-                    self.tail = Default::default();
+                    self.begin(h);
                 }
                 self.packets += 1;
                 self.consumed += HEADER_LEN as u64;
@@ -347,21 +354,7 @@ impl Assembler {
             if self.pkt_left > 0 && pos < input.len() {
                 let n = (self.pkt_left as usize).min(input.len() - pos);
                 let chunk = &input[pos..pos + n];
-                if !self.keep_set
-                    && let Some(&b) = chunk.first()
-                {
-                    self.keep_set = true;
-                    self.keep = keep(b);
-                }
-                let room = self.keep.saturating_sub(self.head.len()).min(n);
-                self.head.extend_from_slice(&chunk[..room]);
-                if self.keep >= TAIL_KEEP_MIN && room < n {
-                    let rest = &chunk[room..];
-                    let rest = &rest[rest.len().saturating_sub(TAIL_KEEP)..];
-                    let over = (self.tail.len() + rest.len()).saturating_sub(TAIL_KEEP);
-                    self.tail.drain(..over.min(self.tail.len()));
-                    self.tail.extend(rest);
-                }
+                self.keep_payload(chunk, keep);
                 self.len += n as u64;
                 self.consumed += n as u64;
                 self.pkt_left -= n as u32;
@@ -386,6 +379,38 @@ impl Assembler {
         }
         (pos, None)
     }
+}
+
+/// A whole single-packet message at the start of `input`, read in place (the fast path when
+/// nothing is buffered): the bytes it takes and the message.
+fn whole_packet<'a>(
+    input: &'a [u8],
+    ts: u64,
+    keep: &dyn Fn(u8) -> usize,
+) -> Option<(usize, Message<'a>)> {
+    let h = PacketHeader::parse(input)?;
+    if h.len >= MAX_PACKET_PAYLOAD {
+        return None;
+    }
+    let payload = input.get(HEADER_LEN..HEADER_LEN + h.len as usize)?;
+    let want = payload.first().map_or(0, |&b| keep(b));
+    let k = want.min(payload.len());
+    let tail = if want >= TAIL_KEEP_MIN && payload.len() > k {
+        payload
+            .get(k.max(payload.len().saturating_sub(TAIL_KEEP))..)
+            .unwrap_or(&[])
+    } else {
+        &[]
+    };
+    let msg = Message {
+        seq: h.seq,
+        packets: 1,
+        len: u64::from(h.len),
+        head: payload.get(..k).unwrap_or(&[]),
+        tail,
+        start_ts: ts,
+    };
+    Some((HEADER_LEN + h.len as usize, msg))
 }
 
 /// What one [`Deframer::push`] step did.
