@@ -1,11 +1,11 @@
 //! MySQL wire framing: the 4-byte packet header, 16 MB continuation packets, the compressed
-//! protocol (7-byte header, zlib or zstd, streamed), and a checked cursor for the
-//! length-encoded integers and strings every message is made of. No state about the
+//! protocol (7-byte header, zlib or zstd, streamed), and the length-encoded integers and
+//! strings every message is made of (read through the kit's checked cursor). No state about the
 //! conversation lives here.
 
 use std::fmt;
 
-use thiserror::Error;
+use crate::kit;
 
 /// Length of a packet header: 3 bytes payload length, 1 byte sequence id.
 pub const HEADER_LEN: usize = 4;
@@ -14,125 +14,34 @@ pub const MAX_PACKET_PAYLOAD: u32 = 0x00FF_FFFF;
 /// Length of a compressed-protocol frame header.
 pub const COMPRESSED_HEADER_LEN: usize = 7;
 
-/// What went wrong reading MySQL bytes. `what` names the field being read.
-#[derive(Clone, Debug, Error, PartialEq, Eq)]
-pub enum WireError {
-    #[error("{what}: needs {need} bytes at offset {at}, {have} left")]
-    Short {
-        what: &'static str,
-        at: usize,
-        need: usize,
-        have: usize,
-    },
-    #[error("{what}: bad length-encoded integer prefix 0x{prefix:02x} at offset {at}")]
-    BadLenenc {
-        what: &'static str,
-        at: usize,
-        prefix: u8,
-    },
-    #[error("{what}: no NUL terminator after offset {at}")]
-    Unterminated { what: &'static str, at: usize },
-    #[error("{what}: {why}")]
-    Invalid {
-        what: &'static str,
-        why: &'static str,
-    },
-    #[error("compressed frame: {0}")]
-    Decompress(&'static str),
-}
+pub use crate::kit::WireError;
 
-/// A checked reader over untrusted bytes: every read says what it reads and never panics.
-#[derive(Clone, Copy)]
-pub struct Cursor<'a> {
-    buf: &'a [u8],
-    pos: usize,
-}
-
-impl fmt::Debug for Cursor<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Cursor({}/{})", self.pos, self.buf.len())
-    }
-}
+/// The kit's checked reader, little-endian as MySQL is.
+pub type Cursor<'a> = kit::Cursor<'a, kit::Le>;
 
 type Res<T> = Result<T, WireError>;
 
-impl<'a> Cursor<'a> {
-    pub fn new(buf: &'a [u8]) -> Self {
-        Cursor { buf, pos: 0 }
-    }
-    pub fn pos(&self) -> usize {
-        self.pos
-    }
-    pub fn remaining(&self) -> usize {
-        self.buf.len().saturating_sub(self.pos)
-    }
-    pub fn is_empty(&self) -> bool {
-        self.remaining() == 0
-    }
-    /// The next byte without consuming it.
-    pub fn peek(&self) -> Option<u8> {
-        self.buf.get(self.pos).copied()
-    }
-    /// Everything not yet read, consumed.
-    pub fn rest(&mut self) -> &'a [u8] {
-        let r = self.buf.get(self.pos..).unwrap_or(&[]);
-        self.pos = self.buf.len();
-        r
-    }
-    pub fn bytes(&mut self, n: usize, what: &'static str) -> Res<&'a [u8]> {
-        let end = self.pos.checked_add(n);
-        match end.and_then(|e| self.buf.get(self.pos..e)) {
-            Some(s) => {
-                self.pos += n;
-                Ok(s)
-            }
-            None => Err(WireError::Short {
-                what,
-                at: self.pos,
-                need: n,
-                have: self.remaining(),
-            }),
-        }
-    }
-    pub fn skip(&mut self, n: usize, what: &'static str) -> Res<()> {
-        self.bytes(n, what).map(|_| ())
-    }
-    fn array<const N: usize>(&mut self, what: &'static str) -> Res<[u8; N]> {
-        let s = self.bytes(N, what)?;
-        let mut a = [0u8; N];
-        a.copy_from_slice(s);
-        Ok(a)
-    }
-    pub fn u8(&mut self, what: &'static str) -> Res<u8> {
-        Ok(self.array::<1>(what)?[0])
-    }
-    pub fn u16(&mut self, what: &'static str) -> Res<u16> {
-        Ok(u16::from_le_bytes(self.array(what)?))
-    }
-    pub fn u24(&mut self, what: &'static str) -> Res<u32> {
-        let [a, b, c] = self.array(what)?;
-        Ok(u32::from_le_bytes([a, b, c, 0]))
-    }
-    pub fn u32(&mut self, what: &'static str) -> Res<u32> {
-        Ok(u32::from_le_bytes(self.array(what)?))
-    }
-    pub fn u64(&mut self, what: &'static str) -> Res<u64> {
-        Ok(u64::from_le_bytes(self.array(what)?))
-    }
+/// MySQL's length-encoded integers and strings, read through the kit's [`Cursor`].
+pub trait LenencRead<'a> {
     /// A length-encoded integer. `0xFB` (NULL in rows) and `0xFF` are errors here.
-    pub fn lenenc(&mut self, what: &'static str) -> Res<u64> {
-        let at = self.pos;
+    fn lenenc(&mut self, what: &'static str) -> Res<u64>;
+    /// A length-encoded string.
+    fn lenenc_bytes(&mut self, what: &'static str) -> Res<&'a [u8]>;
+}
+
+impl<'a> LenencRead<'a> for Cursor<'a> {
+    fn lenenc(&mut self, what: &'static str) -> Res<u64> {
+        let at = self.pos();
         match self.u8(what)? {
             b @ 0..=0xFA => Ok(u64::from(b)),
             0xFC => self.u16(what).map(u64::from),
             0xFD => self.u24(what).map(u64::from),
             0xFE => self.u64(what),
-            prefix => Err(WireError::BadLenenc { what, at, prefix }),
+            byte => Err(WireError::BadByte { what, at, byte }),
         }
     }
-    /// A length-encoded string.
-    pub fn lenenc_bytes(&mut self, what: &'static str) -> Res<&'a [u8]> {
-        let at = self.pos;
+    fn lenenc_bytes(&mut self, what: &'static str) -> Res<&'a [u8]> {
+        let at = self.pos();
         let n = self.lenenc(what)?;
         let n = usize::try_from(n).map_err(|_| WireError::Short {
             what,
@@ -141,26 +50,6 @@ impl<'a> Cursor<'a> {
             have: self.remaining(),
         })?;
         self.bytes(n, what)
-    }
-    /// A NUL-terminated string (the NUL is consumed, not returned).
-    pub fn nul_bytes(&mut self, what: &'static str) -> Res<&'a [u8]> {
-        let rest = self.buf.get(self.pos..).unwrap_or(&[]);
-        match rest.iter().position(|&b| b == 0) {
-            Some(i) => {
-                let s = rest.get(..i).unwrap_or(&[]);
-                self.pos += i + 1;
-                Ok(s)
-            }
-            None => Err(WireError::Unterminated { what, at: self.pos }),
-        }
-    }
-    /// A NUL-terminated string, or the rest when the NUL is missing (servers and clients that
-    /// omit the final terminator exist).
-    pub fn nul_or_rest(&mut self) -> &'a [u8] {
-        match self.nul_bytes("") {
-            Ok(s) => s,
-            Err(_) => self.rest(),
-        }
     }
 }
 
@@ -385,6 +274,45 @@ impl Assembler {
         n
     }
 
+    /// Starts a message whose first packet header is `h`.
+    fn begin(&mut self, h: PacketHeader) {
+        self.active = true;
+        self.seq = h.seq;
+        self.first_len = h.len;
+        self.len = 0;
+        self.packets = 0;
+        self.consumed = 0;
+        self.keep_set = false;
+        self.keep = 0;
+        self.head.clear();
+        if self.head.capacity() > 256 * 1024 {
+            // Do not hold on to the memory of one huge message.
+            self.head = Vec::new();
+        }
+        self.tail = Default::default();
+    }
+
+    /// Keeps what the caller wants of a piece of payload: the head up to `keep`, and for
+    /// statement text the last bytes in the tail.
+    fn keep_payload(&mut self, chunk: &[u8], keep: &dyn Fn(u8) -> usize) {
+        if !self.keep_set
+            && let Some(&b) = chunk.first()
+        {
+            self.keep_set = true;
+            self.keep = keep(b);
+        }
+        let n = chunk.len();
+        let room = self.keep.saturating_sub(self.head.len()).min(n);
+        self.head.extend_from_slice(&chunk[..room]);
+        if self.keep >= TAIL_KEEP_MIN && room < n {
+            let rest = &chunk[room..];
+            let rest = &rest[rest.len().saturating_sub(TAIL_KEEP)..];
+            let over = (self.tail.len() + rest.len()).saturating_sub(TAIL_KEEP);
+            self.tail.drain(..over.min(self.tail.len()));
+            self.tail.extend(rest);
+        }
+    }
+
     /// Consumes bytes from `input` until one message is complete. Returns how many bytes were
     /// consumed and the message, if one completed. `keep(first_payload_byte)` says how many
     /// payload bytes of a new message to keep.
@@ -397,28 +325,9 @@ impl Assembler {
         // Fast path: a whole single-packet message in the input, nothing buffered.
         if !self.active
             && self.hdr_have == 0
-            && let Some(h) = PacketHeader::parse(input)
-            && h.len < MAX_PACKET_PAYLOAD
-            && let Some(payload) = input.get(HEADER_LEN..HEADER_LEN + h.len as usize)
+            && let Some((n, msg)) = whole_packet(input, ts, keep)
         {
-            let want = payload.first().map_or(0, |&b| keep(b));
-            let k = want.min(payload.len());
-            let tail = if want >= TAIL_KEEP_MIN && payload.len() > k {
-                payload
-                    .get(k.max(payload.len().saturating_sub(TAIL_KEEP))..)
-                    .unwrap_or(&[])
-            } else {
-                &[]
-            };
-            let msg = Message {
-                seq: h.seq,
-                packets: 1,
-                len: u64::from(h.len),
-                head: payload.get(..k).unwrap_or(&[]),
-                tail,
-                start_ts: ts,
-            };
-            return (HEADER_LEN + h.len as usize, Some(msg));
+            return (n, Some(msg));
         }
         let mut pos = 0usize;
         while pos < input.len() {
@@ -435,20 +344,7 @@ impl Assembler {
                 }
                 let h = PacketHeader::parse(&self.hdr).unwrap_or(PacketHeader { len: 0, seq: 0 });
                 if !self.active {
-                    self.active = true;
-                    self.seq = h.seq;
-                    self.first_len = h.len;
-                    self.len = 0;
-                    self.packets = 0;
-                    self.consumed = 0;
-                    self.keep_set = false;
-                    self.keep = 0;
-                    self.head.clear();
-                    if self.head.capacity() > 256 * 1024 {
-                        // Do not hold on to the memory of one huge message.
-                        self.head = Vec::new();
-                    }
-                    self.tail = Default::default();
+                    self.begin(h);
                 }
                 self.packets += 1;
                 self.consumed += HEADER_LEN as u64;
@@ -458,21 +354,7 @@ impl Assembler {
             if self.pkt_left > 0 && pos < input.len() {
                 let n = (self.pkt_left as usize).min(input.len() - pos);
                 let chunk = &input[pos..pos + n];
-                if !self.keep_set
-                    && let Some(&b) = chunk.first()
-                {
-                    self.keep_set = true;
-                    self.keep = keep(b);
-                }
-                let room = self.keep.saturating_sub(self.head.len()).min(n);
-                self.head.extend_from_slice(&chunk[..room]);
-                if self.keep >= TAIL_KEEP_MIN && room < n {
-                    let rest = &chunk[room..];
-                    let rest = &rest[rest.len().saturating_sub(TAIL_KEEP)..];
-                    let over = (self.tail.len() + rest.len()).saturating_sub(TAIL_KEEP);
-                    self.tail.drain(..over.min(self.tail.len()));
-                    self.tail.extend(rest);
-                }
+                self.keep_payload(chunk, keep);
                 self.len += n as u64;
                 self.consumed += n as u64;
                 self.pkt_left -= n as u32;
@@ -497,6 +379,38 @@ impl Assembler {
         }
         (pos, None)
     }
+}
+
+/// A whole single-packet message at the start of `input`, read in place (the fast path when
+/// nothing is buffered): the bytes it takes and the message.
+fn whole_packet<'a>(
+    input: &'a [u8],
+    ts: u64,
+    keep: &dyn Fn(u8) -> usize,
+) -> Option<(usize, Message<'a>)> {
+    let h = PacketHeader::parse(input)?;
+    if h.len >= MAX_PACKET_PAYLOAD {
+        return None;
+    }
+    let payload = input.get(HEADER_LEN..HEADER_LEN + h.len as usize)?;
+    let want = payload.first().map_or(0, |&b| keep(b));
+    let k = want.min(payload.len());
+    let tail = if want >= TAIL_KEEP_MIN && payload.len() > k {
+        payload
+            .get(k.max(payload.len().saturating_sub(TAIL_KEEP))..)
+            .unwrap_or(&[])
+    } else {
+        &[]
+    };
+    let msg = Message {
+        seq: h.seq,
+        packets: 1,
+        len: u64::from(h.len),
+        head: payload.get(..k).unwrap_or(&[]),
+        tail,
+        start_ts: ts,
+    };
+    Some((HEADER_LEN + h.len as usize, msg))
 }
 
 /// What one [`Deframer::push`] step did.
@@ -794,7 +708,7 @@ mod tests {
         assert_eq!(c.u8("a").unwrap(), 1);
         assert_eq!(c.lenenc("b").unwrap(), 0x1234);
         assert_eq!(c.lenenc("c").unwrap(), 0x030201);
-        assert_eq!(c.nul_bytes("d").unwrap(), b"ab");
+        assert_eq!(c.cstr("d").unwrap(), b"ab");
         assert_eq!(c.lenenc_bytes("e").unwrap(), b"xy");
         assert!(c.is_empty());
         assert!(matches!(
@@ -804,15 +718,15 @@ mod tests {
         let mut c = Cursor::new(&[0xFB]);
         assert!(matches!(
             c.lenenc("n"),
-            Err(WireError::BadLenenc { prefix: 0xFB, .. })
+            Err(WireError::BadByte { byte: 0xFB, .. })
         ));
         let mut c = Cursor::new(&[0xFE, 1, 2]);
         assert!(c.lenenc("n").is_err());
         let mut c = Cursor::new(&[0xFE, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF]);
         assert!(c.lenenc_bytes("huge").is_err());
         let mut c = Cursor::new(b"abc");
-        assert!(c.nul_bytes("s").is_err());
-        assert_eq!(c.nul_or_rest(), b"abc");
+        assert!(c.cstr("s").is_err());
+        assert_eq!(c.cstr_or_rest().0, b"abc");
     }
 
     #[test]

@@ -1,0 +1,247 @@
+//! The conversation half of a MySQL session: what is known about the connection, the requests
+//! in flight, the prepared statements, and turning a finished request into an event.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use super::super::message::{Command, caps};
+use super::super::wire::Message;
+use super::result::{Prep, Resp, Rs};
+use super::{Act, CLIENT, Phase};
+use crate::kit::{NameCache, Origin, RequestCore, Tags};
+use crate::{ConnMeta, Direction, Outcome, Protocol, QueryEvent, SessionConfig, Sink};
+
+/// Prepared statements remembered per connection, and the text bytes they may hold.
+const MAX_STMTS: usize = 4096;
+const MAX_STMT_BYTES: usize = 32 << 20;
+
+/// What a successful request changes on the connection.
+#[derive(Clone, Debug, Default)]
+pub(super) enum Effect {
+    #[default]
+    None,
+    SetDb(Arc<str>),
+    ChangeUser {
+        user: Arc<str>,
+        db: Option<Arc<str>>,
+    },
+    ClearStatements,
+}
+
+/// A request in flight, from its command to the end of its response: the kit's request core
+/// and what MySQL adds to it.
+#[derive(Debug)]
+pub(super) struct Pending {
+    pub(super) command: Command,
+    pub(super) core: RequestCore,
+    pub(super) stmt: Option<u32>,
+    /// The statement's text is looked up when the event is emitted (id -1, or a statement
+    /// whose prepare response had not arrived when this was sent).
+    pub(super) resolve_stmt: bool,
+    pub(super) resp: Resp,
+    pub(super) effect: Effect,
+    /// Schema reported by session-state tracking in an OK packet.
+    pub(super) new_schema: Option<Arc<str>>,
+    /// Set by a prepare OK.
+    pub(super) prepared: Option<u32>,
+}
+
+impl Pending {
+    /// A request sent at `start_ns` in `bytes_in` wire bytes, awaiting one OK/ERR/EOF.
+    pub(super) fn new(command: Command, start_ns: u64, bytes_in: u64) -> Self {
+        Pending {
+            command,
+            core: RequestCore::new(start_ns, bytes_in),
+            stmt: None,
+            resolve_stmt: false,
+            resp: Resp::Single,
+            effect: Effect::None,
+            new_schema: None,
+            prepared: None,
+        }
+    }
+
+    /// Adds the warning count of a packet that ends a result set.
+    pub(super) fn warned(&mut self, n: u16) {
+        self.core.warned(u64::from(n));
+    }
+}
+
+/// The conversation: everything but the framing.
+#[derive(Debug)]
+pub(super) struct Conn {
+    pub(super) meta: ConnMeta,
+    pub(super) cfg: SessionConfig,
+    pub(super) phase: Phase,
+    pub(super) server_caps: u64,
+    /// Negotiated capabilities, when the handshake was seen.
+    pub(super) caps: Option<u64>,
+    /// Learnt from the handshake, or from the shape of the first result set.
+    pub(super) deprecate_eof: Option<bool>,
+    pub(super) user: Option<Arc<str>>,
+    pub(super) database: Option<Arc<str>>,
+    /// Prepared statement texts by id.
+    pub(super) stmts: NameCache<u32>,
+    pub(super) last_prepared: Option<u32>,
+    pub(super) inflight: VecDeque<Pending>,
+    /// A request was lost (gap or overflow): a response arriving with nothing in flight is
+    /// its answer, not a stray.
+    pub(super) orphans_expected: bool,
+    /// The login in progress (from the handshake response to the server's OK or ERR).
+    pub(super) login: Option<RequestCore>,
+}
+
+impl Conn {
+    /// One whole message from direction `d`, `wire` bytes on the wire, ending at `ts`.
+    pub(super) fn on_message(
+        &mut self,
+        d: Direction,
+        m: &Message<'_>,
+        wire: u64,
+        ts: u64,
+        sink: &mut dyn Sink,
+    ) -> Act {
+        if d == CLIENT {
+            self.on_client(m, wire, sink)
+        } else {
+            self.on_server(m, wire, ts, sink)
+        }
+    }
+
+    pub(super) fn session_track(&self) -> bool {
+        self.caps
+            .is_some_and(|c| c & caps::CLIENT_SESSION_TRACK != 0)
+    }
+
+    /// The statement cache a new connection starts with.
+    pub(super) fn statement_cache() -> NameCache<u32> {
+        NameCache::new(MAX_STMTS, MAX_STMT_BYTES)
+    }
+
+    /// Who the events come from.
+    pub(super) fn origin(&self) -> Origin<'_> {
+        Origin {
+            protocol: Protocol::Mysql,
+            meta: &self.meta,
+        }
+    }
+
+    /// An event's tags: the command, and the user and schema in force now.
+    pub(super) fn tags(&self, command: &'static str) -> Tags {
+        Tags::new(command).user_db(self.user.clone(), self.database.clone())
+    }
+
+    pub(super) fn event(&self, p: Pending, outcome: Outcome) -> QueryEvent {
+        let Pending {
+            command,
+            mut core,
+            mut stmt,
+            resolve_stmt,
+            ..
+        } = p;
+        if resolve_stmt {
+            let id = match stmt {
+                Some(u32::MAX) | None => self.last_prepared,
+                s => s,
+            };
+            if let Some(id) = id {
+                stmt = Some(id);
+                if let Some(named) = self.stmts.get(&id) {
+                    core.text = Some(named.text);
+                    core.text_truncated = named.truncated;
+                }
+            }
+        }
+        let outcome = core.settle(outcome);
+        core.into_event(
+            self.origin(),
+            self.tags(command.name()).statement(stmt),
+            outcome,
+        )
+    }
+
+    /// Emits the event (with the user and schema in force when the command was sent), then
+    /// applies what the command changed.
+    pub(super) fn emit(&mut self, mut p: Pending, outcome: Outcome, sink: &mut dyn Sink) {
+        let apply = matches!(outcome, Outcome::Ok) && !p.core.damaged;
+        let prepared = p
+            .prepared
+            .zip(p.core.text.clone())
+            .map(|(id, t)| (id, t, p.core.text_truncated));
+        let effect = std::mem::take(&mut p.effect);
+        let new_schema = p.new_schema.take();
+        let ev = self.event(p, outcome);
+        sink.event(ev);
+        if apply {
+            if let Some((id, t, tr)) = prepared {
+                self.stmts.insert(id, t, tr);
+                self.last_prepared = Some(id);
+            }
+            self.apply_effect(effect);
+            if let Some(s) = new_schema {
+                self.database = Some(s);
+            }
+        }
+    }
+
+    fn apply_effect(&mut self, effect: Effect) {
+        match effect {
+            Effect::None => {}
+            Effect::SetDb(db) => self.database = Some(db),
+            Effect::ChangeUser { user, db } => {
+                self.user = Some(user);
+                self.database = db;
+                self.stmts.clear();
+            }
+            Effect::ClearStatements => self.stmts.clear(),
+        }
+    }
+
+    /// Emits every request in flight as incomplete (their responses can no longer be read).
+    pub(super) fn abandon_inflight(&mut self, sink: &mut dyn Sink) {
+        while let Some(mut p) = self.inflight.pop_front() {
+            p.core.damaged = true;
+            self.emit(p, Outcome::Incomplete, sink);
+        }
+    }
+
+    /// A prepare response whose final EOF was uncertain is complete once the client moves on.
+    pub(super) fn finish_maybe_done(&mut self, sink: &mut dyn Sink) {
+        if let Some(h) = self.inflight.front()
+            && h.resp == Resp::Prepare(Prep::WaitEof { certain: false })
+            && let Some(p) = self.inflight.pop_front()
+        {
+            self.emit(p, Outcome::Ok, sink);
+        }
+    }
+
+    /// The server direction lost bytes: what was in flight cannot be completed.
+    pub(super) fn server_gap(&mut self, sink: &mut dyn Sink) {
+        self.abandon_inflight(sink);
+    }
+
+    /// The client direction lost bytes.
+    pub(super) fn client_gap(&mut self) {
+        match self.inflight.front_mut() {
+            Some(h) if h.resp == Resp::Infile => {
+                h.core.damaged = true;
+                h.resp = Resp::Results(Rs::Start);
+            }
+            Some(h) if h.resp == Resp::Auth => h.core.damaged = true,
+            _ => self.orphans_expected = true,
+        }
+    }
+
+    pub(super) fn close(&mut self, sink: &mut dyn Sink) {
+        while let Some(p) = self.inflight.pop_front() {
+            let outcome = if matches!(p.resp, Resp::Prepare(Prep::WaitEof { .. })) {
+                Outcome::Ok
+            } else if p.core.first_response_ns.is_some() || p.core.damaged {
+                Outcome::Incomplete
+            } else {
+                Outcome::NoResponse
+            };
+            self.emit(p, outcome, sink);
+        }
+    }
+}
