@@ -192,396 +192,140 @@ macro_rules! row {
 }
 
 /// The ledger, in the order of the JSON document and of the text report's lines.
+#[rustfmt::skip]
 pub static COUNTERS: &[Counter] = &[
     // Frames.
-    row!(
-        frames.packets,
-        Frames,
-        Count,
-        Count,
+    row!(frames.packets, Frames, Count, Count,
         "link-layer frames read",
-        Some(
-            "{packets} packets ({bytes} bytes), {tcp_segments} TCP segments, {connections} connections, {non_tcp} non-TCP"
-        ),
-        Some((
-            "dbtap_capture_packets_total",
-            "Link-layer frames read from the capture."
-        ))
-    ),
-    row!(
-        frames.bytes,
-        Frames,
-        Count,
-        Bytes,
+        Some("{packets} packets ({bytes} bytes), {tcp_segments} TCP segments, {connections} connections, {non_tcp} non-TCP"),
+        Some(("dbtap_capture_packets_total", "Link-layer frames read from the capture."))),
+    row!(frames.bytes, Frames, Count, Bytes,
         "bytes of those frames as captured",
         None,
-        Some((
-            "dbtap_capture_bytes_total",
-            "Bytes of the frames read, as captured."
-        ))
-    ),
-    row!(
-        frames.non_tcp,
-        Frames,
-        Count,
-        Count,
+        Some(("dbtap_capture_bytes_total", "Bytes of the frames read, as captured."))),
+    row!(frames.non_tcp, Frames, Count, Count,
         "frames that were not TCP over IP (ignored)",
         None,
-        Some((
-            "dbtap_capture_non_tcp_total",
-            "Frames that were not TCP over IP (ignored)."
-        ))
-    ),
-    row!(
-        frames.truncated_packets,
-        Frames,
-        Loss,
-        Count,
+        Some(("dbtap_capture_non_tcp_total", "Frames that were not TCP over IP (ignored)."))),
+    row!(frames.truncated_packets, Frames, Loss, Count,
         "packets cut by the snap length",
         None,
-        Some((
-            "dbtap_capture_truncated_packets_total",
-            "Frames cut short by the capture snap length."
-        ))
-    ),
-    row!(
-        frames.ip_fragments,
-        Frames,
-        Info,
-        Count,
+        Some(("dbtap_capture_truncated_packets_total", "Frames cut short by the capture snap length."))),
+    row!(frames.ip_fragments, Frames, Info, Count,
         "IP fragments read",
-        Some(
-            "IP fragments: {ip_fragments} read, {ip_datagrams_reassembled} datagrams reassembled from them"
-        ),
-        Some((
-            "dbtap_capture_ip_fragments_total",
-            "IP fragments read (reassembled when complete)."
-        ))
-    ),
-    row!(
-        frames.ip_datagrams_reassembled,
-        Frames,
-        Info,
-        Count,
+        Some("IP fragments: {ip_fragments} read, {ip_datagrams_reassembled} datagrams reassembled from them"),
+        Some(("dbtap_capture_ip_fragments_total", "IP fragments read (reassembled when complete)."))),
+    row!(frames.ip_datagrams_reassembled, Frames, Info, Count,
         "IP datagrams reassembled from fragments",
         None,
-        Some((
-            "dbtap_capture_ip_datagrams_reassembled_total",
-            "IP datagrams reassembled from fragments."
-        ))
-    ),
-    row!(
-        frames.ip_datagrams_incomplete,
-        Frames,
-        Loss,
-        Count,
-        "IP datagrams whose fragments never all arrived (their payload is lost)",
+        Some(("dbtap_capture_ip_datagrams_reassembled_total", "IP datagrams reassembled from fragments."))),
+    row!(frames.ip_datagrams_incomplete, Frames, Loss, Count,
+        "IP datagrams whose fragments never all arrived (payload lost)",
         None,
-        Some((
-            "dbtap_capture_ip_datagrams_incomplete_total",
-            "IP datagrams whose fragments never all arrived: their payload is lost."
-        ))
-    ),
-    row!(
-        frames.malformed_packets,
-        Frames,
-        Loss,
-        Count,
+        Some(("dbtap_capture_ip_datagrams_incomplete_total", "IP datagrams whose fragments never all arrived: their payload is lost."))),
+    row!(frames.malformed_packets, Frames, Loss, Count,
         "packets whose headers did not parse",
         None,
-        Some((
-            "dbtap_capture_malformed_packets_total",
-            "Frames whose link, IP or TCP headers did not parse."
-        ))
-    ),
-    row!(
-        frames.read_errors,
-        Frames,
-        Loss,
-        Count,
-        "captures not read to the end (see the warning): what follows the error is missing",
+        Some(("dbtap_capture_malformed_packets_total", "Frames whose link, IP or TCP headers did not parse."))),
+    row!(frames.read_errors, Frames, Loss, Count,
+        "captures not read to the end (see the warning)",
         None,
-        Some((
-            "dbtap_capture_read_errors_total",
-            "Captures not read to the end because of a read error."
-        ))
-    ),
+        Some(("dbtap_capture_read_errors_total", "Captures not read to the end because of a read error."))),
     // TCP.
-    row!(
-        tcp.tcp_segments,
-        Tcp,
-        Count,
-        Count,
-        "TCP segments seen on database connections",
+    row!(tcp.tcp_segments, Tcp, Count, Count,
+        "TCP segments seen",
         None,
-        Some(("dbtap_tcp_segments_total", "TCP segments seen."))
-    ),
-    row!(
-        tcp.connections,
-        Tcp,
-        Count,
-        Count,
+        Some(("dbtap_tcp_segments_total", "TCP segments seen."))),
+    row!(tcp.connections, Tcp, Count, Count,
         "TCP connections tracked",
         None,
-        Some(("dbtap_tcp_connections_total", "TCP connections tracked."))
-    ),
-    row!(
-        tcp.duplicates,
-        Tcp,
-        Info,
-        Count,
+        Some(("dbtap_tcp_connections_total", "TCP connections tracked."))),
+    row!(tcp.duplicates, Tcp, Info, Count,
         "segments that repeated bytes already delivered",
-        Some(
-            "repaired: {duplicates} duplicate segments ({retransmitted_bytes} bytes retransmitted), {out_of_order} out of order"
-        ),
-        Some((
-            "dbtap_tcp_duplicates_total",
-            "TCP segments that repeated bytes already seen (retransmissions)."
-        ))
-    ),
-    row!(
-        tcp.retransmitted_bytes,
-        Tcp,
-        Info,
-        Bytes,
-        "bytes seen again",
+        Some("repaired: {duplicates} duplicate segments ({retransmitted_bytes} bytes retransmitted), {out_of_order} out of order"),
+        Some(("dbtap_tcp_duplicates_total", "TCP segments that repeated bytes already seen (retransmissions)."))),
+    row!(tcp.retransmitted_bytes, Tcp, Info, Bytes,
+        "payload bytes seen again",
         None,
-        Some((
-            "dbtap_tcp_retransmitted_bytes_total",
-            "Payload bytes seen again (retransmissions and overlaps)."
-        ))
-    ),
-    row!(
-        tcp.out_of_order,
-        Tcp,
-        Info,
-        Count,
-        "segments held ahead of a hole",
+        Some(("dbtap_tcp_retransmitted_bytes_total", "Payload bytes seen again (retransmissions and overlaps)."))),
+    row!(tcp.out_of_order, Tcp, Info, Count,
+        "segments held ahead of a hole, then delivered in order",
         None,
-        Some((
-            "dbtap_tcp_out_of_order_total",
-            "TCP segments that arrived ahead of a hole and were held."
-        ))
-    ),
-    row!(
-        tcp.out_of_order_too_late,
-        Tcp,
-        Info,
-        Count,
-        "segments that arrived after their hole was declared lost",
-        Some(
-            "reordered too late: {out_of_order_too_late} segments arrived after their hole was declared lost (their bytes are in gap_bytes)"
-        ),
-        Some((
-            "dbtap_tcp_out_of_order_too_late_total",
-            "TCP segments that arrived after their hole had been declared a gap (reordered beyond the buffer)."
-        ))
-    ),
-    row!(
-        tcp.gaps,
-        Tcp,
-        Loss,
-        Count,
+        Some(("dbtap_tcp_out_of_order_total", "TCP segments that arrived ahead of a hole and were held."))),
+    row!(tcp.out_of_order_too_late, Tcp, Info, Count,
+        "segments that arrived after their hole was declared a gap",
+        Some("reordered too late: {out_of_order_too_late} segments arrived after their hole was declared lost (their bytes are in gap_bytes)"),
+        Some(("dbtap_tcp_out_of_order_too_late_total", "TCP segments that arrived after their hole had been declared a gap (reordered beyond the buffer)."))),
+    row!(tcp.gaps, Tcp, Loss, Count,
         "holes in TCP streams: requests or responses in them are missing",
         None,
-        Some((
-            "dbtap_tcp_gaps_total",
-            "Holes in TCP streams that were never filled: queries in them are missing."
-        ))
-    ),
-    row!(
-        tcp.gap_bytes,
-        Tcp,
-        Loss,
-        Count,
+        Some(("dbtap_tcp_gaps_total", "Holes in TCP streams that were never filled: queries in them are missing."))),
+    row!(tcp.gap_bytes, Tcp, Loss, Count,
         "bytes lost in TCP stream holes",
         None,
-        Some((
-            "dbtap_tcp_gap_bytes_total",
-            "Bytes missing in TCP stream holes."
-        ))
-    ),
-    row!(
-        tcp.not_tracked_segments,
-        Tcp,
-        Loss,
-        Count,
+        Some(("dbtap_tcp_gap_bytes_total", "Bytes missing in TCP stream holes."))),
+    row!(tcp.not_tracked_segments, Tcp, Loss, Count,
         "segments with payload of untracked connections",
         None,
-        Some((
-            "dbtap_tcp_not_tracked_segments_total",
-            "TCP segments with payload of connections that could not be tracked."
-        ))
-    ),
-    row!(
-        tcp.empty_segments_not_tracked,
-        Tcp,
-        Info,
-        Count,
+        Some(("dbtap_tcp_not_tracked_segments_total", "TCP segments with payload of connections that could not be tracked."))),
+    row!(tcp.empty_segments_not_tracked, Tcp, Info, Count,
         "segments without payload (ACK, FIN, RST) outside any tracked connection",
-        Some(
-            "not read, nothing lost: {empty_segments_not_tracked} empty segments outside tracked connections, {segments_after_stop} segments of connections no longer read"
-        ),
-        Some((
-            "dbtap_tcp_empty_segments_not_tracked_total",
-            "TCP segments without payload outside any tracked connection: nothing lost."
-        ))
-    ),
-    row!(
-        tcp.segments_after_stop,
-        Tcp,
-        Info,
-        Count,
-        "segments of connections dbtap stopped reading (TLS, cancel request, unknown protocol: counted by their cause)",
+        Some("not reassembled: {empty_segments_not_tracked} empty segments outside tracked connections (nothing lost), {segments_after_stop} segments of connections no longer read (TLS, cancel requests, other protocols)"),
+        Some(("dbtap_tcp_empty_segments_not_tracked_total", "TCP segments without payload outside any tracked connection: nothing lost."))),
+    row!(tcp.segments_after_stop, Tcp, Info, Count,
+        "segments of connections no longer read (their cause is counted)",
         None,
-        Some((
-            "dbtap_tcp_segments_after_stop_total",
-            "TCP segments of connections dbtap stopped reading; the cause is counted elsewhere."
-        ))
-    ),
+        Some(("dbtap_tcp_segments_after_stop_total", "TCP segments of connections dbtap stopped reading; the cause is counted elsewhere."))),
     // Protocol.
-    row!(
-        protocol.responses_without_request,
-        Protocol,
-        Loss,
-        Count,
+    row!(protocol.responses_without_request, Protocol, Loss, Count,
         "responses whose request was not seen",
         None,
-        Some((
-            "dbtap_responses_without_request_total",
-            "Response messages that matched no request."
-        ))
-    ),
-    row!(
-        protocol.unparsed_bytes,
-        Protocol,
-        Loss,
-        Count,
+        Some(("dbtap_responses_without_request_total", "Response messages that matched no request."))),
+    row!(protocol.unparsed_bytes, Protocol, Loss, Count,
         "stream bytes the parsers skipped",
         None,
-        Some((
-            "dbtap_unparsed_bytes_total",
-            "Stream bytes the protocol parsers could not interpret and skipped."
-        ))
-    ),
-    row!(
-        protocol.encrypted_connections,
-        Protocol,
-        Loss,
-        Count,
+        Some(("dbtap_unparsed_bytes_total", "Stream bytes the protocol parsers could not interpret and skipped."))),
+    row!(protocol.encrypted_connections, Protocol, Loss, Count,
         "TLS connections not readable",
         None,
-        Some((
-            "dbtap_encrypted_connections_total",
-            "Connections that switched to TLS and could not be read."
-        ))
-    ),
-    row!(
-        protocol.unrecognized_connections,
-        Protocol,
-        Loss,
-        Count,
-        "connections on the given ports or servers that spoke no protocol dbtap recognizes",
-        None,
-        Some((
-            "dbtap_unrecognized_connections_total",
-            "Connections on the given ports or servers whose protocol was not recognized (not read)."
-        ))
-    ),
-    row!(
-        protocol.malformed_messages,
-        Protocol,
-        Loss,
-        Count,
+        Some(("dbtap_encrypted_connections_total", "Connections that switched to TLS and could not be read."))),
+    row!(protocol.unrecognized_connections, Protocol, Info, Count,
+        "connections that spoke no protocol dbtap recognizes (not read)",
+        Some("not database traffic: {unrecognized_connections} connections spoke no protocol dbtap recognizes (not read)"),
+        Some(("dbtap_unrecognized_connections_total", "Connections whose protocol was not recognized: not database traffic, not read."))),
+    row!(protocol.malformed_messages, Protocol, Loss, Count,
         "protocol messages that did not parse",
         None,
-        Some((
-            "dbtap_malformed_messages_total",
-            "Protocol messages that failed to parse."
-        ))
-    ),
-    row!(
-        protocol.inflight_overflow,
-        Protocol,
-        Loss,
-        Count,
+        Some(("dbtap_malformed_messages_total", "Protocol messages that failed to parse."))),
+    row!(protocol.inflight_overflow, Protocol, Loss, Count,
         "requests dropped: too many in flight",
         None,
-        Some((
-            "dbtap_inflight_overflow_total",
-            "Requests dropped because too many were in flight on one connection."
-        ))
-    ),
-    row!(
-        protocol.unanswered,
-        Protocol,
-        Loss,
-        Count,
+        Some(("dbtap_inflight_overflow_total", "Requests dropped because too many were in flight on one connection."))),
+    row!(protocol.unanswered, Protocol, Loss, Count,
         "requests without a response (no latency)",
         None,
-        Some((
-            "dbtap_unanswered_total",
-            "Requests never answered before the connection or the capture ended."
-        ))
-    ),
-    row!(
-        protocol.resyncs,
-        Protocol,
-        Loss,
-        Count,
+        Some(("dbtap_unanswered_total", "Requests never answered before the connection or the capture ended."))),
+    row!(protocol.resyncs, Protocol, Loss, Count,
         "times a parser lost message sync",
         None,
-        Some((
-            "dbtap_resyncs_total",
-            "Times a protocol parser lost message sync and searched for the next boundary."
-        ))
-    ),
-    row!(
-        protocol.negative_latencies,
-        Protocol,
-        Info,
-        Count,
+        Some(("dbtap_resyncs_total", "Times a protocol parser lost message sync and searched for the next boundary."))),
+    row!(protocol.negative_latencies, Protocol, Info, Count,
         "responses time-stamped before their request (latency counted as 0)",
-        Some(
-            "responses time-stamped before their request: {negative_latencies} (their latency counts as 0)"
-        ),
-        Some((
-            "dbtap_negative_latencies_total",
-            "Responses time-stamped before their request (packet timestamps went back); latency counted as 0."
-        ))
-    ),
-    row!(
-        protocol.server_pushes,
-        Protocol,
-        Info,
-        Count,
+        Some("responses time-stamped before their request: {negative_latencies} (their latency counts as 0)"),
+        Some(("dbtap_negative_latencies_total", "Responses time-stamped before their request (packet time went back); latency counted as 0."))),
+    row!(protocol.server_pushes, Protocol, Info, Count,
         "messages the server pushed outside any reply",
-        Some(
-            "server pushes (Redis pub/sub messages, RESP3 pushes; not queries): {server_pushes} ({server_push_bytes} bytes)"
-        ),
-        Some((
-            "dbtap_server_pushes_total",
-            "Messages the server pushed outside any reply (Redis pub/sub messages, RESP3 pushes): not queries, not a loss."
-        ))
-    ),
-    row!(
-        protocol.server_push_bytes,
-        Protocol,
-        Info,
-        Bytes,
+        Some("server pushes (Redis pub/sub messages, RESP3 pushes; not queries): {server_pushes} ({server_push_bytes} bytes)"),
+        Some(("dbtap_server_pushes_total", "Messages the server pushed outside any reply (Redis pub/sub messages, RESP3 pushes): not queries, not a loss."))),
+    row!(protocol.server_push_bytes, Protocol, Info, Bytes,
         "bytes of those pushes",
         None,
-        None
-    ),
+        None),
     // Live.
-    row!(
-        live.kernel_drops,
-        Loss,
-        Count,
+    row!(live.kernel_drops, Loss, Count,
         "packets the kernel dropped before dbtap read them",
         None,
-        None
-    ),
+        None),
 ];
 
 /// The row named `name`.
