@@ -472,7 +472,9 @@ pub fn run<C: Consumer>(
     settings: &Settings,
     consumer: C,
 ) -> Result<(C, CaptureHealth)> {
-    // Open every file first so a typo in the last one fails before minutes of work.
+    // Standard input can be read once; then open every file first so a typo in the last one
+    // fails before minutes of work.
+    capture::check_inputs(files)?;
     let mut readers = Vec::with_capacity(files.len());
     for f in files {
         readers.push(Reader::open(f)?);
