@@ -151,7 +151,9 @@ struct SinkRef<'a, C> {
 impl<'a, C> SinkRef<'a, C> {
     /// A sink for a call that feeds `fed` bytes (0 for a gap) to connection `conn`.
     fn new(consumer: &'a mut C, ledger: &'a mut SessionLedger, conn: u64, fed: usize) -> Self {
-        ledger.conn_bytes.entry(conn).or_default().fed += fed as u64;
+        if fed > 0 {
+            ledger.conn_bytes.entry(conn).or_default().fed += fed as u64;
+        }
         let unparsed_before = ledger.health.unparsed_bytes;
         SinkRef {
             consumer,
@@ -162,11 +164,16 @@ impl<'a, C> SinkRef<'a, C> {
         }
     }
 
-    /// A sink for the call that closes connection `conn`.
+    /// A sink for the call that closes connection `conn` (its byte counts are dropped after).
     fn closing(consumer: &'a mut C, ledger: &'a mut SessionLedger, conn: u64) -> Self {
-        let mut s = Self::new(consumer, ledger, conn, 0);
-        s.closing = true;
-        s
+        let unparsed_before = ledger.health.unparsed_bytes;
+        SinkRef {
+            consumer,
+            ledger,
+            conn,
+            unparsed_before,
+            closing: true,
+        }
     }
 }
 
@@ -174,13 +181,19 @@ impl<C> Drop for SinkRef<'_, C> {
     fn drop(&mut self) {
         let l = &mut *self.ledger;
         let reported = l.health.unparsed_bytes.saturating_sub(self.unparsed_before);
+        if self.closing {
+            let b = l.conn_bytes.remove(&self.conn).unwrap_or_default();
+            let kept = reported.min(b.fed.saturating_sub(b.unparsed));
+            l.health.unparsed_bytes -= reported - kept;
+            return;
+        }
+        if reported == 0 {
+            return;
+        }
         let b = l.conn_bytes.entry(self.conn).or_default();
         let kept = reported.min(b.fed.saturating_sub(b.unparsed));
         b.unparsed += kept;
         l.health.unparsed_bytes -= reported - kept;
-        if self.closing {
-            l.conn_bytes.remove(&self.conn);
-        }
     }
 }
 
