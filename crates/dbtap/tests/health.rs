@@ -378,3 +378,33 @@ fn input_messages_are_one_line_with_exit_2() {
         "{err}"
     );
 }
+
+#[test]
+fn packets_after_a_cancel_request_are_not_a_loss() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let (mut c, mut s) = Side::pair(40000, 5432);
+    let syn = c.send(0x02, b"");
+    c.seq += 1;
+    let syn_ack = s.send(0x12, b"");
+    s.seq += 1;
+    let mut cancel = Vec::new();
+    cancel.extend_from_slice(&16u32.to_be_bytes());
+    cancel.extend_from_slice(&80_877_102u32.to_be_bytes());
+    cancel.extend_from_slice(&4242u32.to_be_bytes());
+    cancel.extend_from_slice(&7u32.to_be_bytes());
+    let recs = vec![
+        (1_000_000, syn),
+        (1_000_010, syn_ack),
+        (1_000_020, c.send(ACK, b"")),
+        (1_000_030, c.send(PSH_ACK, &cancel)),
+        (1_000_040, s.send(ACK, b"")),
+        (1_000_050, s.send(FIN_ACK, b"")),
+        (1_000_060, c.send(FIN_ACK, b"")),
+        (1_000_070, s.send(ACK, b"")),
+    ];
+    let f = write(dir.path(), "cancel.pcap", &pcap(&recs));
+    let (j, _) = digest(&f);
+    assert_eq!(num(&j, "not_tracked_segments"), 0, "{j}");
+    assert!(num(&j, "segments_after_stop") > 0, "{j}");
+    assert_eq!(field(&j, "complete"), "true", "{j}");
+}
