@@ -746,3 +746,28 @@ fn colliding_labels_stay_in_other() {
     assert_eq!(ids, ["SAMEID", "other"]);
     assert_eq!(x.sum("dbtap_queries_total", |_| true), 2.0);
 }
+
+#[test]
+fn every_ledger_counter_with_a_metric_is_exported_with_its_value() {
+    let agg = Aggregator::new(AggConfig::default());
+    let mut health = CaptureHealth::default();
+    for (i, c) in report::COUNTERS.iter().enumerate() {
+        c.add(&mut health, 1000 + i as u64);
+    }
+    let x = render(&mut Exporter::new(10), &agg, &health);
+    let mut exported = 0;
+    for (i, c) in report::COUNTERS.iter().enumerate() {
+        let Some((name, help)) = c.metric else {
+            continue;
+        };
+        exported += 1;
+        assert_eq!(
+            x.types.get(name).map(String::as_str),
+            Some("counter"),
+            "{name}"
+        );
+        assert_eq!(x.helps.get(name).map(String::as_str), Some(help), "{name}");
+        assert_eq!(x.get(name, &[]), Some(1000.0 + i as f64), "{name}");
+    }
+    assert!(exported >= 25, "{exported}");
+}
