@@ -14,9 +14,34 @@ pub enum CaptureError {
     /// The file (or the decompressed stream) has no bytes at all.
     #[error("{name}: empty file")]
     Empty { name: String },
-    /// The first bytes are neither a pcap nor a pcapng magic number.
-    #[error("{name}: not a pcap or pcapng capture (starts with {magic})")]
-    NotCapture { name: String, magic: String },
+    /// The first bytes are neither a pcap nor a pcapng magic number (`detail` says what they
+    /// look like when that is known, e.g. a pcapng header with a bad byte-order magic).
+    #[error("{name}: not a pcap or pcapng capture (starts with {magic}{detail})")]
+    NotCapture {
+        name: String,
+        magic: String,
+        detail: String,
+    },
+    /// The decompressed stream is itself gzip: the file was compressed twice.
+    #[error(
+        "{name}: gzip inside gzip: the file was compressed twice; decompress it once (gunzip) and read the result"
+    )]
+    GzipInGzip { name: String },
+    /// The same input can be read only once: standard input named more than once.
+    #[error("standard input (-) is named {times} times; it can be read only once")]
+    StdinRepeated { times: usize },
+    /// The gzip stream ended and what follows it in the file is not another gzip member.
+    #[error(
+        "{name}: the gzip stream ends at byte {file_offset} of the file and what follows is not gzip (not read); \
+         the capture inside ends at byte {offset}"
+    )]
+    GarbageAfterGzip {
+        name: String,
+        /// Offset in the decompressed stream where reading stopped.
+        offset: u64,
+        /// Offset in the file of the first byte that is not gzip.
+        file_offset: u64,
+    },
     /// The stream ends in the middle of a header, record or block.
     #[error("{name}: capture cut short at byte {offset}: {what}")]
     Truncated {
@@ -46,6 +71,7 @@ impl CaptureError {
         match self {
             CaptureError::Truncated { offset, .. }
             | CaptureError::Corrupt { offset, .. }
+            | CaptureError::GarbageAfterGzip { offset, .. }
             | CaptureError::Io { offset, .. } => Some(*offset),
             _ => None,
         }

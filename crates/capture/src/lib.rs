@@ -12,13 +12,14 @@
 #![forbid(unsafe_code)]
 
 mod error;
+mod gz;
 mod pcap;
 mod pcapng;
 
 use std::fmt;
 use std::fs::File;
 use std::io::{self, Read};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -197,7 +198,7 @@ impl Reader {
         let prefix = io::Cursor::new(head.get(..got).unwrap_or_default().to_vec());
         let gzip = head == [0x1f, 0x8b];
         let src: Box<dyn Read + Send> = if gzip {
-            Box::new(flate2::read::MultiGzDecoder::new(prefix.chain(raw)))
+            Box::new(gz::Members::new(prefix.chain(raw), Arc::clone(&consumed)))
         } else {
             Box::new(prefix.chain(raw))
         };
@@ -232,6 +233,11 @@ impl Reader {
             });
         }
         let head = self.unread().get(..avail.min(4)).unwrap_or_default();
+        if self.gzip && head.starts_with(&[0x1f, 0x8b]) {
+            return Err(CaptureError::GzipInGzip {
+                name: self.name.clone(),
+            });
+        }
         let magic4: Option<[u8; 4]> = head.try_into().ok();
         if magic4.is_some_and(pcap::is_magic) {
             if avail < 24 {
@@ -251,7 +257,15 @@ impl Reader {
             }
             let bom = pcap::u32_at(self.unread(), 8, false).unwrap_or(0);
             if bom != pcapng::BYTE_ORDER_MAGIC && bom.swap_bytes() != pcapng::BYTE_ORDER_MAGIC {
-                return Err(self.not_capture());
+                let mut e = self.not_capture();
+                if let CaptureError::NotCapture { detail, .. } = &mut e {
+                    *detail = format!(
+                        ", a pcapng section header, but its byte-order magic is {}, not 1a 2b 3c 4d \
+                         or 4d 3c 2b 1a",
+                        hex(self.unread().get(8..12).unwrap_or_default())
+                    );
+                }
+                return Err(e);
             }
             self.format = Format::PcapNg;
             self.state = State::PcapNg {
@@ -265,16 +279,10 @@ impl Reader {
     }
 
     fn not_capture(&self) -> CaptureError {
-        let head = self.unread();
-        let magic = head
-            .iter()
-            .take(4)
-            .map(|b| format!("{b:02x}"))
-            .collect::<Vec<_>>()
-            .join(" ");
         CaptureError::NotCapture {
             name: self.name.clone(),
-            magic,
+            magic: hex(self.unread().get(..4).unwrap_or(self.unread())),
+            detail: String::new(),
         }
     }
 
@@ -345,6 +353,13 @@ impl Reader {
                 Err(e) => {
                     let offset = self.base + self.end as u64;
                     self.state = State::Done;
+                    if let Some(g) = gz::garbage_at(&e) {
+                        return Err(CaptureError::GarbageAfterGzip {
+                            name: self.name.clone(),
+                            offset,
+                            file_offset: g,
+                        });
+                    }
                     return Err(if e.kind() == io::ErrorKind::UnexpectedEof {
                         self.truncated(offset, format!("compressed stream ends early ({e})"))
                     } else {
@@ -470,7 +485,13 @@ impl Reader {
                 } else if bom.swap_bytes() == pcapng::BYTE_ORDER_MAGIC {
                     true
                 } else {
-                    return Err(self.corrupt(off, "section header with a bad byte-order magic"));
+                    return Err(self.corrupt(
+                        off,
+                        format!(
+                            "section header with a bad byte-order magic {bom:08x} (expected \
+                             1a2b3c4d in either byte order)"
+                        ),
+                    ));
                 };
                 if let State::PcapNg { big: b, ifaces, .. } = &mut self.state {
                     *b = big;
@@ -627,6 +648,24 @@ impl Reader {
     pub fn stream_position(&self) -> u64 {
         self.offset()
     }
+}
+
+/// Bytes as `0a 0d 0d 0a`.
+fn hex(bytes: &[u8]) -> String {
+    bytes
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Checks a list of inputs before any is opened: standard input ("-") can be read only once.
+pub fn check_inputs(files: &[PathBuf]) -> Result<(), CaptureError> {
+    let times = files.iter().filter(|f| f.as_os_str() == "-").count();
+    if times > 1 {
+        return Err(CaptureError::StdinRepeated { times });
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -507,3 +507,94 @@ fn streams_without_reading_everything() {
     assert_eq!(n, frames);
     assert_eq!(r.stats().bytes, frames as u64 * 1000);
 }
+
+#[test]
+fn garbage_after_gzip_names_its_file_offset_after_the_frames() {
+    let (plain, want) = three_record_pcap(false, false);
+    let gz = gzip(&plain);
+    let mut bytes = gz.clone();
+    bytes.extend_from_slice(b"this is not gzip at all");
+    let mut r = reader(bytes).unwrap();
+    let (got, err) = read_all(&mut r);
+    assert_eq!(got, want, "every frame before the garbage is read");
+    let err = err.expect("an error");
+    assert!(
+        matches!(
+            err,
+            CaptureError::GarbageAfterGzip { file_offset, offset, .. }
+                if file_offset == gz.len() as u64 && offset == plain.len() as u64
+        ),
+        "{err:?}"
+    );
+    assert!(err.is_mid_stream());
+    let msg = err.to_string();
+    assert_eq!(
+        msg,
+        format!(
+            "mem.pcap: the gzip stream ends at byte {} of the file and what follows is not gzip \
+             (not read); the capture inside ends at byte {}",
+            gz.len(),
+            plain.len()
+        )
+    );
+    // A second member after the first is still read (multi-member gzip, as zcat does).
+    let mut two = gz.clone();
+    two.extend_from_slice(&gzip(&plain[24..]));
+    let (got, err) = read_all(&mut reader(two).unwrap());
+    assert!(err.is_none(), "{err:?}");
+    assert_eq!(got.len(), 2 * want.len());
+}
+
+#[test]
+fn gzip_inside_gzip_says_so() {
+    let (plain, _) = three_record_pcap(false, false);
+    let e = reader(gzip(&gzip(&plain))).unwrap_err();
+    assert!(matches!(e, CaptureError::GzipInGzip { .. }), "{e:?}");
+    let msg = e.to_string();
+    assert!(
+        msg.starts_with("mem.pcap: gzip inside gzip: the file was compressed twice")
+            && !msg.contains('\n'),
+        "{msg}"
+    );
+}
+
+#[test]
+fn pcapng_with_a_bad_byte_order_magic_says_so() {
+    let (mut ng, _) = two_interface_pcapng(false);
+    ng[8..12].copy_from_slice(&[0x12, 0x34, 0x56, 0x78]);
+    let e = reader(ng.clone()).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "mem.pcap: not a pcap or pcapng capture (starts with 0a 0d 0d 0a, a pcapng section header, \
+         but its byte-order magic is 12 34 56 78, not 1a 2b 3c 4d or 4d 3c 2b 1a)"
+    );
+    // A later section with a bad byte-order magic: corrupt at its offset, naming the magic.
+    let (good, want) = two_interface_pcapng(false);
+    let mut two = good.clone();
+    let mut bad = shb(false);
+    bad[8..12].copy_from_slice(&[0x12, 0x34, 0x56, 0x78]);
+    two.extend_from_slice(&bad);
+    let (got, err) = read_all(&mut reader(two).unwrap());
+    assert_eq!(got, want);
+    let err = err.expect("an error");
+    assert!(
+        matches!(err, CaptureError::Corrupt { offset, .. } if offset == good.len() as u64),
+        "{err:?}"
+    );
+    assert!(
+        err.to_string().contains("byte-order magic 78563412"),
+        "{err}"
+    );
+}
+
+#[test]
+fn stdin_named_twice_is_refused_before_reading() {
+    use std::path::PathBuf;
+    let e = capture::check_inputs(&[PathBuf::from("-"), PathBuf::from("-")]).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "standard input (-) is named 2 times; it can be read only once"
+    );
+    assert!(capture::check_inputs(&[PathBuf::from("-"), PathBuf::from("a.pcap")]).is_ok());
+    assert!(capture::check_inputs(&[PathBuf::from("./-")]).is_ok());
+}

@@ -999,9 +999,8 @@ fn live_health(
     total: &Aggregator,
     c: &CaptureArgs,
 ) -> CaptureHealth {
-    h.unanswered = total.totals().stats.no_response;
+    h.protocol.unanswered = total.totals().stats.no_response;
     h.files = vec![format!("live:{}", c.interface)];
-    h.kernel_drops = Some(ring.drops);
     if ring.resyncs > 0 {
         h.warnings.push(format!(
             "the capture ring lost its place {} time(s) and skipped ahead to the oldest ready \
@@ -1009,7 +1008,10 @@ fn live_health(
             ring.resyncs
         ));
     }
-    h.sampled_one_in = c.sample.max(1);
+    h.live = Some(report::LiveHealth {
+        kernel_drops: ring.drops,
+        sampled_one_in: c.sample.max(1),
+    });
     h
 }
 

@@ -88,7 +88,7 @@ fn digest(args: DigestArgs) -> anyhow::Result<()> {
         }),
     };
     let (consumer, mut health) = pipeline::run(&args.input.files, &settings, consumer)?;
-    health.unanswered = consumer.agg.totals().stats.no_response;
+    health.protocol.unanswered = consumer.agg.totals().stats.no_response;
     warn(&health);
     let opts = args.report.options();
     let stdout = std::io::stdout();

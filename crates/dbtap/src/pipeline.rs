@@ -10,7 +10,7 @@ use anyhow::Result;
 use capture::Reader;
 use flow::{Dir, FlowConfig, FlowTable, Segment};
 use proto::{ConnMeta, Direction, Health, Progress, Protocol, QueryEvent, Session, SessionConfig};
-use report::CaptureHealth;
+use report::{CaptureHealth, FrameHealth, ProtocolHealth, TcpHealth};
 use wire::{Decoded, Defragmenter};
 
 /// Whatever receives the query events.
@@ -83,24 +83,101 @@ fn sniff(dir: Dir, data: &[u8], opening: bool) -> Option<Protocol> {
 struct Conns<C> {
     conns: HashMap<u64, Conn, foldhash::fast::RandomState>,
     consumer: C,
-    health: Health,
+    health: SessionLedger,
     ports: Vec<(u16, Option<Protocol>)>,
     session_cfg: SessionConfig,
     /// Connections sniffed and found to speak no protocol we know.
     unknown_protocol: u64,
 }
 
+/// What the sessions count ([`Health`]), plus what the pipeline counts about their events and
+/// bytes as they pass.
+#[derive(Default)]
+struct SessionLedger {
+    health: Health,
+    /// Events whose response is time-stamped before their request.
+    negative_latencies: u64,
+    /// Per connection with a session: payload bytes fed to it and unparsed bytes it reported,
+    /// so that a session never reports more unparsed bytes than it was given. Removed at close.
+    conn_bytes: HashMap<u64, ConnBytes, foldhash::fast::RandomState>,
+}
+
+#[derive(Default)]
+struct ConnBytes {
+    fed: u64,
+    unparsed: u64,
+}
+
+/// The sink of one call into one connection's session. On drop, the unparsed bytes the call
+/// reported are held to what the connection's session was fed and has not already reported:
+/// bytes lost in a capture gap were never seen, so they are gap bytes, not unparsed ones.
 struct SinkRef<'a, C> {
     consumer: &'a mut C,
-    health: &'a mut Health,
+    ledger: &'a mut SessionLedger,
+    conn: u64,
+    unparsed_before: u64,
+    closing: bool,
+}
+
+impl<'a, C> SinkRef<'a, C> {
+    /// A sink for a call that feeds `fed` bytes (0 for a gap) to connection `conn`.
+    fn new(consumer: &'a mut C, ledger: &'a mut SessionLedger, conn: u64, fed: usize) -> Self {
+        if fed > 0 {
+            ledger.conn_bytes.entry(conn).or_default().fed += fed as u64;
+        }
+        let unparsed_before = ledger.health.unparsed_bytes;
+        SinkRef {
+            consumer,
+            ledger,
+            conn,
+            unparsed_before,
+            closing: false,
+        }
+    }
+
+    /// A sink for the call that closes connection `conn` (its byte counts are dropped after).
+    fn closing(consumer: &'a mut C, ledger: &'a mut SessionLedger, conn: u64) -> Self {
+        let unparsed_before = ledger.health.unparsed_bytes;
+        SinkRef {
+            consumer,
+            ledger,
+            conn,
+            unparsed_before,
+            closing: true,
+        }
+    }
+}
+
+impl<C> Drop for SinkRef<'_, C> {
+    fn drop(&mut self) {
+        let l = &mut *self.ledger;
+        let reported = l.health.unparsed_bytes.saturating_sub(self.unparsed_before);
+        if self.closing {
+            let b = l.conn_bytes.remove(&self.conn).unwrap_or_default();
+            let kept = reported.min(b.fed.saturating_sub(b.unparsed));
+            l.health.unparsed_bytes -= reported - kept;
+            return;
+        }
+        if reported == 0 {
+            return;
+        }
+        let b = l.conn_bytes.entry(self.conn).or_default();
+        let kept = reported.min(b.fed.saturating_sub(b.unparsed));
+        b.unparsed += kept;
+        l.health.unparsed_bytes -= reported - kept;
+    }
 }
 
 impl<C: Consumer> proto::Sink for SinkRef<'_, C> {
     fn event(&mut self, ev: QueryEvent) {
+        let before = |t: Option<u64>| t.is_some_and(|t| t < ev.start_ns);
+        if before(ev.end_ns) || before(ev.first_response_ns) {
+            self.ledger.negative_latencies += 1;
+        }
         self.consumer.event(ev);
     }
     fn health(&mut self) -> &mut Health {
-        self.health
+        &mut self.ledger.health
     }
 }
 
@@ -161,10 +238,7 @@ impl<C: Consumer> flow::Handler for Conns<C> {
                 }
             }
         }
-        let mut sink = SinkRef {
-            consumer: &mut self.consumer,
-            health: &mut self.health,
-        };
+        let mut sink = SinkRef::new(&mut self.consumer, &mut self.health, id, data.len());
         match conn {
             Conn::Known(s) => s.feed(direction(dir), data, ts_ns, &mut sink) == Progress::Continue,
             Conn::Sniff(..) => false,
@@ -172,20 +246,14 @@ impl<C: Consumer> flow::Handler for Conns<C> {
     }
 
     fn gap(&mut self, id: u64, dir: Dir, len: u64, ts_ns: u64) {
-        let mut sink = SinkRef {
-            consumer: &mut self.consumer,
-            health: &mut self.health,
-        };
+        let mut sink = SinkRef::new(&mut self.consumer, &mut self.health, id, 0);
         if let Some(Conn::Known(s)) = self.conns.get_mut(&id) {
             s.gap(direction(dir), len, ts_ns, &mut sink);
         }
     }
 
     fn close(&mut self, id: u64, ts_ns: u64) {
-        let mut sink = SinkRef {
-            consumer: &mut self.consumer,
-            health: &mut self.health,
-        };
+        let mut sink = SinkRef::closing(&mut self.consumer, &mut self.health, id);
         if let Some(Conn::Known(mut s)) = self.conns.remove(&id) {
             s.close(ts_ns, &mut sink);
         }
@@ -231,7 +299,7 @@ impl<C: Consumer> Engine<C> {
             conns: Conns {
                 conns: HashMap::default(),
                 consumer,
-                health: Health::default(),
+                health: SessionLedger::default(),
                 ports: settings.ports.clone(),
                 session_cfg: settings.session.clone(),
                 unknown_protocol: 0,
@@ -304,6 +372,11 @@ impl<C: Consumer> Engine<C> {
 
     /// The capture health so far. `truncated_frames` are frames the source cut short.
     pub fn health(&self, files: Vec<String>, truncated_frames: u64) -> CaptureHealth {
+        self.ledger(files, truncated_frames, false)
+    }
+
+    /// The capture health; when `finished`, IP datagrams still waiting for fragments are lost.
+    fn ledger(&self, files: Vec<String>, truncated_frames: u64, finished: bool) -> CaptureHealth {
         let mut warnings = self.warnings.clone();
         if self.conns.unknown_protocol > 0 {
             warnings.push(format!(
@@ -313,37 +386,55 @@ impl<C: Consumer> Engine<C> {
             ));
         }
         let counts = &self.counts;
+        let defrag = self.defrag.stats();
         let fs = self.table.stats();
-        let h = &self.conns.health;
+        let l = &self.conns.health;
+        let h = &l.health;
         CaptureHealth {
             files,
-            packets: counts.packets,
-            bytes: counts.bytes,
-            non_tcp: counts.non_tcp,
-            truncated_packets: truncated_frames + counts.truncated_headers,
-            ip_fragments: counts.fragments,
-            malformed_packets: counts.malformed + counts.unsupported_link,
-            tcp_segments: fs.segments,
-            connections: fs.connections,
-            duplicates: fs.duplicates,
-            retransmitted_bytes: fs.retransmitted_bytes,
-            out_of_order: fs.out_of_order,
-            gaps: fs.gaps,
-            gap_bytes: fs.gap_bytes,
-            not_tracked_segments: fs.not_tracked,
-            responses_without_request: h.responses_without_request,
-            unparsed_bytes: h.unparsed_bytes,
-            encrypted_connections: h.encrypted_connections,
-            malformed_messages: h.malformed,
-            inflight_overflow: h.inflight_overflow,
-            unanswered: 0,
-            resyncs: h.resyncs,
-            server_pushes: h.server_pushes,
-            server_push_bytes: h.server_push_bytes,
+            frames: FrameHealth {
+                packets: counts.packets,
+                bytes: counts.bytes,
+                non_tcp: counts.non_tcp,
+                truncated_packets: truncated_frames + counts.truncated_headers,
+                ip_fragments: counts.fragments,
+                ip_datagrams_reassembled: defrag.reassembled,
+                ip_datagrams_incomplete: defrag.dropped()
+                    + if finished { defrag.in_progress } else { 0 },
+                malformed_packets: counts.malformed + counts.unsupported_link,
+                read_errors: 0,
+            },
+            tcp: TcpHealth {
+                tcp_segments: fs.segments,
+                connections: fs.connections,
+                duplicates: fs.duplicates,
+                retransmitted_bytes: fs.retransmitted_bytes,
+                out_of_order: fs.out_of_order,
+                out_of_order_too_late: fs.out_of_order_too_late,
+                gaps: fs.gaps,
+                gap_bytes: fs.gap_bytes,
+                not_tracked_segments: fs
+                    .not_tracked
+                    .saturating_sub(fs.not_tracked_empty + fs.not_tracked_stopped),
+                empty_segments_not_tracked: fs.not_tracked_empty,
+                segments_after_stop: fs.not_tracked_stopped,
+            },
+            protocol: ProtocolHealth {
+                responses_without_request: h.responses_without_request,
+                unparsed_bytes: h.unparsed_bytes,
+                encrypted_connections: h.encrypted_connections,
+                unrecognized_connections: self.conns.unknown_protocol,
+                malformed_messages: h.malformed,
+                inflight_overflow: h.inflight_overflow,
+                unanswered: 0,
+                resyncs: h.resyncs,
+                negative_latencies: l.negative_latencies,
+                server_pushes: h.server_pushes,
+                server_push_bytes: h.server_push_bytes,
+            },
+            live: None,
             first_ts_ns: counts.first_ts,
             last_ts_ns: counts.last_ts,
-            kernel_drops: None,
-            sampled_one_in: 0,
             warnings,
         }
     }
@@ -352,7 +443,7 @@ impl<C: Consumer> Engine<C> {
     /// consumer with the final health.
     pub fn finish(mut self, files: Vec<String>, truncated_frames: u64) -> (C, CaptureHealth) {
         self.table.finish(&mut self.conns);
-        let health = self.health(files, truncated_frames);
+        let health = self.ledger(files, truncated_frames, true);
         (self.conns.consumer, health)
     }
 }
@@ -365,7 +456,9 @@ pub fn run<C: Consumer>(
     settings: &Settings,
     consumer: C,
 ) -> Result<(C, CaptureHealth)> {
-    // Open every file first so a typo in the last one fails before minutes of work.
+    // Standard input can be read once; then open every file first so a typo in the last one
+    // fails before minutes of work.
+    capture::check_inputs(files)?;
     let mut readers = Vec::with_capacity(files.len());
     for f in files {
         readers.push(Reader::open(f)?);
@@ -409,6 +502,8 @@ pub fn run<C: Consumer>(
         b.finish_and_clear();
     }
     let (consumer, mut health) = engine.finish(names, truncated_frames);
+    // A read error leaves the rest of its capture unread: the report is incomplete.
+    health.frames.read_errors = read_warnings.len() as u64;
     // Read errors first, as before: they explain why the report may be short.
     read_warnings.append(&mut health.warnings);
     health.warnings = read_warnings;

@@ -25,7 +25,9 @@
 //!
 //! Per direction the flow keeps the next expected sequence number (32-bit wrap-around
 //! arithmetic). Bytes at it are handed to [`Handler::data`] straight from the segment, without a
-//! copy. Bytes before it are duplicates or retransmissions (counted, trimmed). Bytes after it are
+//! copy. Bytes before it are duplicates or retransmissions (counted, trimmed), or, when they fall
+//! in a stretch already declared a gap, segments that came too late (counted apart: they were
+//! never delivered, and their loss is already counted). Bytes after it are
 //! copied into a bounded out-of-order buffer and released when the hole fills. A hole becomes a
 //! [`Handler::gap`] when the peer acknowledges bytes the capture never showed (the peer got them,
 //! they will not be sent again), when a buffer cap is hit, or when the connection ends. A segment
@@ -179,6 +181,12 @@ pub struct FlowStats {
     /// Segments of flows no server matched, that could not open a connection (pure ACK/FIN/RST of
     /// an unknown flow), or of connections the handler ignores.
     pub not_tracked: u64,
+    /// Of `not_tracked`: segments of connections whose handler stopped reading them (returned
+    /// false from [`Handler::data`]); the handler knows why.
+    pub not_tracked_stopped: u64,
+    /// Of `not_tracked`, the others: segments without payload or missing bytes (pure ACK, FIN,
+    /// RST). Nothing was lost in them.
+    pub not_tracked_empty: u64,
     /// Segments of a connection already closed by FIN/RST (final ACKs, retransmissions).
     pub late: u64,
     /// Segments carrying payload entirely already seen.
@@ -187,6 +195,11 @@ pub struct FlowStats {
     pub retransmitted_bytes: u64,
     /// Segments held because they arrived ahead of a hole.
     pub out_of_order: u64,
+    /// Segments (with payload) that arrived after the hole they would have filled had been
+    /// declared a gap: reordered beyond what the buffer could wait for, or retransmitted after
+    /// the loss was declared. Neither duplicates (their bytes were never delivered) nor a new
+    /// loss (their bytes are already in `gap_bytes`).
+    pub out_of_order_too_late: u64,
     /// Gaps reported to the handler, and their bytes.
     pub gaps: u64,
     pub gap_bytes: u64,

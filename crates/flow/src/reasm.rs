@@ -91,6 +91,42 @@ struct Ooo {
     pieces: BTreeMap<u64, Piece>,
 }
 
+/// Stretches of the stream declared lost that are remembered, so that their bytes arriving
+/// afterwards are told from duplicates.
+const LOST_KEPT: usize = 4;
+
+/// The most recent stretches declared gaps, as absolute offsets `[start, end)`.
+#[derive(Default)]
+struct Lost {
+    ranges: [(u64, u64); LOST_KEPT],
+    next: usize,
+}
+
+impl Lost {
+    fn note(&mut self, start: u64, end: u64) {
+        let last = (self.next + LOST_KEPT - 1) % LOST_KEPT;
+        if let Some(r) = self.ranges.get_mut(last)
+            && r.0 < r.1
+            && r.1 == start
+        {
+            r.1 = end;
+            return;
+        }
+        if let Some(r) = self.ranges.get_mut(self.next) {
+            *r = (start, end);
+        }
+        self.next = (self.next + 1) % LOST_KEPT;
+    }
+
+    /// Bytes of `[start, end)` inside a remembered lost stretch.
+    fn overlap(&self, start: u64, end: u64) -> u64 {
+        self.ranges
+            .iter()
+            .map(|&(a, b)| b.min(end).saturating_sub(a.max(start)))
+            .sum()
+    }
+}
+
 const INIT: u8 = 1;
 const HAS_FIN: u8 = 2;
 const HAS_ISN: u8 = 4;
@@ -108,6 +144,8 @@ pub(crate) struct Half {
     /// Absolute stream offset of `next`.
     base: u64,
     ooo: Option<Box<Ooo>>,
+    /// Allocated at the first gap.
+    lost: Option<Box<Lost>>,
 }
 
 impl Half {
@@ -181,6 +219,35 @@ impl Half {
         self.base += n;
     }
 
+    /// The next `n` bytes are lost: skips them and reports a gap.
+    fn lose<H: Handler>(&mut self, dir: Dir, n: u64, ts: u64, cx: &mut Ctx<'_, H>) {
+        if n == 0 {
+            return;
+        }
+        let start = self.base;
+        self.advance(n);
+        self.lost
+            .get_or_insert_with(Box::default)
+            .note(start, start + n);
+        cx.gap(dir, n, ts);
+    }
+
+    /// Counts `len` payload bytes that start `back` bytes before the expected position: those in
+    /// a stretch already declared lost arrived too late, the others are seen again.
+    fn count_behind<H>(&self, back: u64, len: u64, cx: &mut Ctx<'_, H>) -> u64 {
+        let start = self.base.saturating_sub(back);
+        let late = self
+            .lost
+            .as_ref()
+            .map_or(0, |l| l.overlap(start, start + len))
+            .min(len);
+        if late > 0 {
+            cx.stats.out_of_order_too_late += 1;
+        }
+        cx.stats.retransmitted_bytes += len - late;
+        late
+    }
+
     /// Forward distance to the FIN, when it is ahead within a window.
     fn fin_ahead(&self) -> Option<u64> {
         if !self.has_fin() {
@@ -230,16 +297,14 @@ impl Half {
             off = seq::diff(seq, self.next);
             if !(-w..w).contains(&off) {
                 let jump = u64::from(seq::ahead(seq, self.next));
-                self.advance(jump);
-                cx.gap(dir, jump, ts);
+                self.lose(dir, jump, ts, cx);
                 off = 0;
             }
         }
         let end = off + (len + missing) as i64;
         if end <= 0 {
-            if len > 0 {
+            if len > 0 && self.count_behind(off.unsigned_abs(), len, cx) == 0 {
                 cx.stats.duplicates += 1;
-                cx.stats.retransmitted_bytes += len;
             }
             return Ok(());
         }
@@ -249,16 +314,13 @@ impl Half {
             let ds = skip.min(len);
             payload = payload.get(ds as usize..).unwrap_or(&[]);
             missing -= skip - ds;
-            cx.stats.retransmitted_bytes += ds;
+            self.count_behind(skip, ds, cx);
             off = 0;
         }
         if off == 0 {
             self.advance(payload.len() as u64);
             cx.data(dir, payload, ts)?;
-            if missing > 0 {
-                self.advance(missing);
-                cx.gap(dir, missing, ts);
-            }
+            self.lose(dir, missing, ts, cx);
             if self.ooo.is_some() {
                 self.drain(dir, self.base, ts, cx)?;
             }
@@ -439,20 +501,15 @@ impl Half {
                     let data = p.data.get(ds as usize..).unwrap_or(&[]);
                     self.advance(data.len() as u64);
                     cx.data(dir, data, p.ts)?;
-                    if miss > 0 {
-                        self.advance(miss);
-                        cx.gap(dir, miss, p.ts);
-                    }
+                    self.lose(dir, miss, p.ts, cx);
                 }
                 Some(k) if base < until => {
                     let n = k.min(until) - base;
-                    self.advance(n);
-                    cx.gap(dir, n, ts);
+                    self.lose(dir, n, ts, cx);
                 }
                 None if base < until => {
                     let n = until - base;
-                    self.advance(n);
-                    cx.gap(dir, n, ts);
+                    self.lose(dir, n, ts, cx);
                 }
                 _ => break,
             }
@@ -541,7 +598,12 @@ mod tests {
         assert_eq!(rec.out, b"__cd__gh");
         assert_eq!(rec.gaps, vec![2, 2]);
         assert_eq!(st.buffer_overflows, 1);
-        assert_eq!(st.duplicates, 1);
+        // 100..102 arrives after its hole was declared a gap: too late, not a duplicate, and
+        // its bytes are not "retransmitted" (they were never delivered).
+        assert_eq!(st.duplicates, 0);
+        assert_eq!(st.out_of_order_too_late, 1);
+        assert_eq!(st.retransmitted_bytes, 0);
+        assert_eq!(st.gap_bytes, 4);
         assert_eq!(left, PIECE_OVERHEAD + 2);
     }
 }

@@ -155,7 +155,7 @@ impl FlowTable {
                 return;
             }
             let Some(client_is_src) = c.orient(seg) else {
-                c.stats.not_tracked += 1;
+                c.not_tracked(seg, false);
                 return;
             };
             c.end(flow, End::Reused, seg.ts_ns, h);
@@ -170,13 +170,13 @@ impl FlowTable {
             return;
         }
         let Some(client_is_src) = c.orient(seg) else {
-            c.stats.not_tracked += 1;
+            c.not_tracked(seg, false);
             return;
         };
         if self.map.len() >= c.cfg.max_flows {
             make_room(&mut self.map, c, seg.ts_ns, h);
             if self.map.len() >= c.cfg.max_flows {
-                c.stats.not_tracked += 1;
+                c.not_tracked(seg, false);
                 return;
             }
         }
@@ -444,6 +444,17 @@ impl Core {
         flow
     }
 
+    /// Counts a segment that is not reassembled: of a connection the handler stopped reading
+    /// (`stopped`), else empty (a pure ACK, FIN or RST: nothing lost) or with payload.
+    fn not_tracked(&mut self, seg: &Segment<'_>, stopped: bool) {
+        self.stats.not_tracked += 1;
+        if stopped {
+            self.stats.not_tracked_stopped += 1;
+        } else if seg.payload.is_empty() && seg.missing == 0 {
+            self.stats.not_tracked_empty += 1;
+        }
+    }
+
     /// A segment of a known flow (not a reopening SYN).
     fn segment<H: Handler>(
         &mut self,
@@ -459,7 +470,8 @@ impl Core {
                 false
             }
             State::Passive => {
-                self.stats.not_tracked += 1;
+                // Accepted then passive: the handler stopped reading it.
+                self.not_tracked(seg, flow.accepted);
                 self.passive(flow, dir, seg, h)
             }
             State::Tracking => match self.reassemble(flow, dir, seg, h) {

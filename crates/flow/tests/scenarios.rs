@@ -323,6 +323,8 @@ fn pure_acks_do_not_open_connections() {
     let (rec, tbl) = run(mysql_cfg(), &[t.c_ack(), t.s_fin(), t.c_rst()]);
     assert!(rec.events.is_empty());
     assert_eq!(tbl.stats().not_tracked, 3);
+    // Empty: nothing in them was lost.
+    assert_eq!(tbl.stats().not_tracked_empty, 3);
     assert!(tbl.is_empty());
 }
 
@@ -683,6 +685,8 @@ fn handler_stop_keeps_recognizing_until_fin() {
     assert_eq!(rec.closes(), vec![1]);
     let st = tbl.stats();
     assert_eq!((st.stopped, st.closed_fin, st.not_tracked), (1, 1, 4));
+    // All four after the stop, whatever their payload: the handler knows why it stopped.
+    assert_eq!((st.not_tracked_stopped, st.not_tracked_empty), (4, 0));
 }
 
 #[test]
@@ -710,6 +714,8 @@ fn rejected_connection_gets_no_calls() {
     assert_eq!(rec.events.len(), 1);
     let st = tbl.stats();
     assert_eq!((st.rejected, st.connections, st.not_tracked), (1, 0, 7));
+    // Rejected, not stopped: the SYNs and FINs are empty, the two data segments are not.
+    assert_eq!((st.not_tracked_stopped, st.not_tracked_empty), (0, 5));
 }
 
 #[test]
@@ -757,6 +763,7 @@ fn floods_stay_bounded() {
     }
     assert!(tbl.is_empty());
     assert_eq!(tbl.stats().not_tracked, 10_000);
+    assert_eq!(tbl.stats().not_tracked_empty, 0);
     // Matching mid-stream flows are evicted beyond max_flows.
     for i in 0..10_000u32 {
         let mut t = Tcp::new(
@@ -818,4 +825,40 @@ fn syn_flags_on_existing_flow() {
     assert_eq!(rec.opens(), vec![1]);
     assert_eq!(rec.text(1, ToServer), "x");
     let _ = SYN;
+}
+
+#[test]
+fn reordered_beyond_the_buffer_is_too_late_not_a_duplicate() {
+    // "ab" is overtaken by "cd" and "ef"; the buffer holds one piece, so the hole of "ab" is
+    // declared a gap when "ef" comes. "ab" then arrives: too late, not a duplicate. A genuine
+    // retransmission of "cd" afterwards is a duplicate.
+    let mut t = Tcp::new(C, S, 1000, 5000);
+    let (syn, syn_ack) = (t.syn(), t.syn_ack());
+    let (ab, cd, ef) = (t.c(b"ab"), t.c(b"cd"), t.c(b"ef"));
+    let cfg = FlowConfig {
+        max_buffer_per_direction: PIECE_OVERHEAD + 2,
+        ..mysql_cfg()
+    };
+    let (rec, tbl) = run_finish(cfg, &[syn, syn_ack, cd.clone(), ef, ab, cd]);
+    assert_eq!(rec.text(1, ToServer), "__cdef");
+    let st = tbl.stats();
+    assert_eq!((st.gaps, st.gap_bytes), (1, 2));
+    assert_eq!(st.out_of_order_too_late, 1);
+    assert_eq!((st.duplicates, st.retransmitted_bytes), (1, 2));
+}
+
+#[test]
+fn empty_segments_of_unknown_flows_are_told_apart() {
+    // A mid-stream connection: its pure ACK comes before the first command (it cannot open a
+    // connection), then the command; later the FIN of an idle connection long forgotten.
+    let mut t = Tcp::new(C, S, 1000, 5000);
+    let _ = (t.syn(), t.syn_ack());
+    let ack = t.c_ack();
+    let q = t.c(b"query");
+    let mut idle = Tcp::new("10.0.0.3:40000", S, 7, 9);
+    let fin = idle.s_fin();
+    let (rec, tbl) = run(mysql_cfg(), &[ack, q, fin]);
+    assert_eq!(rec.text(1, ToServer), "query");
+    let st = tbl.stats();
+    assert_eq!((st.not_tracked, st.not_tracked_empty), (2, 2));
 }

@@ -528,18 +528,10 @@ fn write_group_families(rows: &[(String, Counters)], out: &mut String) {
     }
 }
 
+/// The kernel's counters of the capture socket, then every counter of the health ledger that
+/// names a metric ([`report::COUNTERS`]), unscaled.
 fn write_health(h: &CaptureHealth, k: KernelStats, out: &mut String) {
-    let all: [(&str, &str, u64); 13] = [
-        (
-            "dbtap_capture_packets_total",
-            "Link-layer frames read from the capture.",
-            h.packets,
-        ),
-        (
-            "dbtap_capture_bytes_total",
-            "Bytes of the frames read, as captured.",
-            h.bytes,
-        ),
+    let kernel = [
         (
             "dbtap_capture_kernel_packets_total",
             "Packets the kernel counted for the capture socket.",
@@ -550,54 +542,12 @@ fn write_health(h: &CaptureHealth, k: KernelStats, out: &mut String) {
             "Packets the kernel dropped before dbtap read them (the capture did not keep up).",
             k.drops,
         ),
-        (
-            "dbtap_tcp_connections_total",
-            "TCP connections tracked.",
-            h.connections,
-        ),
-        (
-            "dbtap_tcp_gaps_total",
-            "Holes in TCP streams that were never filled: queries in them are missing.",
-            h.gaps,
-        ),
-        (
-            "dbtap_tcp_gap_bytes_total",
-            "Bytes missing in TCP stream holes.",
-            h.gap_bytes,
-        ),
-        (
-            "dbtap_tcp_duplicates_total",
-            "TCP segments that repeated bytes already seen (retransmissions).",
-            h.duplicates,
-        ),
-        (
-            "dbtap_unparsed_bytes_total",
-            "Stream bytes the protocol parsers could not interpret and skipped.",
-            h.unparsed_bytes,
-        ),
-        (
-            "dbtap_malformed_messages_total",
-            "Protocol messages that failed to parse.",
-            h.malformed_messages,
-        ),
-        (
-            "dbtap_responses_without_request_total",
-            "Response messages that matched no request.",
-            h.responses_without_request,
-        ),
-        (
-            "dbtap_encrypted_connections_total",
-            "Connections that switched to TLS and could not be read.",
-            h.encrypted_connections,
-        ),
-        (
-            "dbtap_server_pushes_total",
-            "Messages the server pushed outside any reply (Redis pub/sub messages, RESP3 \
-             pushes): not queries, not a loss.",
-            h.server_pushes,
-        ),
     ];
-    for (name, help, v) in all {
+    let ledger = report::COUNTERS.iter().filter_map(|c| {
+        let (name, help) = c.metric?;
+        Some((name, help, c.get(h).unwrap_or(0)))
+    });
+    for (name, help, v) in kernel.into_iter().chain(ledger) {
         family(out, name, "counter", help);
         sample(out, name, "", v);
     }

@@ -403,7 +403,7 @@ fn render(ex: &mut Exporter, agg: &Aggregator, health: &CaptureHealth) -> Exposi
         threads: 4,
     };
     let kernel = KernelStats {
-        packets: health.packets + 5,
+        packets: health.frames.packets + 5,
         drops: 2,
     };
     ex.render(agg, health, kernel, &agent, 4, &mut out);
@@ -418,20 +418,20 @@ fn every_family_present_with_expected_values() {
     add(&mut agg, 0, 150_000, false); // 150 us
     add(&mut agg, 0, 3_000_000_000, true); // 3 s
     add(&mut agg, 2, 50_000, false);
-    let health = CaptureHealth {
-        packets: 100,
-        bytes: 9000,
-        connections: 3,
-        gaps: 1,
-        gap_bytes: 20,
-        duplicates: 4,
-        unparsed_bytes: 5,
-        malformed_messages: 6,
-        responses_without_request: 7,
-        encrypted_connections: 8,
-        server_pushes: 9,
-        ..Default::default()
-    };
+    let mut health = CaptureHealth::default();
+    health.frames.packets = 100;
+    health.frames.bytes = 9000;
+    health.tcp.connections = 3;
+    health.tcp.gaps = 1;
+    health.tcp.gap_bytes = 20;
+    health.tcp.duplicates = 4;
+    health.protocol.unparsed_bytes = 5;
+    health.protocol.malformed_messages = 6;
+    health.protocol.responses_without_request = 7;
+    health.protocol.encrypted_connections = 8;
+    health.protocol.server_pushes = 9;
+    health.protocol.negative_latencies = 10;
+    health.frames.read_errors = 11;
     let mut ex = Exporter::new(10);
     let x = render(&mut ex, &agg, &health);
 
@@ -455,6 +455,25 @@ fn every_family_present_with_expected_values() {
         ("dbtap_responses_without_request_total", "counter"),
         ("dbtap_encrypted_connections_total", "counter"),
         ("dbtap_server_pushes_total", "counter"),
+        ("dbtap_capture_non_tcp_total", "counter"),
+        ("dbtap_capture_truncated_packets_total", "counter"),
+        ("dbtap_capture_ip_fragments_total", "counter"),
+        ("dbtap_capture_ip_datagrams_reassembled_total", "counter"),
+        ("dbtap_capture_ip_datagrams_incomplete_total", "counter"),
+        ("dbtap_capture_malformed_packets_total", "counter"),
+        ("dbtap_capture_read_errors_total", "counter"),
+        ("dbtap_tcp_segments_total", "counter"),
+        ("dbtap_tcp_retransmitted_bytes_total", "counter"),
+        ("dbtap_tcp_out_of_order_total", "counter"),
+        ("dbtap_tcp_out_of_order_too_late_total", "counter"),
+        ("dbtap_tcp_not_tracked_segments_total", "counter"),
+        ("dbtap_tcp_empty_segments_not_tracked_total", "counter"),
+        ("dbtap_tcp_segments_after_stop_total", "counter"),
+        ("dbtap_unrecognized_connections_total", "counter"),
+        ("dbtap_inflight_overflow_total", "counter"),
+        ("dbtap_unanswered_total", "counter"),
+        ("dbtap_resyncs_total", "counter"),
+        ("dbtap_negative_latencies_total", "counter"),
         ("dbtap_sampling_one_in", "gauge"),
         ("dbtap_agent_cpu_seconds_total", "counter"),
         ("dbtap_agent_resident_memory_bytes", "gauge"),
@@ -536,6 +555,8 @@ fn every_family_present_with_expected_values() {
         ("dbtap_responses_without_request_total", 7.0),
         ("dbtap_encrypted_connections_total", 8.0),
         ("dbtap_server_pushes_total", 9.0),
+        ("dbtap_negative_latencies_total", 10.0),
+        ("dbtap_capture_read_errors_total", 11.0),
         ("dbtap_sampling_one_in", 4.0),
         ("dbtap_agent_cpu_seconds_total", 1.25),
         ("dbtap_agent_resident_memory_bytes", 1048576.0),
@@ -610,9 +631,9 @@ fn every_series_is_monotonic_across_renders() {
             } * (1 + g / 4);
             add(&mut agg, g, latency, next() % 7 == 0);
         }
-        health.packets += events * 2;
-        health.bytes += events * 500;
-        health.gaps += step % 2;
+        health.frames.packets += events * 2;
+        health.frames.bytes += events * 500;
+        health.tcp.gaps += step % 2;
 
         let x = render(&mut ex, &agg, &health);
         let mut now: BTreeMap<String, f64> = BTreeMap::new();
@@ -724,4 +745,29 @@ fn colliding_labels_stay_in_other() {
         .collect();
     assert_eq!(ids, ["SAMEID", "other"]);
     assert_eq!(x.sum("dbtap_queries_total", |_| true), 2.0);
+}
+
+#[test]
+fn every_ledger_counter_with_a_metric_is_exported_with_its_value() {
+    let agg = Aggregator::new(AggConfig::default());
+    let mut health = CaptureHealth::default();
+    for (i, c) in report::COUNTERS.iter().enumerate() {
+        c.add(&mut health, 1000 + i as u64);
+    }
+    let x = render(&mut Exporter::new(10), &agg, &health);
+    let mut exported = 0;
+    for (i, c) in report::COUNTERS.iter().enumerate() {
+        let Some((name, help)) = c.metric else {
+            continue;
+        };
+        exported += 1;
+        assert_eq!(
+            x.types.get(name).map(String::as_str),
+            Some("counter"),
+            "{name}"
+        );
+        assert_eq!(x.helps.get(name).map(String::as_str), Some(help), "{name}");
+        assert_eq!(x.get(name, &[]), Some(1000.0 + i as f64), "{name}");
+    }
+    assert!(exported >= 25, "{exported}");
 }

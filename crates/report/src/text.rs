@@ -8,6 +8,7 @@ use std::sync::Arc;
 use aggregate::{Aggregator, DECADE_LABELS, DIM_SHOW, Group, Stats, TopCounter};
 
 use crate::fmt::{bytes, count, duration, rfc3339, sanitize, shorten, thousands};
+use crate::health::{COUNTERS, Kind, Unit, counter, note_names};
 use crate::{CaptureHealth, ReportOptions, concurrency, ranked, rate, span_ns};
 
 const BAR_WIDTH: u64 = 64;
@@ -262,38 +263,24 @@ fn health_block(
             p.red("INCOMPLETE: some traffic was lost or not understood; the numbers undercount")
         )?;
     }
-    if h.sampled_one_in > 1 {
+    if h.sampled_one_in() > 1 {
         let line = format!(
             "#   ESTIMATES: 1 connection in {} was captured (--sample); every count is multiplied by {}",
-            h.sampled_one_in, h.sampled_one_in
+            h.sampled_one_in(),
+            h.sampled_one_in()
         );
         writeln!(out, "{}", p.yellow(&line))?;
     }
-    writeln!(
-        out,
-        "#   {} packets ({} bytes), {} TCP segments, {} connections, {} non-TCP",
-        thousands(h.packets),
-        bytes(h.bytes as f64),
-        thousands(h.tcp_segments),
-        thousands(h.connections),
-        thousands(h.non_tcp)
-    )?;
-    if h.server_pushes > 0 {
-        writeln!(
-            out,
-            "#   server pushes (Redis pub/sub messages, RESP3 pushes; not queries): {} ({} bytes)",
-            thousands(h.server_pushes),
-            bytes(h.server_push_bytes as f64)
-        )?;
-    }
-    if h.duplicates > 0 || h.out_of_order > 0 {
-        writeln!(
-            out,
-            "#   repaired: {} duplicate segments ({} bytes retransmitted), {} out of order",
-            thousands(h.duplicates),
-            bytes(h.retransmitted_bytes as f64),
-            thousands(h.out_of_order)
-        )?;
+    for c in COUNTERS {
+        let Some(note) = c.note else { continue };
+        let shown = match c.kind {
+            Kind::Count => true,
+            Kind::Info => note_names(note).any(|n| value(h, n) > 0),
+            Kind::Loss => false,
+        };
+        if shown {
+            writeln!(out, "#   {}", fill_note(note, h))?;
+        }
     }
     let w = problems.iter().map(|x| x.0.len()).max().unwrap_or(0);
     let n = problems
@@ -322,6 +309,33 @@ fn health_block(
         )?;
     }
     Ok(())
+}
+
+/// The value of the counter `name` (0 when absent or unknown).
+fn value(h: &CaptureHealth, name: &str) -> u64 {
+    counter(name).and_then(|c| c.get(h)).unwrap_or(0)
+}
+
+/// A ledger note with each `{name}` replaced by that counter's value.
+fn fill_note(note: &str, h: &CaptureHealth) -> String {
+    let mut out = String::with_capacity(note.len() + 16);
+    let mut rest = note;
+    while let Some((before, after)) = rest.split_once('{') {
+        out.push_str(before);
+        let Some((name, tail)) = after.split_once('}') else {
+            out.push('{');
+            rest = after;
+            continue;
+        };
+        let v = value(h, name);
+        match counter(name).map(|c| c.unit) {
+            Some(Unit::Bytes) => out.push_str(&bytes(v as f64)),
+            _ => out.push_str(&thousands(v)),
+        }
+        rest = tail;
+    }
+    out.push_str(rest);
+    out
 }
 
 fn profile(

@@ -6,7 +6,10 @@ use std::sync::Arc;
 
 use aggregate::{AggConfig, Aggregator, GroupKey};
 use proto::{DbError, Outcome, Protocol, QueryEvent};
-use report::{CaptureHealth, OrderBy, ReportOptions, events, json, text};
+use report::{
+    CaptureHealth, FrameHealth, OrderBy, ProtocolHealth, ReportOptions, TcpHealth, events, json,
+    text,
+};
 
 const T0: u64 = 1_704_067_200_000_000_000; // 2024-01-01T00:00:00Z
 
@@ -168,14 +171,20 @@ fn aggregate(max_groups: usize) -> Aggregator {
 fn complete_health() -> CaptureHealth {
     CaptureHealth {
         files: vec!["sysbench.pcap".into()],
-        packets: 1_650,
-        bytes: 412_345,
-        non_tcp: 4,
-        tcp_segments: 1_640,
-        connections: 3,
-        duplicates: 2,
-        retransmitted_bytes: 180,
-        out_of_order: 1,
+        frames: FrameHealth {
+            packets: 1_650,
+            bytes: 412_345,
+            non_tcp: 4,
+            ..FrameHealth::default()
+        },
+        tcp: TcpHealth {
+            tcp_segments: 1_640,
+            connections: 3,
+            duplicates: 2,
+            retransmitted_bytes: 180,
+            out_of_order: 1,
+            ..TcpHealth::default()
+        },
         first_ts_ns: Some(T0 - 5_000_000),
         last_ts_ns: Some(T0 + 20_000_000_000),
         ..CaptureHealth::default()
@@ -183,16 +192,18 @@ fn complete_health() -> CaptureHealth {
 }
 
 fn lossy_health() -> CaptureHealth {
-    CaptureHealth {
-        gaps: 3,
-        gap_bytes: 4_410,
+    let mut h = complete_health();
+    h.tcp.gaps = 3;
+    h.tcp.gap_bytes = 4_410;
+    h.protocol = ProtocolHealth {
         unparsed_bytes: 1_200,
         responses_without_request: 2,
         unanswered: 1,
         encrypted_connections: 1,
-        warnings: vec!["interface dropped 12 packets".into()],
-        ..complete_health()
-    }
+        ..ProtocolHealth::default()
+    };
+    h.warnings = vec!["interface dropped 12 packets".into()];
+    h
 }
 
 fn golden(name: &str, actual: &str) {
