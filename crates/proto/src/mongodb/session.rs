@@ -67,7 +67,8 @@ struct Dir {
     hdr_ts: u64,
     msg: Option<InMsg>,
     sync: Sync,
-    /// Lost: bytes that may start a message, with their timestamps.
+    /// Lost: the bytes from the first position not yet judged (fewer than [`PROBE_LEN`]: a
+    /// message may start there), with the timestamp of the packet that carried each.
     probe: Vec<(u8, u64)>,
     /// Messages framed in this direction so far.
     messages: u64,
@@ -480,6 +481,38 @@ impl Conn {
     }
 }
 
+/// Where a message may start in `b` (a direction that lost sync): `Ok` of the first position
+/// whose bytes [`plausible_start`] accepts, or `Err` of the first position it cannot judge
+/// before `b` ends (`b.len()` if none), every position before it rejected. Judges `b` in
+/// place: a look at the opcode rejects most positions before the whole verdict is asked.
+fn find_start(b: &[u8], client: bool) -> Result<usize, usize> {
+    let mut judged = 0;
+    for (p, w) in b.windows(HEADER_LEN).enumerate() {
+        judged = p + 1;
+        let opcode = match w.get(12..HEADER_LEN).map(<[u8; 4]>::try_from) {
+            Some(Ok(o)) => i32::from_le_bytes(o),
+            _ => continue,
+        };
+        // The first check of `plausible_start`: a message of the other side is never a start.
+        let side_ok = if client {
+            is_request_opcode(opcode)
+        } else {
+            is_reply_opcode(opcode)
+        };
+        if !side_ok {
+            continue;
+        }
+        let window = b.get(p..b.len().min(p + PROBE_LEN)).unwrap_or(&[]);
+        match plausible_start(window, client) {
+            Plausible::Yes => return Ok(p),
+            Plausible::NeedMore if window.len() < PROBE_LEN => return Err(p),
+            _ => {}
+        }
+    }
+    // The last positions hold less than a header: judged when more bytes come.
+    Err(judged.min(b.len()))
+}
+
 /// One MongoDB connection.
 #[derive(Debug)]
 pub struct MongoSession {
@@ -573,49 +606,81 @@ impl MongoSession {
     fn feed_dir(&mut self, d: usize, data: &[u8], ts: u64, sink: &mut dyn Sink) {
         let mut rest = data;
         while !rest.is_empty() && !self.stopped {
-            match self.dirs[d].sync {
-                Sync::Synced => {
-                    let n = self.frame(d, rest, ts, sink);
-                    rest = rest.get(n..).unwrap_or(&[]);
+            let n = match self.dirs[d].sync {
+                Sync::Synced => self.frame(d, rest, ts, sink),
+                Sync::Lost => self.search(d, rest, ts, sink),
+            };
+            rest = rest.get(n..).unwrap_or(&[]);
+        }
+    }
+
+    /// Lost: searches the probe and then `input` for a plausible message start, every byte
+    /// before it unparsed. Returns the bytes of `input` consumed: those before a start found in
+    /// `input` (the direction is then synced and the caller frames the rest), or all of them
+    /// (skipped, or kept in the probe when a message may start in their last bytes).
+    fn search(&mut self, d: usize, input: &[u8], ts: u64, sink: &mut dyn Sink) -> usize {
+        let client = d == CLIENT;
+        if !self.dirs[d].probe.is_empty() {
+            let mut probe = std::mem::take(&mut self.dirs[d].probe);
+            // The probe's positions, judged with the first bytes of `input` after them.
+            let mut buf = [0u8; 2 * PROBE_LEN];
+            let kept = probe.len().min(PROBE_LEN);
+            let extra = input.len().min(PROBE_LEN);
+            for (b, p) in buf.iter_mut().zip(&probe) {
+                *b = p.0;
+            }
+            let avail = kept + extra;
+            if let (Some(to), Some(from)) = (buf.get_mut(kept..avail), input.get(..extra)) {
+                to.copy_from_slice(from);
+            }
+            for p in 0..kept {
+                let window = buf.get(p..avail.min(p + PROBE_LEN)).unwrap_or(&[]);
+                match plausible_start(window, client) {
+                    Plausible::Yes => {
+                        sink.health().unparsed_bytes += p as u64;
+                        probe.drain(..p);
+                        self.dirs[d].sync = Sync::Synced;
+                        self.replay(d, &probe, sink);
+                        return 0;
+                    }
+                    // `input` ends inside the window: all of it joins the probe.
+                    Plausible::NeedMore if window.len() < PROBE_LEN => {
+                        sink.health().unparsed_bytes += p as u64;
+                        probe.drain(..p);
+                        probe.extend(input.iter().map(|b| (*b, ts)));
+                        self.dirs[d].probe = probe;
+                        return input.len();
+                    }
+                    _ => {}
                 }
-                Sync::Lost => {
-                    let (b, tail) = match rest.split_first() {
-                        Some((b, t)) => (*b, t),
-                        None => break,
-                    };
-                    rest = tail;
-                    self.dirs[d].probe.push((b, ts));
-                    self.eval_probe(d, sink);
-                }
+            }
+            sink.health().unparsed_bytes += kept as u64;
+            probe.clear();
+            self.dirs[d].probe = probe;
+        }
+        match find_start(input, client) {
+            Ok(p) => {
+                sink.health().unparsed_bytes += p as u64;
+                self.dirs[d].sync = Sync::Synced;
+                p
+            }
+            Err(p) => {
+                sink.health().unparsed_bytes += p as u64;
+                let tail = input.get(p..).unwrap_or(&[]);
+                self.dirs[d].probe.extend(tail.iter().map(|b| (*b, ts)));
+                input.len()
             }
         }
     }
 
-    /// Lost: judges the probe; on a plausible message start, feeds it to the framing.
-    fn eval_probe(&mut self, d: usize, sink: &mut dyn Sink) {
-        loop {
-            let mut buf = [0u8; PROBE_LEN];
-            let probe = &self.dirs[d].probe;
-            if probe.is_empty() {
-                return;
+    /// Synced again at the start of the probe's bytes: feeds them, each run of bytes with the
+    /// timestamp of the packet that carried it.
+    fn replay(&mut self, d: usize, probe: &[(u8, u64)], sink: &mut dyn Sink) {
+        let bytes: Vec<u8> = probe.iter().map(|p| p.0).collect();
+        for (run, ts) in crate::timestamp_runs(probe) {
+            if let Some(b) = bytes.get(run) {
+                self.feed_dir(d, b, ts, sink);
             }
-            for (b, p) in buf.iter_mut().zip(probe) {
-                *b = p.0;
-            }
-            let bytes = &buf[..probe.len().min(PROBE_LEN)];
-            match plausible_start(bytes, d == CLIENT) {
-                Plausible::NeedMore if probe.len() < PROBE_LEN => return,
-                Plausible::Yes => break,
-                _ => {
-                    self.dirs[d].probe.remove(0);
-                    sink.health().unparsed_bytes += 1;
-                }
-            }
-        }
-        let probe = std::mem::take(&mut self.dirs[d].probe);
-        self.dirs[d].sync = Sync::Synced;
-        for (b, ts) in probe {
-            self.feed_dir(d, &[b], ts, sink);
         }
     }
 

@@ -1028,6 +1028,97 @@ fn mid_stream_pickup() {
 }
 
 #[test]
+fn gap_in_the_middle_of_a_request_resyncs_at_the_next_one() {
+    let t = conv(vec![
+        (C, cmd(1, Doc::new().str("find", "a").str("$db", "d"))),
+        (S, cursor_reply(2, 1, 0, "d.a", true, 1)),
+        (
+            C,
+            cmd(
+                3,
+                Doc::new()
+                    .str("find", "b")
+                    .doc("filter", Doc::new().str("name", "someone").i32("age", 40))
+                    .str("$db", "d"),
+            ),
+        ),
+        (S, cursor_reply(4, 3, 0, "d.b", true, 2)),
+        (C, cmd(5, Doc::new().str("find", "c").str("$db", "d"))),
+        (S, cursor_reply(6, 5, 0, "d.c", true, 3)),
+        (C, cmd(7, Doc::new().str("find", "e").str("$db", "d"))),
+        (S, cursor_reply(8, 7, 0, "d.e", true, 4)),
+    ]);
+    // The hole takes the second half of the second request and the first 10 bytes of the
+    // third: the rest of the third is searched through, byte by byte, up to the fourth.
+    let (c1, c2, c3) = (t[0].1.len(), t[2].1.len(), t[4].1.len());
+    let from = (c1 + c2 / 2) as u64;
+    let len = (c2 - c2 / 2 + 10) as u64;
+    let sink = assert_chunking_invariant(|| session(true), &with_gap(&t, C, from, len));
+    let e = &sink.events;
+    assert_eq!(e.len(), 3, "{e:#?}");
+    assert_eq!((text(&e[0]), e[0].outcome), ("find d.a", Outcome::Ok));
+    assert_eq!((e[1].outcome, e[1].rows_sent), (Outcome::Incomplete, 2));
+    assert_eq!(
+        (text(&e[2]), e[2].outcome, e[2].rows_sent),
+        ("find d.e", Outcome::Ok, 4)
+    );
+    assert_eq!(sink.health.resyncs, 1);
+    // What was left of the third request, and the reply to it, which answers nothing known.
+    let s3 = t[5].1.len() as u64;
+    assert_eq!(sink.health.unparsed_bytes, (c3 - 10) as u64 + s3);
+    assert_eq!(sink.health.responses_without_request, 0);
+}
+
+#[test]
+fn lost_directions_skip_junk_and_near_misses_in_every_chunking() {
+    // MySQL bytes on the MongoDB port, then headers that pass the first checks but not the
+    // body's (OP_MSG flag bits no request sets; an OP_REPLY counting more documents than fit,
+    // judged only at the probe's full length), then real messages.
+    let mut junk = Vec::new();
+    for q in ["SELECT c FROM sbtest1 WHERE id=17", "COMMIT"] {
+        junk.extend(&((q.len() + 1) as u32).to_le_bytes()[..3]);
+        junk.extend([0, 0x03]);
+        junk.extend(q.as_bytes());
+    }
+    let near_msg = op_msg(9, 0, 0xFFFF_0000, &[Sec::Body(Doc::new().i32("x", 1))]);
+    let mut near_reply_body = vec![0u8; 20];
+    near_reply_body[16..].copy_from_slice(&1000i32.to_le_bytes());
+    let near_reply = legacy(10, 1, op::REPLY, &near_reply_body);
+    let ping = cmd(1, Doc::new().i32("ping", 1).str("$db", "admin"));
+    let find = cmd(3, Doc::new().str("find", "a").str("$db", "d"));
+    let mut c1 = junk.clone();
+    c1.extend(&near_msg);
+    c1.extend(&ping[..20]);
+    let mut s1 = near_reply.clone();
+    s1.extend(&junk);
+    s1.extend(ok(2, 1));
+    let t = conv(vec![
+        (C, c1),
+        (C, ping[20..].to_vec()),
+        (S, s1),
+        (C, find),
+        (S, cursor_reply(4, 3, 0, "d.a", true, 2)),
+    ]);
+    let sink = assert_chunking_invariant(|| session(false), &steps(&t));
+    let e = &sink.events;
+    assert_eq!(e.len(), 2, "{e:#?}");
+    assert_eq!((text(&e[0]), e[0].outcome), ("ping admin", Outcome::Ok));
+    assert_eq!(
+        e[0].start_ns, 1000,
+        "the request starts with its first byte"
+    );
+    assert_eq!(
+        (text(&e[1]), e[1].outcome, e[1].rows_sent),
+        ("find d.a", Outcome::Ok, 2)
+    );
+    let skipped = 2 * junk.len() + near_msg.len() + near_reply.len();
+    assert_eq!(sink.health.unparsed_bytes, skipped as u64);
+    assert_eq!(sink.health.malformed, 0);
+    // Picked up mid-stream: no sync was lost.
+    assert_eq!(sink.health.resyncs, 0);
+}
+
+#[test]
 fn stray_replies_and_unanswered_requests() {
     let t = conv(vec![
         (S, ok(2, 99)),

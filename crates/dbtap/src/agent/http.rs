@@ -1,0 +1,100 @@
+//! The snapshot served to `crates/metrics`: Prometheus exposition and the JSON digests of
+//! `/api/digest` (since start, or the last window), scaled when sampling.
+
+use std::sync::{Arc, Mutex};
+
+use aggregate::Aggregator;
+use anyhow::Result;
+use report::CaptureHealth;
+
+use super::merge::Snapshot;
+use super::setup::LiveSetup;
+use super::unix_ns;
+use crate::cli::CaptureArgs;
+
+/// The HTTP endpoint's view of the snapshot.
+struct HttpProvider {
+    snap: Arc<Mutex<Snapshot>>,
+    exporter: Mutex<metrics::prom::Exporter>,
+    setup: Arc<LiveSetup>,
+}
+
+/// Starts the endpoint when `--listen` asks for it.
+pub(super) fn serve(
+    c: &CaptureArgs,
+    snap: &Arc<Mutex<Snapshot>>,
+    setup: &Arc<LiveSetup>,
+) -> Result<Option<metrics::http::Server>> {
+    Ok(match c.listen {
+        Some(addr) => {
+            let provider = Arc::new(HttpProvider {
+                snap: Arc::clone(snap),
+                exporter: Mutex::new(metrics::prom::Exporter::new(c.metrics_top)),
+                setup: Arc::clone(setup),
+            });
+            Some(metrics::http::serve(addr, provider)?)
+        }
+        None => None,
+    })
+}
+
+impl HttpProvider {
+    fn json(&self, agg: &Aggregator, health: &CaptureHealth) -> Vec<u8> {
+        let mut out = Vec::new();
+        let sample = u64::from(self.setup.sample.max(1));
+        let res = if sample > 1 {
+            let mut scaled = agg.clone();
+            scaled.scale(sample);
+            report::json::render(&scaled, health, &self.setup.report_opts, &mut out)
+        } else {
+            report::json::render(agg, health, &self.setup.report_opts, &mut out)
+        };
+        if let Err(e) = res {
+            out = format!("{{\"error\":\"{e}\"}}\n").into_bytes();
+        }
+        out
+    }
+}
+
+impl metrics::http::Provider for HttpProvider {
+    fn metrics(&self) -> String {
+        let mut out = String::new();
+        let (agent_start, threads) = (
+            unix_ns(self.setup.started) as f64 / 1e9,
+            self.setup.threads as u32,
+        );
+        let agent = metrics::prom::AgentInfo::read_self(agent_start, threads);
+        if let (Ok(snap), Ok(mut exp)) = (self.snap.lock(), self.exporter.lock()) {
+            let kernel = metrics::prom::KernelStats {
+                packets: snap.kernel.packets,
+                drops: snap.kernel.drops,
+            };
+            exp.render(
+                &snap.total,
+                &snap.health,
+                kernel,
+                &agent,
+                self.setup.sample.max(1),
+                &mut out,
+            );
+        }
+        out
+    }
+
+    fn digest_json(&self, window: metrics::http::Window) -> Vec<u8> {
+        let Ok(snap) = self.snap.lock() else {
+            return b"{\"error\":\"snapshot unavailable\"}\n".to_vec();
+        };
+        match window {
+            metrics::http::Window::Total => self.json(&snap.total, &snap.health),
+            metrics::http::Window::Current => {
+                // The window's own span, so rates are per second of that window.
+                let mut h = snap.health.clone();
+                let secs = (snap.window_secs * 1e9) as u64;
+                h.first_ts_ns = Some(snap.window_end_ns.saturating_sub(secs));
+                h.last_ts_ns = Some(snap.window_end_ns);
+                self.json(&snap.window, &h)
+            }
+        }
+    }
+}

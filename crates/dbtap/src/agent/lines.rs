@@ -1,0 +1,307 @@
+//! The interval lines of `dbtap live` (one row per server and interval, the columns `--fields`
+//! chooses), the startup line that precedes them, and the final digest that ends them.
+
+use std::io::Write;
+use std::net::SocketAddr;
+
+use aggregate::Aggregator;
+use anyhow::Result;
+use report::CaptureHealth;
+
+use super::merge::Interval;
+use super::setup::Plan;
+use super::worker::{ServerWindow, other_server};
+use crate::cli::{CaptureArgs, DigestFormat, Field, LiveArgs};
+
+/// Column header and cell of an interval line field.
+fn field_header(f: Field, sampled: bool) -> &'static str {
+    match f {
+        Field::Time => "time",
+        Field::Server => "server",
+        Field::Count if sampled => "~count",
+        Field::Count => "count",
+        Field::Qps if sampled => "~qps",
+        Field::Qps => "qps",
+        Field::Avg => "avg_us",
+        Field::P50 => "p50_us",
+        Field::P95 => "p95_us",
+        Field::P99 => "p99_us",
+        Field::Max => "max_us",
+        Field::Errors if sampled => "~errors",
+        Field::Errors => "errors",
+        Field::PktsIn if sampled => "~pkts_in/s",
+        Field::PktsIn => "pkts_in/s",
+        Field::PktsOut if sampled => "~pkts_out/s",
+        Field::PktsOut => "pkts_out/s",
+        Field::MbpsIn if sampled => "~Mbit_in/s",
+        Field::MbpsIn => "Mbit_in/s",
+        Field::MbpsOut if sampled => "~Mbit_out/s",
+        Field::MbpsOut => "Mbit_out/s",
+        Field::Drops => "drops",
+        Field::Conns => "conns",
+    }
+}
+
+fn field_width(f: Field) -> usize {
+    match f {
+        Field::Time => 8,
+        Field::Server => 21,
+        _ => 10,
+    }
+}
+
+struct LineCtx<'a> {
+    time: &'a str,
+    secs: f64,
+    sample: u64,
+    drops: u64,
+    conns: usize,
+    /// No server has been seen yet: the one line shows "-" as its server.
+    no_servers: bool,
+}
+
+fn field_cell(f: Field, server: &SocketAddr, w: &ServerWindow, c: &LineCtx<'_>) -> String {
+    let us = |v: Option<u64>| v.map_or("-".to_string(), |ns| format!("{}", ns / 1000));
+    let [p50, p95, p99] = w.latency.quantiles_ns([0.5, 0.95, 0.99]);
+    // Counts of the sampled connections, scaled to the estimate for all of them.
+    let per_s = |v: u64| (v * c.sample) as f64 / c.secs.max(1e-9);
+    match f {
+        Field::Time => c.time.to_string(),
+        Field::Server if c.no_servers => "-".to_string(),
+        Field::Server if *server == other_server() => "other".to_string(),
+        Field::Server => server.to_string(),
+        Field::Count => (w.count * c.sample).to_string(),
+        Field::Qps => format!("{:.1}", per_s(w.count)),
+        Field::Avg => us(w.latency.mean_ns().map(|m| m as u64)),
+        Field::P50 => us(p50),
+        Field::P95 => us(p95),
+        Field::P99 => us(p99),
+        Field::Max => us(w.latency.max_ns()),
+        Field::Errors => (w.errors * c.sample).to_string(),
+        Field::PktsIn => format!("{:.0}", per_s(w.pkts_in)),
+        Field::PktsOut => format!("{:.0}", per_s(w.pkts_out)),
+        Field::MbpsIn => format!("{:.2}", per_s(w.bytes_in) * 8.0 / 1e6),
+        Field::MbpsOut => format!("{:.2}", per_s(w.bytes_out) * 8.0 / 1e6),
+        Field::Drops => c.drops.to_string(),
+        Field::Conns => c.conns.to_string(),
+    }
+}
+
+fn write_row(out: &mut impl Write, cells: &[(String, usize)]) -> std::io::Result<()> {
+    let mut line = String::new();
+    for (i, (c, w)) in cells.iter().enumerate() {
+        if i > 0 {
+            line.push_str("  ");
+        }
+        if i == 0 {
+            line.push_str(&format!("{c:<w$}"));
+        } else {
+            line.push_str(&format!("{c:>w$}"));
+        }
+    }
+    writeln!(out, "{}", line.trim_end())
+}
+
+/// `HH:MM:SS` in `tz` (the system's time zone for the lines) of a time in ns since the epoch.
+fn clock(ns: u64, tz: &jiff::tz::TimeZone) -> String {
+    match jiff::Timestamp::from_nanosecond(i128::from(ns)) {
+        Ok(t) => t.to_zoned(tz.clone()).strftime("%H:%M:%S").to_string(),
+        Err(_) => "--:--:--".to_string(),
+    }
+}
+
+/// How the startup line names the zone of the interval lines' times: `CET, UTC+01:00`.
+fn zone_label(tz: &jiff::tz::TimeZone) -> String {
+    let now = jiff::Timestamp::now().to_zoned(tz.clone());
+    now.strftime("%Z, UTC%:z").to_string()
+}
+
+/// The line on stderr that says what is captured, how, and where the metrics are.
+pub(super) fn startup(
+    c: &CaptureArgs,
+    plan: &Plan,
+    server: Option<&metrics::http::Server>,
+    tz: &jiff::tz::TimeZone,
+) {
+    let matcher = &plan.matcher;
+    let threads = plan.threads();
+    let mut what: Vec<String> = matcher.ports.iter().map(|p| format!("port {p}")).collect();
+    what.extend(matcher.addrs.iter().map(|a| a.to_string()));
+    eprintln!(
+        "dbtap: capturing on {} ({}{}{}), {} thread{}{}; times are local ({}); Ctrl-C to stop",
+        c.interface,
+        what.join(", "),
+        c.filter
+            .as_ref()
+            .map(|f| format!(", filter '{f}'"))
+            .unwrap_or_default(),
+        if c.sample > 1 {
+            format!(", 1 connection in {} (counts are estimates)", c.sample)
+        } else {
+            String::new()
+        },
+        threads,
+        if threads == 1 { "" } else { "s" },
+        server
+            .map(|s| format!(", metrics on http://{}/metrics", s.local_addr()))
+            .unwrap_or_default(),
+        zone_label(tz),
+    );
+}
+
+/// The interval lines' state across intervals: the header is printed once, and every server
+/// seen keeps its line.
+pub(super) struct Lines {
+    /// The interval lines print local times (TZ, else /etc/localtime; UTC if neither is known).
+    tz: jiff::tz::TimeZone,
+    sample: u64,
+    known_servers: Vec<SocketAddr>,
+    printed_header: bool,
+}
+
+impl Lines {
+    pub(super) fn new(tz: jiff::tz::TimeZone, sample: u64) -> Lines {
+        Lines {
+            tz,
+            sample,
+            known_servers: Vec::new(),
+            printed_header: false,
+        }
+    }
+
+    /// One line per server known so far (or one line, when none is), then a flush. `drops`:
+    /// the kernel's drops during the interval.
+    pub(super) fn print(
+        &mut self,
+        out: &mut impl Write,
+        args: &LiveArgs,
+        iv: &Interval,
+        drops: u64,
+        secs: f64,
+        end_ns: u64,
+    ) -> std::io::Result<()> {
+        let sample = self.sample;
+        let sampled = sample > 1;
+        if !self.printed_header {
+            self.printed_header = true;
+            if sampled {
+                writeln!(
+                    out,
+                    "# 1 connection in {sample} is captured: ~ columns are estimates (x{sample})"
+                )?;
+            }
+            let cells: Vec<(String, usize)> = args
+                .fields
+                .iter()
+                .map(|f| (field_header(*f, sampled).to_string(), field_width(*f)))
+                .collect();
+            write_row(out, &cells)?;
+        }
+        for s in iv.servers.keys() {
+            if !self.known_servers.contains(s) {
+                self.known_servers.push(*s);
+            }
+        }
+        self.known_servers.sort();
+        let time = clock(end_ns, &self.tz);
+        let ctx = LineCtx {
+            time: &time,
+            secs,
+            sample,
+            drops,
+            conns: iv.open_connections,
+            no_servers: self.known_servers.is_empty(),
+        };
+        let empty = ServerWindow::default();
+        let rows: Vec<SocketAddr> = if self.known_servers.is_empty() {
+            vec![other_server()]
+        } else {
+            self.known_servers.clone()
+        };
+        for s in &rows {
+            let w = iv.servers.get(s).unwrap_or(&empty);
+            let cells: Vec<(String, usize)> = args
+                .fields
+                .iter()
+                .map(|f| (field_cell(*f, s, w, &ctx), field_width(*f)))
+                .collect();
+            write_row(out, &cells)?;
+        }
+        out.flush()
+    }
+}
+
+/// The warnings and the digest of the whole run (counts scaled by `sample`) that end
+/// `dbtap live`.
+pub(super) fn final_digest(
+    args: &LiveArgs,
+    mut total: Aggregator,
+    health: &CaptureHealth,
+    quiet_lines: bool,
+    sample: u64,
+) -> Result<()> {
+    for w in &health.warnings {
+        eprintln!("dbtap: warning: {w}");
+    }
+    total.scale(sample);
+    let opts = args.report.options();
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    match args.report.format {
+        DigestFormat::Text => {
+            if !quiet_lines {
+                writeln!(out)?;
+            }
+            report::text::render(&total, health, &opts, &mut out)?
+        }
+        DigestFormat::Json => report::json::render(&total, health, &opts, &mut out)?,
+    }
+    out.flush()?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sampled_lines_scale_counts_and_say_so() {
+        let mut w = ServerWindow {
+            count: 7,
+            errors: 1,
+            pkts_in: 20,
+            ..ServerWindow::default()
+        };
+        for us in [100u64, 200, 300] {
+            w.latency.record(us * 1000);
+        }
+        let ctx = LineCtx {
+            time: "12:00:00",
+            secs: 2.0,
+            sample: 4,
+            drops: 0,
+            conns: 3,
+            no_servers: false,
+        };
+        let srv: SocketAddr = "127.0.0.1:3306".parse().expect("addr");
+        assert_eq!(field_cell(Field::Count, &srv, &w, &ctx), "28");
+        assert_eq!(field_cell(Field::Errors, &srv, &w, &ctx), "4");
+        assert_eq!(field_cell(Field::Qps, &srv, &w, &ctx), "14.0");
+        // Latencies are the sample's own, in µs; rates are per second, scaled.
+        assert_eq!(field_cell(Field::P50, &srv, &w, &ctx), "200");
+        assert_eq!(field_cell(Field::Max, &srv, &w, &ctx), "300");
+        assert_eq!(field_cell(Field::PktsIn, &srv, &w, &ctx), "40");
+        assert_eq!(field_header(Field::PktsIn, true), "~pkts_in/s");
+        assert_eq!(field_header(Field::Count, true), "~count");
+        assert_eq!(field_header(Field::Count, false), "count");
+        let utc = jiff::tz::TimeZone::UTC;
+        assert_eq!(clock(3_600_000_000_000 + 61_000_000_000, &utc), "01:01:01");
+        let plus_2 = jiff::tz::TimeZone::fixed(jiff::tz::offset(2));
+        assert_eq!(
+            clock(3_600_000_000_000 + 61_000_000_000, &plus_2),
+            "03:01:01"
+        );
+        assert_eq!(zone_label(&plus_2), "+02, UTC+02:00");
+        assert_eq!(zone_label(&utc), "UTC, UTC+00:00");
+    }
+}

@@ -1,0 +1,366 @@
+//! The capture workers: one thread per ring, each running ring → engine → window aggregator
+//! with nothing shared on the packet path, and handing its window over every interval.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{Receiver, Sender};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime};
+
+use aggregate::{AggConfig, Aggregator, Latency};
+use anyhow::{Context, Result};
+use proto::{Outcome, QueryEvent};
+use report::CaptureHealth;
+
+use super::setup::{Plan, write_limits};
+use super::{Control, unix_ns};
+use crate::cli::CaptureArgs;
+use crate::fp::Fingerprinter;
+use crate::pipeline::{Consumer, Engine};
+use crate::rotate::{Rotator, SharedFiles};
+
+/// Link type of the frames the ring hands over: they start at the IP header.
+const LINKTYPE_RAW: u32 = 101;
+/// Most servers with their own interval line; the rest are summed under `other`.
+const MAX_SERVERS: usize = 256;
+/// How long a worker waits in the kernel for packets before it looks at the clock and the
+/// epoch again.
+const POLL: Duration = Duration::from_millis(50);
+
+/// Per-server counters of one interval.
+#[derive(Default, Clone)]
+pub(super) struct ServerWindow {
+    pub(super) count: u64,
+    pub(super) errors: u64,
+    pub(super) latency: Latency,
+    pub(super) pkts_in: u64,
+    pub(super) pkts_out: u64,
+    pub(super) bytes_in: u64,
+    pub(super) bytes_out: u64,
+}
+
+impl ServerWindow {
+    pub(super) fn merge(&mut self, o: &ServerWindow) {
+        self.count += o.count;
+        self.errors += o.errors;
+        self.latency.merge(&o.latency);
+        self.pkts_in += o.pkts_in;
+        self.pkts_out += o.pkts_out;
+        self.bytes_in += o.bytes_in;
+        self.bytes_out += o.bytes_out;
+    }
+}
+
+/// The address interval lines sum servers under once [`MAX_SERVERS`] are tracked.
+pub(super) fn other_server() -> SocketAddr {
+    SocketAddr::from(([0, 0, 0, 0], 0))
+}
+
+/// Which endpoints are servers: by port, or by exact address.
+#[derive(Clone)]
+pub(super) struct ServerMatch {
+    pub(super) ports: Vec<u16>,
+    pub(super) addrs: Vec<SocketAddr>,
+}
+
+impl ServerMatch {
+    fn is_server(&self, a: &SocketAddr) -> bool {
+        self.ports.contains(&a.port()) || self.addrs.contains(a)
+    }
+}
+
+/// A capture worker's consumer: fingerprints and aggregates into the current window.
+pub(super) struct LiveConsumer {
+    fp: Fingerprinter,
+    agg_cfg: AggConfig,
+    window: Aggregator,
+    servers: HashMap<SocketAddr, ServerWindow>,
+    matcher: ServerMatch,
+}
+
+impl LiveConsumer {
+    fn server(&mut self, a: SocketAddr) -> &mut ServerWindow {
+        let key = if self.servers.len() >= MAX_SERVERS && !self.servers.contains_key(&a) {
+            other_server()
+        } else {
+            a
+        };
+        self.servers.entry(key).or_default()
+    }
+
+    fn take_window(&mut self) -> (Aggregator, HashMap<SocketAddr, ServerWindow>) {
+        (
+            std::mem::replace(&mut self.window, Aggregator::new(self.agg_cfg.clone())),
+            std::mem::take(&mut self.servers),
+        )
+    }
+}
+
+impl Consumer for LiveConsumer {
+    fn event(&mut self, ev: QueryEvent) {
+        let s = self.server(ev.server);
+        s.count += 1;
+        if ev.outcome == Outcome::Error || ev.error.is_some() {
+            s.errors += 1;
+        }
+        if let Some(l) = ev.latency_ns() {
+            s.latency.record(l);
+        }
+        self.fp.add_to(&mut self.window, &ev);
+    }
+
+    fn segment(&mut self, src: SocketAddr, dst: SocketAddr, frame_len: usize) {
+        if self.matcher.is_server(&dst) {
+            let s = self.server(dst);
+            s.pkts_in += 1;
+            s.bytes_in += frame_len as u64;
+        } else if self.matcher.is_server(&src) {
+            let s = self.server(src);
+            s.pkts_out += 1;
+            s.bytes_out += frame_len as u64;
+        }
+    }
+}
+
+/// What a worker hands over at the end of an interval (and a last time when it stops).
+pub(super) struct WorkerReport {
+    pub(super) worker: usize,
+    pub(super) window: Aggregator,
+    pub(super) servers: HashMap<SocketAddr, ServerWindow>,
+    /// Cumulative since start.
+    pub(super) health: CaptureHealth,
+    /// Cumulative since start.
+    pub(super) ring: live::RingStats,
+    pub(super) open_connections: usize,
+    pub(super) error: Option<String>,
+    pub(super) last: bool,
+}
+
+/// Starts one capture thread per ring; their reports arrive on the returned channel, which
+/// disconnects when every worker is gone.
+pub(super) fn spawn(
+    c: &CaptureArgs,
+    plan: &Plan,
+    rings: Vec<live::Ring>,
+    ctl: &Arc<Control>,
+) -> Result<(Vec<JoinHandle<()>>, Receiver<WorkerReport>)> {
+    let (tx, rx) = std::sync::mpsc::channel::<WorkerReport>();
+    let mut handles = Vec::new();
+    let start_s = unix_ns(plan.started) / 1_000_000_000;
+    let pcap_files = SharedFiles::default();
+    for (i, ring) in rings.into_iter().enumerate() {
+        let consumer = LiveConsumer {
+            fp: Fingerprinter::from_args(&c.grouping),
+            agg_cfg: plan.agg_cfg.clone(),
+            window: Aggregator::new(plan.agg_cfg.clone()),
+            servers: HashMap::new(),
+            matcher: plan.matcher.clone(),
+        };
+        // Sessions are not Send: each worker builds its engine on its own thread.
+        let (settings, flow_cfg) = (plan.settings.clone(), plan.flow_cfg.clone());
+        let writer = match &c.write {
+            Some(dir) => Some(Rotator::new(
+                dir,
+                i,
+                start_s,
+                write_limits(c),
+                Arc::clone(&pcap_files),
+            )?),
+            None => None,
+        };
+        let (ctl, tx) = (Arc::clone(ctl), tx.clone());
+        let name = c.interface.clone();
+        handles.push(
+            std::thread::Builder::new()
+                .name(format!("dbtap-capture-{i}"))
+                .spawn(move || {
+                    let engine = Engine::new(&settings, flow_cfg, consumer);
+                    worker(i, ring, engine, writer, ctl, tx, name)
+                })
+                .context("starting a capture thread")?,
+        );
+    }
+    drop(tx);
+    Ok((handles, rx))
+}
+
+/// The `--write` file set of a worker, which stops writing (and says why, once) at the first
+/// error rather than failing the capture.
+struct Writer {
+    rotator: Option<Rotator>,
+    error: Option<String>,
+}
+
+impl Writer {
+    fn write(&mut self, p: &live::Packet<'_>) {
+        if let Some(w) = &mut self.rotator
+            && let Err(e) = w.write(p.ts_ns, p.data, p.wire_len)
+        {
+            self.error = Some(format!("--write stopped: {e}"));
+            self.rotator = None;
+        }
+    }
+
+    /// Flushes the current file (so a reader sees the interval's packets) and adds the reason
+    /// writing stopped, if it did, to the health.
+    fn annotate(&mut self, mut health: CaptureHealth) -> CaptureHealth {
+        if let Some(w) = &mut self.rotator {
+            let _ = w.flush();
+        }
+        if let Some(e) = &self.error {
+            health.warnings.push(e.clone());
+        }
+        health
+    }
+}
+
+/// One packet off the ring: into the pcap files (if any), then into the pipeline.
+fn take_packet(
+    p: &live::Packet<'_>,
+    engine: &mut Engine<LiveConsumer>,
+    w: &mut Writer,
+    name: &str,
+) {
+    w.write(p);
+    engine.frame(LINKTYPE_RAW, p.data, p.ts_ns, name);
+}
+
+/// One capture worker: ring → engine → window, until stopped.
+fn worker(
+    idx: usize,
+    mut ring: live::Ring,
+    mut engine: Engine<LiveConsumer>,
+    rotator: Option<Rotator>,
+    ctl: Arc<Control>,
+    tx: Sender<WorkerReport>,
+    name: String,
+) {
+    let mut seen_epoch = ctl.epoch.load(Ordering::Acquire);
+    let mut idle_since = Instant::now();
+    let mut writer = Writer {
+        rotator,
+        error: None,
+    };
+    let error = loop {
+        let stop = ctl.stop.load(Ordering::Acquire);
+        let polled = ring.poll(POLL, |p| take_packet(p, &mut engine, &mut writer, &name));
+        let error = match polled {
+            Ok(0) => {
+                // No traffic: close connections idle for too long by the wall clock.
+                if idle_since.elapsed() > Duration::from_secs(1) {
+                    engine.expire(unix_ns(SystemTime::now()));
+                    idle_since = Instant::now();
+                }
+                None
+            }
+            Ok(_) => {
+                idle_since = Instant::now();
+                None
+            }
+            Err(e) => Some(e.to_string()),
+        };
+        if stop || error.is_some() {
+            break error;
+        }
+        let epoch = ctl.epoch.load(Ordering::Acquire);
+        if epoch == seen_epoch {
+            continue;
+        }
+        seen_epoch = epoch;
+        let (window, servers) = engine.consumer_mut().take_window();
+        let health = engine.health(vec![name.clone()], 0);
+        let report = WorkerReport {
+            worker: idx,
+            window,
+            servers,
+            health: writer.annotate(health),
+            ring: ring.stats().unwrap_or_default(),
+            open_connections: engine.open_connections(),
+            error: None,
+            last: false,
+        };
+        if tx.send(report).is_err() {
+            return;
+        }
+    };
+    // Drain what the kernel still holds, then close every connection: their events join the
+    // last window.
+    let ring_stats = ring.stats().unwrap_or_default();
+    let _ = ring.poll(Duration::ZERO, |p| {
+        take_packet(p, &mut engine, &mut writer, &name)
+    });
+    let (mut consumer, health) = engine.finish(vec![name.clone()], 0);
+    let (window, servers) = consumer.take_window();
+    let health = writer.annotate(health);
+    if let Some(w) = writer.rotator.take() {
+        let _ = w.close();
+    }
+    let _ = tx.send(WorkerReport {
+        worker: idx,
+        window,
+        servers,
+        health,
+        ring: ring_stats,
+        open_connections: 0,
+        error,
+        last: true,
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn consumer() -> LiveConsumer {
+        LiveConsumer {
+            fp: Fingerprinter::new(crate::cli::FingerprintMode::Dbtap, false, false),
+            agg_cfg: AggConfig::default(),
+            window: Aggregator::new(AggConfig::default()),
+            servers: HashMap::new(),
+            matcher: ServerMatch {
+                ports: vec![3306],
+                addrs: vec!["10.0.0.9:7000".parse().expect("addr")],
+            },
+        }
+    }
+
+    #[test]
+    fn segments_count_per_server_and_direction() {
+        let mut c = consumer();
+        let (cli, srv) = (
+            "10.0.0.1:50000".parse().expect("addr"),
+            "10.0.0.2:3306".parse().expect("addr"),
+        );
+        let other_srv: SocketAddr = "10.0.0.9:7000".parse().expect("addr");
+        c.segment(cli, srv, 100);
+        c.segment(cli, srv, 60);
+        c.segment(srv, cli, 1500);
+        c.segment(cli, other_srv, 70);
+        // Neither end a server: not counted anywhere.
+        c.segment(cli, "10.0.0.3:80".parse().expect("addr"), 999);
+        let (_, servers) = c.take_window();
+        let s = &servers[&srv];
+        assert_eq!(
+            (s.pkts_in, s.bytes_in, s.pkts_out, s.bytes_out),
+            (2, 160, 1, 1500)
+        );
+        assert_eq!(servers[&other_srv].bytes_in, 70);
+        assert_eq!(servers.len(), 2);
+        // The window was handed over: the consumer starts empty.
+        assert!(c.servers.is_empty());
+    }
+
+    #[test]
+    fn servers_beyond_the_bound_are_summed_as_other() {
+        let mut c = consumer();
+        let cli: SocketAddr = "10.0.0.1:50000".parse().expect("addr");
+        for i in 0..(MAX_SERVERS as u32 + 10) {
+            let srv = SocketAddr::from((std::net::Ipv4Addr::from(0x0a01_0000 + i), 3306));
+            c.segment(cli, srv, 1);
+        }
+        assert_eq!(c.servers.len(), MAX_SERVERS + 1);
+        assert_eq!(c.servers[&other_server()].pkts_in, 10);
+    }
+}
