@@ -166,7 +166,8 @@ def protocols(digest: dict) -> set[str]:
     return {g["protocol"] for g in digest["queries"]}
 
 
-LOSS_KEYS = ("truncated_packets", "ip_fragments", "malformed_packets", "gaps", "gap_bytes",
+LOSS_KEYS = ("truncated_packets", "ip_datagrams_incomplete", "malformed_packets", "read_errors",
+             "gaps", "gap_bytes", "unrecognized_midstream",
              "not_tracked_segments", "responses_without_request", "unparsed_bytes",
              "encrypted_connections", "malformed_messages", "inflight_overflow", "unanswered",
              "resyncs")

@@ -88,6 +88,9 @@ struct Conns<C> {
     session_cfg: SessionConfig,
     /// Connections sniffed and found to speak no protocol we know.
     unknown_protocol: u64,
+    /// Connections picked up mid-stream that showed no recognizable request in
+    /// [`SNIFF_TRIES`] deliveries: possibly database traffic, so a loss.
+    unknown_midstream: u64,
 }
 
 /// What the sessions count ([`Health`]), plus what the pipeline counts about their events and
@@ -232,7 +235,11 @@ impl<C: Consumer> flow::Handler for Conns<C> {
                     return true;
                 }
                 None => {
-                    self.unknown_protocol += 1;
+                    if opening {
+                        self.unknown_protocol += 1;
+                    } else {
+                        self.unknown_midstream += 1;
+                    }
                     self.conns.remove(&id);
                     return false;
                 }
@@ -303,6 +310,7 @@ impl<C: Consumer> Engine<C> {
                 ports: settings.ports.clone(),
                 session_cfg: settings.session.clone(),
                 unknown_protocol: 0,
+                unknown_midstream: 0,
             },
             defrag: Defragmenter::new(),
             counts: FrameCounts::default(),
@@ -385,6 +393,13 @@ impl<C: Consumer> Engine<C> {
                 self.conns.unknown_protocol
             ));
         }
+        if self.conns.unknown_midstream > 0 {
+            warnings.push(format!(
+                "{} connection(s) picked up mid-stream on the given ports or servers showed no \
+                 request dbtap recognizes in {SNIFF_TRIES} deliveries; they were not read",
+                self.conns.unknown_midstream
+            ));
+        }
         let counts = &self.counts;
         let defrag = self.defrag.stats();
         let fs = self.table.stats();
@@ -424,6 +439,7 @@ impl<C: Consumer> Engine<C> {
                 unparsed_bytes: h.unparsed_bytes,
                 encrypted_connections: h.encrypted_connections,
                 unrecognized_connections: self.conns.unknown_protocol,
+                unrecognized_midstream: self.conns.unknown_midstream,
                 malformed_messages: h.malformed,
                 inflight_overflow: h.inflight_overflow,
                 unanswered: 0,

@@ -408,3 +408,61 @@ fn packets_after_a_cancel_request_are_not_a_loss() {
     assert!(num(&j, "segments_after_stop") > 0, "{j}");
     assert_eq!(field(&j, "complete"), "true", "{j}");
 }
+
+/// `digest --port 8080` JSON of `file`.
+fn digest_port(file: &Path, port: &str) -> String {
+    let out = dbtap(
+        &["digest", "--format", "json", "--quiet", "--port", port],
+        file,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn unrecognized_opened_connections_are_not_a_loss_unrecognized_midstream_ones_are() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    const SYN: u8 = 0x02;
+    const SYN_ACK: u8 = 0x12;
+    // An HTTP connection whose start was captured, on a port given for sniffing: its first
+    // bytes say it is no database protocol. Not database traffic, nothing lost.
+    let (mut c, mut s) = Side::pair(40000, 8080);
+    let mut recs = vec![
+        (1_000_000, c.send(SYN, b"")),
+        (1_000_010, s.send(SYN_ACK, b"")),
+    ];
+    c.seq = c.seq.wrapping_add(1);
+    s.seq = s.seq.wrapping_add(1);
+    recs.push((
+        1_000_020,
+        c.send(PSH_ACK, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"),
+    ));
+    recs.push((1_000_030, s.send(PSH_ACK, b"HTTP/1.1 200 OK\r\n\r\n")));
+    let f = write(dir.path(), "http.pcap", &pcap(&recs));
+    let j = digest_port(&f, "8080");
+    assert_eq!(num(&j, "unrecognized_connections"), 1, "{j}");
+    assert_eq!(num(&j, "unrecognized_midstream"), 0, "{j}");
+    assert_eq!(field(&j, "complete"), "true", "{j}");
+
+    // A connection picked up mid-stream on that port that never shows a request dbtap
+    // recognizes: it may be database traffic dbtap could not read, so the report is incomplete.
+    let (mut c, mut s) = Side::pair(40001, 8080);
+    let mut recs = Vec::new();
+    for i in 0..70u64 {
+        recs.push((
+            2_000_000 + i * 100,
+            c.send(PSH_ACK, b"\x01\x02garbage, not a request"),
+        ));
+        recs.push((2_000_050 + i * 100, s.send(PSH_ACK, b"\x03\x04nor a reply")));
+    }
+    let f = write(dir.path(), "midstream.pcap", &pcap(&recs));
+    let j = digest_port(&f, "8080");
+    assert_eq!(num(&j, "unrecognized_midstream"), 1, "{j}");
+    assert_eq!(num(&j, "unrecognized_connections"), 0, "{j}");
+    assert_eq!(field(&j, "complete"), "false", "{j}");
+    assert!(j.contains("picked up mid-stream"), "{j}");
+}

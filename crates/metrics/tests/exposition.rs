@@ -470,6 +470,7 @@ fn every_family_present_with_expected_values() {
         ("dbtap_tcp_empty_segments_not_tracked_total", "counter"),
         ("dbtap_tcp_segments_after_stop_total", "counter"),
         ("dbtap_unrecognized_connections_total", "counter"),
+        ("dbtap_unrecognized_midstream_total", "counter"),
         ("dbtap_inflight_overflow_total", "counter"),
         ("dbtap_unanswered_total", "counter"),
         ("dbtap_resyncs_total", "counter"),
