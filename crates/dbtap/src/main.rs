@@ -1,5 +1,7 @@
 //! dbtap: database traffic digests from the wire. Thin glue: command line, pipeline, output.
 
+#![forbid(unsafe_code)]
+
 mod agent;
 mod cli;
 mod fp;

@@ -75,6 +75,8 @@
 //! [`query_id`] is pt-query-digest's `make_checksum`: the uppercase MD5 hex of the fingerprint
 //! (32 digits; reports print it as `0x` + these digits). [`hash64`] is a fast in-process group key.
 
+#![forbid(unsafe_code)]
+
 mod lex;
 pub mod mongodb;
 pub mod mysql;

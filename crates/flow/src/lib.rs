@@ -37,6 +37,8 @@
 //! The handler sees, per connection: one `open`, then `data`/`gap` events whose lengths add up to
 //! the stream as sent, then exactly one `close` (only for connections whose `open` returned true).
 
+#![forbid(unsafe_code)]
+
 use std::net::SocketAddr;
 
 mod key;

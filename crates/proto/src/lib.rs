@@ -6,6 +6,8 @@
 //! Untrusted bytes never make it panic: a malformed message is counted in [`Health`] and the
 //! session resynchronizes.
 
+#![forbid(unsafe_code)]
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 
