@@ -504,6 +504,18 @@ impl Conn {
             p.core.error = Some(message::db_error(head));
         }
         p.core.rows_sent = message::rows(v);
+        self.tx_reply(&mut p, v, ok, sink);
+        let special = std::mem::take(&mut p.special);
+        self.emit(p, if is_err { Outcome::Error } else { Outcome::Ok }, sink);
+        if !ok {
+            return act;
+        }
+        act.stop = self.took_effect(special, v);
+        act
+    }
+
+    /// A reply to a command that ends a transaction: the queued commands are emitted.
+    fn tx_reply(&mut self, p: &mut Pending, v: &Value, ok: bool, sink: &mut dyn Sink) {
         match &p.special {
             Special::Exec => {
                 p.core.bytes_out = p.core.bytes_out.saturating_sub(p.routed);
@@ -533,11 +545,11 @@ impl Conn {
             Special::Multi if ok => self.end_tx(None, sink),
             _ => {}
         }
-        let special = std::mem::take(&mut p.special);
-        self.emit(p, if is_err { Outcome::Error } else { Outcome::Ok }, sink);
-        if !ok {
-            return act;
-        }
+    }
+
+    /// A command that changes the connection succeeded (`v` is its reply). Returns whether
+    /// the session stops following the connection (`MONITOR`).
+    fn took_effect(&mut self, special: Special, v: &Value) -> bool {
         match special {
             Special::Reset => {
                 self.resp3 = false;
@@ -556,10 +568,10 @@ impl Conn {
             }
             Special::Auth { user } => self.user = Some(user),
             Special::Select { db } => self.database = Some(db),
-            Special::Monitor => act.stop = true,
+            Special::Monitor => return true,
             _ => {}
         }
-        act
+        false
     }
 
     /// The transaction ended: the queued commands not yet emitted are emitted with `err`
