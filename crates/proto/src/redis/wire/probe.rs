@@ -3,6 +3,9 @@
 
 use super::MAX_ARGS;
 
+/// The kit's checked reader (RESP has no multi-byte binary integers).
+type Cursor<'a> = crate::kit::Cursor<'a>;
+
 /// What [`probe_command`] concludes about bytes at a possible command boundary.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Probe {
@@ -30,76 +33,75 @@ pub fn plausible_name(name: &[u8]) -> bool {
 /// command name as its first argument. Used to resynchronize on the client side.
 pub fn probe_command(b: &[u8]) -> Probe {
     // `*` count CRLF `$` len CRLF name CRLF.
-    let mut i = 0usize;
-    let at = |i: usize| b.get(i).copied();
-    let number = |i: &mut usize, max_digits: usize| -> Result<u64, Probe> {
-        let start = *i;
-        let mut v = 0u64;
-        loop {
-            match at(*i) {
-                None => return Err(Probe::NeedMore),
-                Some(d @ b'0'..=b'9') if *i - start < max_digits => {
-                    v = v * 10 + u64::from(d - b'0');
-                    *i += 1;
-                }
-                Some(b'\r') if *i > start => {
-                    return match at(*i + 1) {
-                        None => Err(Probe::NeedMore),
-                        Some(b'\n') => {
-                            *i += 2;
-                            Ok(v)
-                        }
-                        Some(_) => Err(Probe::NoMatch),
-                    };
-                }
-                Some(_) => return Err(Probe::NoMatch),
-            }
-        }
-    };
-    match at(i) {
-        None => return Probe::NeedMore,
-        Some(b'*') => i += 1,
-        Some(_) => return Probe::NoMatch,
+    match command_head(&mut Cursor::new(b)) {
+        Ok(()) => Probe::Match,
+        Err(p) => p,
     }
-    match number(&mut i, 10) {
-        Ok(n) if (1..=MAX_ARGS).contains(&n) => {}
-        Ok(_) => return Probe::NoMatch,
-        Err(p) => return p,
+}
+
+/// Reads `*<n>\r\n$<len>\r\n<name>\r\n`; `Err` says why it is not a match (yet).
+fn command_head(c: &mut Cursor<'_>) -> Result<(), Probe> {
+    byte(c, b'*')?;
+    if !(1..=MAX_ARGS).contains(&number(c, 10)?) {
+        return Err(Probe::NoMatch);
     }
-    match at(i) {
-        None => return Probe::NeedMore,
-        Some(b'$') => i += 1,
-        Some(_) => return Probe::NoMatch,
+    byte(c, b'$')?;
+    let len = number(c, 2)?;
+    if !(1..=64).contains(&len) {
+        return Err(Probe::NoMatch);
     }
-    let len = match number(&mut i, 2) {
-        Ok(n) if (1..=64).contains(&n) => n as usize,
-        Ok(_) => return Probe::NoMatch,
-        Err(p) => return p,
-    };
-    let avail = b.get(i..).unwrap_or(&[]);
+    let len = len as usize;
+    let avail = c.peek_rest();
     let name = avail.get(..len.min(avail.len())).unwrap_or(&[]);
     let plausible_prefix = name.first().is_none_or(u8::is_ascii_alphabetic)
         && name
             .iter()
             .all(|&c| c.is_ascii_alphanumeric() || matches!(c, b'.' | b'_' | b'-' | b'|' | b':'));
     if !plausible_prefix {
-        return Probe::NoMatch;
+        return Err(Probe::NoMatch);
     }
-    if name.len() < len {
-        return Probe::NeedMore;
+    c.skip(len, "command name").map_err(|_| Probe::NeedMore)?;
+    byte(c, b'\r')?;
+    byte(c, b'\n')
+}
+
+/// The next byte is `want` (consumed).
+fn byte(c: &mut Cursor<'_>, want: u8) -> Result<(), Probe> {
+    match c.peek() {
+        None => Err(Probe::NeedMore),
+        Some(b) if b == want => c.skip(1, "byte").map_err(|_| Probe::NeedMore),
+        Some(_) => Err(Probe::NoMatch),
     }
-    match (at(i + len), at(i + len + 1)) {
-        (Some(b'\r'), Some(b'\n')) => Probe::Match,
-        (None, _) | (Some(b'\r'), None) => Probe::NeedMore,
-        _ => Probe::NoMatch,
+}
+
+/// A decimal number of at most `max_digits` digits and its CRLF (consumed).
+fn number(c: &mut Cursor<'_>, max_digits: usize) -> Result<u64, Probe> {
+    let mut v = 0u64;
+    let mut digits = 0;
+    loop {
+        match c.peek() {
+            None => return Err(Probe::NeedMore),
+            Some(d @ b'0'..=b'9') if digits < max_digits => {
+                v = v * 10 + u64::from(d - b'0');
+                digits += 1;
+                c.skip(1, "digit").map_err(|_| Probe::NeedMore)?;
+            }
+            Some(b'\r') if digits > 0 => {
+                c.skip(1, "CR").map_err(|_| Probe::NeedMore)?;
+                byte(c, b'\n')?;
+                return Ok(v);
+            }
+            Some(_) => return Err(Probe::NoMatch),
+        }
     }
 }
 
 /// The command name of a probe match: the bytes of its first argument.
 pub fn probe_name(b: &[u8]) -> Option<&[u8]> {
-    let dollar = b.iter().position(|&c| c == b'$')?;
-    let rest = b.get(dollar + 1..)?;
-    let cr = rest.iter().position(|&c| c == b'\r')?;
-    let len: usize = std::str::from_utf8(rest.get(..cr)?).ok()?.parse().ok()?;
-    rest.get(cr + 2..cr + 2 + len)
+    let mut c = Cursor::new(b);
+    c.until(b"$", "array header").ok()?;
+    let len = c.until(b"\r", "name length").ok()?;
+    let len: usize = std::str::from_utf8(len).ok()?.parse().ok()?;
+    c.skip(1, "LF").ok()?;
+    c.bytes(len, "command name").ok()
 }
