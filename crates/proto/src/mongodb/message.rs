@@ -7,7 +7,9 @@
 use super::bson::{Act, Ctx, Scalar, Visitor, Walker, ty};
 use super::commands::{self, Command, Mode, Role};
 use super::shape::{SHAPE, Shape};
-use super::wire::{FieldReader, Inflater, MAX_MESSAGE_LEN, WireError, msg_flag, op, reply_flag};
+use super::wire::{
+    Cursor, FieldReader, Inflater, MAX_MESSAGE_LEN, WireError, msg_flag, op, reply_flag,
+};
 
 type Res<T> = Result<T, WireError>;
 
@@ -1182,16 +1184,10 @@ impl BodyParser {
                 }
             }
             St::ReplyHeader => {
-                let b = self.r.bytes();
-                let word = |k: usize| -> [u8; 4] {
-                    b.get(k..k + 4)
-                        .and_then(|s| s.try_into().ok())
-                        .unwrap_or([0; 4])
-                };
-                let flags = i32::from_le_bytes(word(0));
-                let lo = u32::from_le_bytes(word(4));
-                let hi = u32::from_le_bytes(word(8));
-                let cursor = (i64::from(hi) << 32) | i64::from(lo);
+                // Always 20 bytes: responseFlags, cursorID, startingFrom, numberReturned.
+                let mut c = Cursor::new(self.r.bytes());
+                let flags = c.i32("responseFlags").unwrap_or(0);
+                let cursor = c.i64("cursorID").unwrap_or(0);
                 let walk_first = self.reply_is_command || flags & reply_flag::QUERY_FAILURE != 0;
                 if let Some(r) = self.reply_mut() {
                     r.legacy_flags = flags;
@@ -1262,7 +1258,8 @@ impl BodyParser {
 }
 
 fn le(b: &[u8], at: usize) -> i32 {
-    b.get(at..at + 4)
-        .and_then(|s| <[u8; 4]>::try_from(s).ok())
-        .map_or(0, i32::from_le_bytes)
+    let mut c = Cursor::new(b);
+    c.skip(at, "field offset")
+        .and_then(|()| c.i32("int32"))
+        .unwrap_or(0)
 }

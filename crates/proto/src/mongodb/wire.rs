@@ -5,8 +5,6 @@
 
 use std::fmt;
 
-use thiserror::Error;
-
 /// Length of the standard message header: messageLength, requestID, responseTo, opCode.
 pub const HEADER_LEN: usize = 16;
 /// The largest message a server accepts or sends (`maxMessageSizeBytes`, 48 000 000).
@@ -127,13 +125,12 @@ pub struct Header {
 
 impl Header {
     pub fn parse(b: &[u8]) -> Option<Header> {
-        let b: &[u8; HEADER_LEN] = b.get(..HEADER_LEN)?.try_into().ok()?;
-        let i = |k: usize| i32::from_le_bytes([b[k], b[k + 1], b[k + 2], b[k + 3]]);
+        let mut c = Cursor::new(b);
         Some(Header {
-            len: i(0) as u32,
-            request_id: i(4),
-            response_to: i(8),
-            opcode: i(12),
+            len: c.u32("messageLength").ok()?,
+            request_id: c.i32("requestID").ok()?,
+            response_to: c.i32("responseTo").ok()?,
+            opcode: c.i32("opCode").ok()?,
         })
     }
 
@@ -171,8 +168,9 @@ pub enum Plausible {
 pub const PROBE_LEN: usize = HEADER_LEN + 20;
 
 fn le_i32(b: &[u8], at: usize) -> Option<i32> {
-    let s: [u8; 4] = b.get(at..at + 4)?.try_into().ok()?;
-    Some(i32::from_le_bytes(s))
+    let mut c = Cursor::new(b);
+    c.skip(at, "field offset").ok()?;
+    c.i32("int32").ok()
 }
 
 /// Whether `b` (the bytes from a possible message start) looks like the start of a message
@@ -266,19 +264,11 @@ pub fn put_message(out: &mut Vec<u8>, request_id: i32, response_to: i32, opcode:
     out.extend_from_slice(body);
 }
 
-/// What went wrong reading a message body. `what` names the field being read.
-#[derive(Clone, Debug, Error, PartialEq, Eq)]
-pub enum WireError {
-    #[error("{what}: {why}")]
-    Invalid {
-        what: &'static str,
-        why: &'static str,
-    },
-    #[error("{what}: runs past the end of its container")]
-    Overrun { what: &'static str },
-    #[error("decompression: {0}")]
-    Decompress(&'static str),
-}
+/// What went wrong reading MongoDB bytes: the kit's one read error.
+pub use crate::kit::WireError;
+
+/// The kit's checked reader, little-endian.
+pub type Cursor<'a> = crate::kit::Cursor<'a, crate::kit::Le>;
 
 /// Which primitive a [`FieldReader`] is reading.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -414,10 +404,7 @@ impl FieldReader {
     }
 
     pub fn i64(&self) -> i64 {
-        self.buf
-            .get(..8)
-            .and_then(|s| <[u8; 8]>::try_from(s).ok())
-            .map_or(0, i64::from_le_bytes)
+        Cursor::new(&self.buf).i64("int64").unwrap_or(0)
     }
 
     pub fn f64(&self) -> f64 {
