@@ -215,4 +215,3 @@ pub trait Session {
     fn close(&mut self, ts_ns: u64, sink: &mut dyn Sink);
 }
 
-pub(crate) use kit::timestamp_runs;
