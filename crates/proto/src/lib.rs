@@ -214,4 +214,3 @@ pub trait Session {
     /// emitted with [`Outcome::NoResponse`].
     fn close(&mut self, ts_ns: u64, sink: &mut dyn Sink);
 }
-
