@@ -39,6 +39,8 @@ struct InMsg {
     parser: Option<BodyParser>,
     /// A capture gap cut the body (the framing held).
     damaged: bool,
+    /// Body bytes that gaps took (never captured, so never `unparsed_bytes`).
+    gap_bytes: u64,
     /// The body failed to parse (counted once).
     parse_failed: bool,
     /// Server side: the unit this reply answers.
@@ -374,6 +376,7 @@ impl MongoSession {
             start_ts: ts,
             parser,
             damaged: false,
+            gap_bytes: 0,
             parse_failed: false,
             unit,
         });
@@ -429,6 +432,7 @@ impl Session for MongoSession {
                 // The hole is inside this message: the framing holds.
                 m.damaged = true;
                 m.left -= len;
+                m.gap_bytes += len;
                 if d == SERVER
                     && let Some(uid) = m.unit
                     && let Some(u) = self.conn.pending.iter_mut().find(|u| u.id == uid)
@@ -455,7 +459,8 @@ impl Session for MongoSession {
             let mut lost = dir.framing.probe.clear() + dir.hdr_have as u64;
             dir.hdr_have = 0;
             if let Some(m) = dir.msg.take() {
-                lost += u64::from(m.h.len) - m.left;
+                // Bytes of the unfinished message that were captured: the gaps' are not.
+                lost += (u64::from(m.h.len) - m.left).saturating_sub(m.gap_bytes);
                 if d == SERVER
                     && let Some(uid) = m.unit
                     && let Some(u) = self.conn.pending.iter_mut().find(|u| u.id == uid)

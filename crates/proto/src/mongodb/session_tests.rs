@@ -1300,3 +1300,25 @@ fn steps_with_gaps_in_every_position_never_panic() {
         }
     }
 }
+
+#[test]
+fn bytes_a_gap_took_from_an_unfinished_message_are_not_unparsed() {
+    // A request whose middle is lost and whose end never comes: at close, only the bytes that
+    // were captured (its header and first part) are unparsed; the gap's are gap bytes.
+    let req = cmd(
+        1,
+        Doc::new()
+            .str("find", "a")
+            .doc("filter", Doc::new().str("name", "someone").i32("age", 40))
+            .str("$db", "d"),
+    );
+    let (head, hole) = (30usize, 20u64);
+    assert!(req.len() > head + hole as usize + 1);
+    let mut s = session(true);
+    let mut sink = VecSink::default();
+    s.feed(C, &req[..head], 1, &mut sink);
+    s.gap(C, hole, 2, &mut sink);
+    s.close(3, &mut sink);
+    assert_eq!(sink.health.unparsed_bytes, head as u64, "{:?}", sink.health);
+    assert_eq!(sink.events.len(), 0, "{:#?}", sink.events);
+}
