@@ -226,7 +226,7 @@ pub struct InputArgs {
     /// Connections tracked at once (open ones, and closed ones remembered a few seconds for
     /// their late segments). Beyond it the least recently active connection is closed early
     /// (its unanswered requests are reported as such) and counted in the capture health as
-    /// `connections_evicted`. Each costs about 2 KB.
+    /// `connections_evicted`. Each costs about 3 KB.
     #[arg(
         long = "max-connections",
         value_name = "N",
