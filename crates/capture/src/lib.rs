@@ -4,6 +4,9 @@
 //! record, up to 16 MiB), so memory stays flat whatever the file size. Frames borrow the buffer.
 //! A damaged capture gives one [`CaptureError::Truncated`] or [`CaptureError::Corrupt`] with the
 //! byte offset in the (decompressed) stream, then a clean end; frames read before stay valid.
+//! [`Input`] checks a run's inputs before any is read without keeping them open: a regular file
+//! is probed (its header read through a 64-byte buffer) and closed, and opened again when its
+//! turn comes, so memory and open files do not grow with the number of files.
 //!
 //! The record loops are hand-written rather than built on pcap-parser: they are as fast or
 //! faster (see `examples/readbench.rs`, which runs both on the same file), and they give exact
