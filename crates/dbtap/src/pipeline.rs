@@ -520,6 +520,14 @@ pub fn run<C: Consumer>(
     // Read errors first, as before: they explain why the report may be short.
     read_warnings.append(&mut health.warnings);
     health.warnings = read_warnings;
+    if health.tcp.connections_evicted > 0 {
+        health.warnings.push(format!(
+            "{} connection(s) were closed early to track at most {} at once: their requests in \
+             flight count as unanswered and what they sent later was picked up mid-stream; \
+             --max-connections raises the cap (each connection costs about 3 KB)",
+            health.tcp.connections_evicted, settings.max_connections
+        ));
+    }
     Ok((consumer, health))
 }
 

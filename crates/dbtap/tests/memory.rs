@@ -295,6 +295,13 @@ fn connections_beyond_the_cap_are_evicted_counted_and_their_requests_kept() {
             .any(|l| l.contains("!! connections_evicted") && l.contains(" 900 ")),
         "{t}"
     );
+    // And how to keep more.
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("900 connection(s) were closed early to track at most 100 at once")
+            && err.contains("--max-connections"),
+        "{err}"
+    );
 
     // The default cap is far above 1,000: nothing evicted.
     let out = run(&["digest", "--format", "json", "--quiet"], &fs);

@@ -243,7 +243,7 @@ pub static COUNTERS: &[Counter] = &[
         None,
         Some(("dbtap_tcp_connections_total", "TCP connections tracked."))),
     row!(tcp.connections_evicted, Tcp, Loss, Count,
-        "connections closed early to stay within the connection cap (--max-connections): requests in flight went unanswered, later traffic was picked up mid-stream",
+        "connections closed early, least recently active first, to stay within the connection cap",
         None,
         Some(("dbtap_tcp_connections_evicted_total", "TCP connections closed early (the least recently active) to stay within the cap on tracked connections."))),
     row!(tcp.duplicates, Tcp, Info, Count,
