@@ -314,3 +314,52 @@ fn connections_beyond_the_cap_are_evicted_counted_and_their_requests_kept() {
     assert!(out.status.success());
     assert_eq!(out.stdout.iter().filter(|&&b| b == b'\n').count(), 2_000);
 }
+
+#[test]
+fn memory_follows_the_connection_cap_not_the_connection_count() {
+    let time = Path::new("/usr/bin/time");
+    if !time.exists() {
+        eprintln!("/usr/bin/time is missing: peak RSS not checked");
+        return;
+    }
+    // 30,000 connections that never close: about 100 MB if all were tracked.
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let f = dir.path().join("conns.pcap");
+    let mut recs = Vec::new();
+    for i in 0..30_000u32 {
+        let (mut c, mut s) = Side::pair(10_000 + (i % 50_000) as u16, 6379);
+        c.src = [10, 1 + (i >> 16) as u8, (i >> 8) as u8, i as u8];
+        s.dst = c.src;
+        let t = 1_000_000 + u64::from(i) * 10;
+        recs.push((t, c.send(PING)));
+        recs.push((t + 5, s.send(PONG)));
+        recs.push((t + 8, c.send(PING)));
+    }
+    std::fs::write(&f, pcap(&recs)).unwrap_or_else(|e| panic!("{e}"));
+    let out = Command::new(time)
+        .args(["-f", "%M", env!("CARGO_BIN_EXE_dbtap")])
+        .args([
+            "digest",
+            "--format",
+            "json",
+            "--quiet",
+            "--max-connections",
+            "1000",
+        ])
+        .arg(&f)
+        .output()
+        .unwrap_or_else(|e| panic!("run time: {e}"));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let j = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(num(&j, "connections"), 30_000, "{j}");
+    assert_eq!(num(&j, "queries"), 60_000);
+    assert_eq!(num(&j, "unanswered"), 30_000);
+    let kib = peak_rss_kib(&err).unwrap_or_else(|| panic!("no peak RSS in {err:?}"));
+    // 1,000 connections of about 3 KB over a baseline of about 10 MB.
+    assert!(
+        kib < 48 << 10,
+        "peak RSS {kib} KiB with 1,000 connections tracked"
+    );
+    assert_eq!(num(&j, "connections_evicted"), 29_000);
+}
