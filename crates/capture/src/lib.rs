@@ -4,6 +4,9 @@
 //! record, up to 16 MiB), so memory stays flat whatever the file size. Frames borrow the buffer.
 //! A damaged capture gives one [`CaptureError::Truncated`] or [`CaptureError::Corrupt`] with the
 //! byte offset in the (decompressed) stream, then a clean end; frames read before stay valid.
+//! [`Input`] checks a run's inputs before any is read without keeping them open: a regular file
+//! is probed (its header read through a 64-byte buffer) and closed, and opened again when its
+//! turn comes, so memory and open files do not grow with the number of files.
 //!
 //! The record loops are hand-written rather than built on pcap-parser: they are as fast or
 //! faster (see `examples/readbench.rs`, which runs both on the same file), and they give exact
@@ -29,6 +32,9 @@ use pcapng::Iface;
 
 /// Read buffer size: large reads keep syscalls and decompressor calls rare.
 const BUF_SIZE: usize = 1 << 20;
+
+/// Buffer of [`Reader::probe`]: enough for the file header, nothing more.
+const PROBE_BUF_SIZE: usize = 64;
 
 /// One captured frame.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -103,6 +109,8 @@ pub struct Reader {
     gzip: bool,
     format: Format,
     buf: Vec<u8>,
+    /// The size `buf` returns to after a larger record ([`BUF_SIZE`], or less for a probe).
+    buf_size: usize,
     /// Unread bytes are `buf[start..end]`.
     start: usize,
     end: usize,
@@ -138,8 +146,20 @@ impl Reader {
     /// Opens a file, or standard input for "-". Detects pcap (both byte orders, micro- and
     /// nanosecond magic), pcapng, and gzip-compressed versions of both.
     pub fn open(path: &Path) -> Result<Reader, CaptureError> {
+        Self::open_with(path, BUF_SIZE)
+    }
+
+    /// Checks that `path` opens as a capture, as [`Reader::open`] would, reading no more than its
+    /// file header (through a 64-byte buffer), and closes it again. Returns the file's size when
+    /// it is a regular file. Only for inputs that can be read twice: not for standard input or a
+    /// pipe (see [`Input::check`]).
+    pub fn probe(path: &Path) -> Result<Option<u64>, CaptureError> {
+        Self::open_with(path, PROBE_BUF_SIZE).map(|r| r.input_len)
+    }
+
+    fn open_with(path: &Path, buf_size: usize) -> Result<Reader, CaptureError> {
         if path.as_os_str() == "-" {
-            return Self::from_reader(Box::new(io::stdin()), "stdin");
+            return Self::build(Box::new(io::stdin()), "stdin".to_string(), None, buf_size);
         }
         let name = path.display().to_string();
         let file = File::open(path).map_err(|source| CaptureError::Open {
@@ -157,18 +177,19 @@ impl Reader {
             });
         }
         let len = meta.is_file().then_some(meta.len());
-        Self::build(Box::new(file), name, len)
+        Self::build(Box::new(file), name, len, buf_size)
     }
 
     /// Reads a capture from any byte stream; `name` is used in errors.
     pub fn from_reader(r: Box<dyn Read + Send>, name: &str) -> Result<Reader, CaptureError> {
-        Self::build(r, name.to_string(), None)
+        Self::build(r, name.to_string(), None, BUF_SIZE)
     }
 
     fn build(
         raw: Box<dyn Read + Send>,
         name: String,
         input_len: Option<u64>,
+        buf_size: usize,
     ) -> Result<Reader, CaptureError> {
         let consumed = Arc::new(AtomicU64::new(0));
         let mut raw = Counting {
@@ -209,7 +230,8 @@ impl Reader {
             input_len,
             gzip,
             format: Format::Pcap,
-            buf: vec![0; BUF_SIZE],
+            buf: vec![0; buf_size],
+            buf_size,
             start: 0,
             end: 0,
             base: 0,
@@ -330,11 +352,12 @@ impl Reader {
             self.base += self.start as u64;
             self.end -= self.start;
             self.start = 0;
-            let want = n.max(BUF_SIZE);
+            let size = self.buf_size;
+            let want = n.max(size);
             if self.buf.len() < want {
                 self.buf.resize(want, 0);
-            } else if self.buf.len() > BUF_SIZE && self.end <= BUF_SIZE && n <= BUF_SIZE {
-                self.buf.truncate(BUF_SIZE);
+            } else if self.buf.len() > size && self.end <= size && n <= size {
+                self.buf.truncate(size);
                 self.buf.shrink_to_fit();
             }
         }
@@ -657,6 +680,53 @@ fn hex(bytes: &[u8]) -> String {
         .map(|b| format!("{b:02x}"))
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+/// One input of a run, checked before any is read. A file that can be opened again (a regular
+/// file) was checked by [`Reader::probe`] and closed: it is opened when its turn comes, so any
+/// number of files fits in any file-descriptor limit and memory does not grow with their count.
+/// Standard input and other streams (pipes, devices) can be read only once: they are opened at
+/// the check and kept open.
+#[derive(Debug)]
+pub enum Input {
+    /// A regular file, checked and closed; `len` is its size.
+    Later { path: PathBuf, len: Option<u64> },
+    /// A stream opened at the check.
+    Open(Box<Reader>),
+}
+
+impl Input {
+    /// Checks one input: the errors are [`Reader::open`]'s (missing, unreadable, a directory,
+    /// empty, not a capture, gzip inside gzip, a file header cut short).
+    pub fn check(path: &Path) -> Result<Input, CaptureError> {
+        let regular = path.as_os_str() != "-"
+            && std::fs::metadata(path).is_ok_and(|m| m.file_type().is_file());
+        if regular {
+            let len = Reader::probe(path)?;
+            return Ok(Input::Later {
+                path: path.to_path_buf(),
+                len,
+            });
+        }
+        Reader::open(path).map(|r| Input::Open(Box::new(r)))
+    }
+
+    /// The size of the underlying file when known (not for stdin or a pipe), for a progress bar.
+    pub fn input_len(&self) -> Option<u64> {
+        match self {
+            Input::Later { len, .. } => *len,
+            Input::Open(r) => r.input_len(),
+        }
+    }
+
+    /// The reader: the stream opened at the check, or the file opened now. A file that changed
+    /// since the check can fail here with the same errors as [`Input::check`].
+    pub fn open(self) -> Result<Reader, CaptureError> {
+        match self {
+            Input::Later { path, .. } => Reader::open(&path),
+            Input::Open(r) => Ok(*r),
+        }
+    }
 }
 
 /// Checks a list of inputs before any is opened: standard input ("-") can be read only once.

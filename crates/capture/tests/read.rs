@@ -598,3 +598,64 @@ fn stdin_named_twice_is_refused_before_reading() {
     assert!(capture::check_inputs(&[PathBuf::from("-"), PathBuf::from("a.pcap")]).is_ok());
     assert!(capture::check_inputs(&[PathBuf::from("./-")]).is_ok());
 }
+
+#[test]
+fn inputs_are_checked_like_open_then_opened_when_their_turn_comes() {
+    use capture::Input;
+    let dir = tempfile::tempdir().unwrap();
+    let (plain, want) = three_record_pcap(false, false);
+    let write = |name: &str, bytes: &[u8]| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, bytes).unwrap();
+        p
+    };
+    // Whatever makes a file unreadable, the check says exactly what opening it says.
+    let mut v3 = plain.clone();
+    v3[4] = 3;
+    let bad = [
+        dir.path().join("missing.pcap"),
+        dir.path().to_path_buf(),
+        write("empty.pcap", b""),
+        write("notes.txt", b"hello, this is not a capture\n"),
+        write("double.pcap.gz", &gzip(&gzip(&plain))),
+        write("short.pcap", &plain[..10]),
+        write("v3.pcap", &v3),
+        write("text.gz", &gzip(b"plain text")),
+    ];
+    for p in &bad {
+        let checked = Input::check(p).unwrap_err().to_string();
+        assert_eq!(checked, Reader::open(p).unwrap_err().to_string());
+        assert!(!checked.contains('\n') && checked.contains(&*p.to_string_lossy()));
+    }
+    // A damaged record after the header is found when the file is read, not at the check.
+    let mut cut = plain.clone();
+    cut.truncate(plain.len() - 5);
+    let p = write("cut.pcap", &cut);
+    let (got, err) = read_all(&mut Input::check(&p).unwrap().open().unwrap());
+    assert_eq!(got, want[..2]);
+    assert!(
+        matches!(err, Some(CaptureError::Truncated { .. })),
+        "{err:?}"
+    );
+
+    // A good file is closed after the check: what is read is the file as it is at its turn.
+    for (name, bytes) in [("a.pcap", plain.clone()), ("a.pcap.gz", gzip(&plain))] {
+        let p = write(name, &bytes);
+        let input = Input::check(&p).unwrap();
+        assert!(matches!(input, Input::Later { .. }), "{input:?}");
+        assert_eq!(input.input_len(), Some(bytes.len() as u64));
+        let (twice, _) = three_record_pcap(true, true);
+        std::fs::write(&p, &twice).unwrap();
+        let mut r = input.open().unwrap();
+        assert_eq!(r.input_len(), Some(twice.len() as u64));
+        assert_eq!(read_all(&mut r).0.len(), 3);
+        // Removed since its check: the same error as a missing file.
+        let input = Input::check(&p).unwrap();
+        std::fs::remove_file(&p).unwrap();
+        assert!(matches!(input.open(), Err(CaptureError::Open { .. })));
+    }
+    assert_eq!(
+        Reader::probe(&write("b.pcap", &plain)).unwrap(),
+        Some(plain.len() as u64)
+    );
+}

@@ -185,6 +185,16 @@ fn port_help(rest: &str) -> String {
     )
 }
 
+/// Parses a count of at least 1.
+pub fn parse_positive(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(format!(
+            "invalid count '{s}' (expected a whole number of at least 1)"
+        )),
+    }
+}
+
 /// Parses a listen address; `:PORT` and a bare port mean loopback.
 pub fn parse_listen(s: &str) -> Result<SocketAddr, String> {
     let t = s.strip_prefix(':').unwrap_or(s);
@@ -212,6 +222,18 @@ pub struct InputArgs {
 
     #[command(flatten)]
     pub grouping: GroupingArgs,
+
+    /// Connections tracked at once (open ones, and closed ones remembered a few seconds for
+    /// their late segments). Beyond it the least recently active connection is closed early
+    /// (its unanswered requests are reported as such) and counted in the capture health as
+    /// `connections_evicted`. Each costs about 3 KB.
+    #[arg(
+        long = "max-connections",
+        value_name = "N",
+        default_value_t = flow::DEFAULT_MAX_FLOWS,
+        value_parser = parse_positive
+    )]
+    pub max_connections: usize,
 
     /// Never show a progress bar.
     #[arg(long, short = 'q')]
@@ -340,6 +362,25 @@ mod tests {
         assert_eq!(parse_duration("1h30m"), Ok(Duration::from_secs(5400)));
         assert!(parse_duration("-1").is_err());
         assert!(parse_duration("soon").is_err_and(|e| e.contains("'soon'")));
+    }
+
+    #[test]
+    fn max_connections_is_a_positive_count() {
+        let parse = |v: &str| {
+            Cli::try_parse_from(["dbtap", "digest", "f.pcap", "--max-connections", v]).map(|c| {
+                match c.command {
+                    Command::Digest(a) => a.input.max_connections,
+                    _ => 0,
+                }
+            })
+        };
+        assert_eq!(parse("100").ok(), Some(100));
+        assert!(parse("0").is_err() && parse("-1").is_err() && parse("x").is_err());
+        let default = Cli::try_parse_from(["dbtap", "events", "f.pcap"]).map(|c| match c.command {
+            Command::Events(a) => a.input.max_connections,
+            _ => 0,
+        });
+        assert_eq!(default.ok(), Some(flow::DEFAULT_MAX_FLOWS));
     }
 
     #[test]

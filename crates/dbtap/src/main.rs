@@ -59,7 +59,10 @@ fn main() -> ExitCode {
 
 fn settings(input: &InputArgs) -> Settings {
     // A port named on the command line is sniffed, unless it is a default port.
-    Settings::new(&input.ports, &input.servers, !input.quiet)
+    Settings {
+        max_connections: input.max_connections,
+        ..Settings::new(&input.ports, &input.servers, !input.quiet)
+    }
 }
 
 fn warn(health: &CaptureHealth) {

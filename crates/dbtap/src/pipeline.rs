@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use anyhow::Result;
-use capture::Reader;
+use capture::{Input, Reader};
 use flow::{Dir, FlowConfig, FlowTable, Segment};
 use proto::{ConnMeta, Direction, Health, Progress, Protocol, QueryEvent, Session, SessionConfig};
 use report::{CaptureHealth, FrameHealth, ProtocolHealth, TcpHealth};
@@ -30,6 +30,10 @@ pub struct Settings {
     pub servers: Vec<SocketAddr>,
     pub session: SessionConfig,
     pub progress: bool,
+    /// Connections tracked at once when reading files (`--max-connections`); beyond it the
+    /// least recently active one is closed and counted (`connections_evicted`). A live capture
+    /// sets its own bound.
+    pub max_connections: usize,
 }
 
 impl Settings {
@@ -49,6 +53,7 @@ impl Settings {
             servers: servers.to_vec(),
             session: SessionConfig::default(),
             progress,
+            max_connections: flow::DEFAULT_MAX_FLOWS,
         }
     }
 }
@@ -428,6 +433,7 @@ impl<C: Consumer> Engine<C> {
                 out_of_order_too_late: fs.out_of_order_too_late,
                 gaps: fs.gaps,
                 gap_bytes: fs.gap_bytes,
+                connections_evicted: fs.evicted,
                 not_tracked_segments: fs
                     .not_tracked
                     .saturating_sub(fs.not_tracked_empty + fs.not_tracked_stopped),
@@ -472,44 +478,35 @@ pub fn run<C: Consumer>(
     settings: &Settings,
     consumer: C,
 ) -> Result<(C, CaptureHealth)> {
-    // Standard input can be read once; then open every file first so a typo in the last one
-    // fails before minutes of work.
+    // Standard input can be read once; then check every input first so a typo in the last one
+    // fails before minutes of work. A file is checked and closed again (`capture::Input`), and
+    // opened only when its turn comes, so memory and open files do not grow with the count.
     capture::check_inputs(files)?;
-    let mut readers = Vec::with_capacity(files.len());
+    let mut inputs = Vec::with_capacity(files.len());
     for f in files {
-        readers.push(Reader::open(f)?);
+        inputs.push(Input::check(f)?);
     }
-    let mut engine = Engine::new(settings, FlowConfig::default(), consumer);
+    let flow = FlowConfig {
+        max_flows: settings.max_connections,
+        ..FlowConfig::default()
+    };
+    let mut engine = Engine::new(settings, flow, consumer);
     let mut read_warnings = Vec::new();
     let mut names = Vec::new();
     let mut truncated_frames = 0u64;
 
-    let total_len: u64 = readers.iter().filter_map(|r| r.input_len()).sum();
+    let total_len: u64 = inputs.iter().filter_map(Input::input_len).sum();
     let bar = progress_bar(settings.progress, total_len);
     let mut done_len = 0u64;
 
-    for mut reader in readers {
+    for input in inputs {
+        let mut reader = input.open()?;
         let name = reader.name().to_string();
-        let mut since_tick = 0u32;
-        loop {
-            let frame = match reader.next_frame() {
-                Ok(Some(f)) => f,
-                Ok(None) => break,
-                Err(e) => {
-                    read_warnings.push(format!("{e}; the report covers what was read before it"));
-                    break;
-                }
-            };
-            let (linktype, ts) = (frame.linktype, frame.ts_ns);
-            engine.frame(linktype, frame.data, ts, &name);
-            since_tick += 1;
-            if since_tick >= 1 << 16 {
-                since_tick = 0;
-                if let Some(b) = &bar {
-                    b.set_position(done_len + reader.input_position());
-                }
+        read_capture(&mut engine, &mut reader, &name, &mut read_warnings, |pos| {
+            if let Some(b) = &bar {
+                b.set_position(done_len + pos);
             }
-        }
+        });
         truncated_frames += reader.stats().truncated_frames;
         names.push(name);
         done_len += reader.input_len().unwrap_or(0);
@@ -523,7 +520,44 @@ pub fn run<C: Consumer>(
     // Read errors first, as before: they explain why the report may be short.
     read_warnings.append(&mut health.warnings);
     health.warnings = read_warnings;
+    if health.tcp.connections_evicted > 0 {
+        health.warnings.push(format!(
+            "{} connection(s) were closed early to track at most {} at once: their requests in \
+             flight count as unanswered and what they sent later was picked up mid-stream; \
+             --max-connections raises the cap (each connection costs about 3 KB)",
+            health.tcp.connections_evicted, settings.max_connections
+        ));
+    }
     Ok((consumer, health))
+}
+
+/// Feeds every frame of one capture to the engine; a read error ends it with a warning.
+/// `progress` gets the bytes read from the file every 65,536 frames.
+fn read_capture<C: Consumer>(
+    engine: &mut Engine<C>,
+    reader: &mut Reader,
+    name: &str,
+    read_warnings: &mut Vec<String>,
+    progress: impl Fn(u64),
+) {
+    let mut since_tick = 0u32;
+    loop {
+        let frame = match reader.next_frame() {
+            Ok(Some(f)) => f,
+            Ok(None) => break,
+            Err(e) => {
+                read_warnings.push(format!("{e}; the report covers what was read before it"));
+                break;
+            }
+        };
+        let (linktype, ts) = (frame.linktype, frame.ts_ns);
+        engine.frame(linktype, frame.data, ts, name);
+        since_tick += 1;
+        if since_tick >= 1 << 16 {
+            since_tick = 0;
+            progress(reader.input_position());
+        }
+    }
 }
 
 fn feed_tcp<C: Consumer>(

@@ -782,6 +782,41 @@ fn floods_stay_bounded() {
 }
 
 #[test]
+fn never_closed_connections_beyond_the_cap_are_evicted_idlest_first() {
+    // 1,000 connections that never close, each a request, its answer and a request never
+    // answered, one after another; at most 100 tracked.
+    let mut tbl = FlowTable::new(FlowConfig {
+        max_flows: 100,
+        ..mysql_cfg()
+    });
+    let mut rec = Rec::default();
+    for i in 0..1_000u32 {
+        let mut t = Tcp::new(&format!("10.0.{}.{}:40000", i >> 8, i & 255), S, i, i);
+        t.ts = u64::from(i) * 10_000;
+        for p in [t.c(b"SELECT 1"), t.s(b"one"), t.c(b"SELECT 2")] {
+            tbl.process(&p.seg(), &mut rec);
+            assert!(tbl.len() <= 100, "{} entries", tbl.len());
+        }
+    }
+    let st = tbl.stats().clone();
+    assert_eq!((st.connections, st.evicted), (1_000, 900));
+    // The idlest first: connections 1..=900 in the order they were opened, each closed after
+    // all its bytes were delivered.
+    assert_eq!(rec.closes(), (1..=900).collect::<Vec<u64>>());
+    tbl.finish(&mut rec);
+    assert_eq!(rec.closes().len(), 1_000);
+    for id in 1..=1_000 {
+        assert_eq!(
+            rec.text(id, ToServer),
+            "SELECT 1SELECT 2",
+            "connection {id}"
+        );
+        assert_eq!(rec.text(id, ToClient), "one", "connection {id}");
+    }
+    assert_eq!((st.not_tracked, st.gaps), (0, 0));
+}
+
+#[test]
 fn far_jump_resynchronizes() {
     let mut t = Tcp::new(C, S, 1000, 5000);
     let (syn, sa, a) = (t.syn(), t.syn_ack(), t.c(b"aa"));

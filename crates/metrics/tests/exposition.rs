@@ -447,6 +447,7 @@ fn every_family_present_with_expected_values() {
         ("dbtap_capture_kernel_packets_total", "counter"),
         ("dbtap_capture_kernel_drops_total", "counter"),
         ("dbtap_tcp_connections_total", "counter"),
+        ("dbtap_tcp_connections_evicted_total", "counter"),
         ("dbtap_tcp_gaps_total", "counter"),
         ("dbtap_tcp_gap_bytes_total", "counter"),
         ("dbtap_tcp_duplicates_total", "counter"),

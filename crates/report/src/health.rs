@@ -51,6 +51,7 @@ pub struct FrameHealth {
 pub struct TcpHealth {
     pub tcp_segments: u64,
     pub connections: u64,
+    pub connections_evicted: u64,
     pub duplicates: u64,
     pub retransmitted_bytes: u64,
     pub out_of_order: u64,
@@ -241,6 +242,10 @@ pub static COUNTERS: &[Counter] = &[
         "TCP connections tracked",
         None,
         Some(("dbtap_tcp_connections_total", "TCP connections tracked."))),
+    row!(tcp.connections_evicted, Tcp, Loss, Count,
+        "connections closed early, least recently active first, to stay within the connection cap",
+        None,
+        Some(("dbtap_tcp_connections_evicted_total", "TCP connections closed early (the least recently active) to stay within the cap on tracked connections."))),
     row!(tcp.duplicates, Tcp, Info, Count,
         "segments that repeated bytes already delivered",
         Some("repaired: {duplicates} duplicate segments ({retransmitted_bytes} bytes retransmitted), {out_of_order} out of order"),
