@@ -150,14 +150,9 @@ impl<'a, C> SinkRef<'a, C> {
 
     /// A sink for the call that closes connection `conn` (its byte counts are dropped after).
     fn closing(consumer: &'a mut C, ledger: &'a mut SessionLedger, conn: u64) -> Self {
-        let unparsed_before = ledger.health.unparsed_bytes;
-        SinkRef {
-            consumer,
-            ledger,
-            conn,
-            unparsed_before,
-            closing: true,
-        }
+        let mut sink = Self::new(consumer, ledger, conn, 0);
+        sink.closing = true;
+        sink
     }
 }
 

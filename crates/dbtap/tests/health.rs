@@ -5,104 +5,8 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-const LINKTYPE_RAW: u32 = 101;
-const CLIENT: [u8; 4] = [10, 0, 0, 2];
-const SERVER: [u8; 4] = [10, 0, 0, 1];
-const ACK: u8 = 0x10;
-const PSH_ACK: u8 = 0x18;
-const FIN_ACK: u8 = 0x11;
-
-/// A classic pcap (microseconds, little-endian) of raw IP packets: (ts in us, packet).
-fn pcap(records: &[(u64, Vec<u8>)]) -> Vec<u8> {
-    let mut out = Vec::new();
-    out.extend_from_slice(&0xa1b2_c3d4u32.to_le_bytes());
-    out.extend_from_slice(&2u16.to_le_bytes());
-    out.extend_from_slice(&4u16.to_le_bytes());
-    out.extend_from_slice(&[0; 8]);
-    out.extend_from_slice(&65535u32.to_le_bytes());
-    out.extend_from_slice(&LINKTYPE_RAW.to_le_bytes());
-    for (ts, p) in records {
-        out.extend_from_slice(&((ts / 1_000_000) as u32).to_le_bytes());
-        out.extend_from_slice(&((ts % 1_000_000) as u32).to_le_bytes());
-        out.extend_from_slice(&(p.len() as u32).to_le_bytes());
-        out.extend_from_slice(&(p.len() as u32).to_le_bytes());
-        out.extend_from_slice(p);
-    }
-    out
-}
-
-/// An IPv4 header (protocol TCP) with fragment offset `frag8` (units of 8 bytes) and the
-/// more-fragments flag, followed by `payload`.
-fn ipv4(src: [u8; 4], dst: [u8; 4], id: u16, frag8: u16, more: bool, payload: &[u8]) -> Vec<u8> {
-    let total = (20 + payload.len()) as u16;
-    let flags = frag8 | if more { 0x2000 } else { 0 };
-    let mut h = vec![0x45, 0];
-    h.extend_from_slice(&total.to_be_bytes());
-    h.extend_from_slice(&id.to_be_bytes());
-    h.extend_from_slice(&flags.to_be_bytes());
-    h.extend_from_slice(&[64, 6, 0, 0]);
-    h.extend_from_slice(&src);
-    h.extend_from_slice(&dst);
-    let mut sum = 0u32;
-    for w in h.chunks(2) {
-        sum += u32::from(u16::from_be_bytes([w[0], w[1]]));
-    }
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    h[10..12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
-    h.extend_from_slice(payload);
-    h
-}
-
-/// A TCP segment (header without options, checksum not computed).
-fn tcp(sport: u16, dport: u16, seq: u32, ack: u32, flags: u8, payload: &[u8]) -> Vec<u8> {
-    let mut t = Vec::new();
-    t.extend_from_slice(&sport.to_be_bytes());
-    t.extend_from_slice(&dport.to_be_bytes());
-    t.extend_from_slice(&seq.to_be_bytes());
-    t.extend_from_slice(&ack.to_be_bytes());
-    t.extend_from_slice(&[0x50, flags, 0xff, 0xff, 0, 0, 0, 0]);
-    t.extend_from_slice(payload);
-    t
-}
-
-/// One direction of a mid-stream connection between CLIENT:`cport` and SERVER:`sport`.
-struct Side {
-    src: [u8; 4],
-    dst: [u8; 4],
-    sport: u16,
-    dport: u16,
-    seq: u32,
-}
-
-impl Side {
-    fn pair(cport: u16, sport: u16) -> (Side, Side) {
-        (
-            Side {
-                src: CLIENT,
-                dst: SERVER,
-                sport: cport,
-                dport: sport,
-                seq: 1000,
-            },
-            Side {
-                src: SERVER,
-                dst: CLIENT,
-                sport,
-                dport: cport,
-                seq: 5000,
-            },
-        )
-    }
-
-    /// The next segment with `payload` (advancing the sequence number).
-    fn send(&mut self, flags: u8, payload: &[u8]) -> Vec<u8> {
-        let t = tcp(self.sport, self.dport, self.seq, 1, flags, payload);
-        self.seq = self.seq.wrapping_add(payload.len() as u32);
-        ipv4(self.src, self.dst, 1, 0, false, &t)
-    }
-}
+mod common;
+use common::*;
 
 fn write(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {
     let p = dir.join(name);
@@ -135,23 +39,6 @@ fn digest(file: &Path) -> (String, String) {
 fn text(file: &Path) -> String {
     let out = dbtap(&["digest", "--quiet"], file);
     String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// The value of a top-level field of the `capture` object, as written.
-fn field(json: &str, name: &str) -> String {
-    let key = format!("\n    \"{name}\": ");
-    let at = json
-        .find(&key)
-        .unwrap_or_else(|| panic!("no {name} in\n{json}"));
-    let rest = &json[at + key.len()..];
-    let end = rest.find([',', '\n']).unwrap_or(rest.len());
-    rest[..end].to_string()
-}
-
-fn num(json: &str, name: &str) -> u64 {
-    field(json, name)
-        .parse()
-        .unwrap_or_else(|e| panic!("{name}: {e}"))
 }
 
 /// A Redis PING and its PONG on a mid-stream connection, at `t` us.

@@ -7,110 +7,8 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-const LINKTYPE_RAW: u32 = 101;
-const CLIENT: [u8; 4] = [10, 0, 0, 2];
-const SERVER: [u8; 4] = [10, 0, 0, 1];
-const PSH_ACK: u8 = 0x18;
-const IP_TCP: u8 = 6;
-const IP_UDP: u8 = 17;
-
-/// A classic pcap file header (microseconds, little-endian) for raw IP packets.
-fn pcap_header() -> Vec<u8> {
-    let mut out = Vec::new();
-    out.extend_from_slice(&0xa1b2_c3d4u32.to_le_bytes());
-    out.extend_from_slice(&2u16.to_le_bytes());
-    out.extend_from_slice(&4u16.to_le_bytes());
-    out.extend_from_slice(&[0; 8]);
-    out.extend_from_slice(&65535u32.to_le_bytes());
-    out.extend_from_slice(&LINKTYPE_RAW.to_le_bytes());
-    out
-}
-
-/// A pcap record header for a packet of `len` bytes at `ts` us.
-fn record_header(ts: u64, len: usize) -> Vec<u8> {
-    let mut out = Vec::new();
-    out.extend_from_slice(&((ts / 1_000_000) as u32).to_le_bytes());
-    out.extend_from_slice(&((ts % 1_000_000) as u32).to_le_bytes());
-    out.extend_from_slice(&(len as u32).to_le_bytes());
-    out.extend_from_slice(&(len as u32).to_le_bytes());
-    out
-}
-
-/// A classic pcap of raw IP packets: (ts in us, packet).
-fn pcap(records: &[(u64, Vec<u8>)]) -> Vec<u8> {
-    let mut out = pcap_header();
-    for (ts, p) in records {
-        out.extend_from_slice(&record_header(*ts, p.len()));
-        out.extend_from_slice(p);
-    }
-    out
-}
-
-/// An IPv4 header for `payload_len` bytes of protocol `proto`, with its checksum.
-fn ipv4_header(src: [u8; 4], dst: [u8; 4], proto: u8, payload_len: usize) -> Vec<u8> {
-    let total = (20 + payload_len) as u16;
-    let mut h = vec![0x45, 0];
-    h.extend_from_slice(&total.to_be_bytes());
-    h.extend_from_slice(&[0, 1, 0, 0, 64, proto, 0, 0]);
-    h.extend_from_slice(&src);
-    h.extend_from_slice(&dst);
-    let mut sum = 0u32;
-    for w in h.chunks(2) {
-        sum += u32::from(u16::from_be_bytes([w[0], w[1]]));
-    }
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    h[10..12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
-    h
-}
-
-/// A TCP segment (header without options, checksum not computed).
-fn tcp(sport: u16, dport: u16, seq: u32, flags: u8, payload: &[u8]) -> Vec<u8> {
-    let mut t = Vec::new();
-    t.extend_from_slice(&sport.to_be_bytes());
-    t.extend_from_slice(&dport.to_be_bytes());
-    t.extend_from_slice(&seq.to_be_bytes());
-    t.extend_from_slice(&1u32.to_be_bytes());
-    t.extend_from_slice(&[0x50, flags, 0xff, 0xff, 0, 0, 0, 0]);
-    t.extend_from_slice(payload);
-    t
-}
-
-/// One direction of a mid-stream connection.
-struct Side {
-    src: [u8; 4],
-    dst: [u8; 4],
-    sport: u16,
-    dport: u16,
-    seq: u32,
-}
-
-impl Side {
-    /// Both directions of a connection between CLIENT:`cport` and SERVER:`sport`.
-    fn pair(cport: u16, sport: u16) -> (Side, Side) {
-        let side = |src, dst, sport, dport, seq| Side {
-            src,
-            dst,
-            sport,
-            dport,
-            seq,
-        };
-        (
-            side(CLIENT, SERVER, cport, sport, 1000),
-            side(SERVER, CLIENT, sport, cport, 5000),
-        )
-    }
-
-    /// The next segment with `payload` (advancing the sequence number).
-    fn send(&mut self, payload: &[u8]) -> Vec<u8> {
-        let t = tcp(self.sport, self.dport, self.seq, PSH_ACK, payload);
-        self.seq = self.seq.wrapping_add(payload.len() as u32);
-        let mut p = ipv4_header(self.src, self.dst, IP_TCP, t.len());
-        p.extend_from_slice(&t);
-        p
-    }
-}
+mod common;
+use common::*;
 
 const PING: &[u8] = b"*1\r\n$4\r\nPING\r\n";
 const PONG: &[u8] = b"+PONG\r\n";
@@ -121,19 +19,6 @@ fn run(args: &[&str], files: &[PathBuf]) -> Output {
         .args(files)
         .output()
         .unwrap_or_else(|e| panic!("run dbtap: {e}"))
-}
-
-/// The value of a field of the JSON digest's `capture` or `totals` object, as written.
-fn num(json: &str, name: &str) -> u64 {
-    let key = format!("\n    \"{name}\": ");
-    let at = json
-        .find(&key)
-        .unwrap_or_else(|| panic!("no {name} in\n{json}"));
-    let rest = &json[at + key.len()..];
-    let end = rest.find([',', '\n']).unwrap_or(rest.len());
-    rest[..end]
-        .parse()
-        .unwrap_or_else(|e| panic!("{name}: {e}"))
 }
 
 /// UDP datagrams of this many bytes of zeros pad each file, so that a reader buffering every
@@ -155,10 +40,13 @@ fn write_rotated(dir: &Path, i: u16) -> PathBuf {
             .unwrap_or_else(|e| panic!("write {}: {e}", p.display()));
         at + bytes.len() as u64
     };
-    let mut at = put(&pcap(&[(t, c.send(PING)), (t + 100, s.send(PONG))]), 0);
+    let mut at = put(
+        &pcap(&[(t, c.send(PSH_ACK, PING)), (t + 100, s.send(PSH_ACK, PONG))]),
+        0,
+    );
     for k in 0..PADS {
         let mut head = record_header(t + 200 + k, 28 + PAD);
-        head.extend_from_slice(&ipv4_header(CLIENT, SERVER, IP_UDP, 8 + PAD));
+        head.extend_from_slice(&ipv4_header(CLIENT, SERVER, IP_UDP, (1, 0, false), 8 + PAD));
         head.extend_from_slice(&9u16.to_be_bytes());
         head.extend_from_slice(&9u16.to_be_bytes());
         head.extend_from_slice(&((8 + PAD) as u16).to_be_bytes());
@@ -252,9 +140,9 @@ fn never_closed(conns: u16) -> Vec<u8> {
     for i in 0..conns {
         let (mut c, mut s) = Side::pair(10_000 + i, 6379);
         let t = 1_000_000 + u64::from(i) * 1_000;
-        recs.push((t, c.send(PING)));
-        recs.push((t + 100, s.send(PONG)));
-        recs.push((t + 200, c.send(PING)));
+        recs.push((t, c.send(PSH_ACK, PING)));
+        recs.push((t + 100, s.send(PSH_ACK, PONG)));
+        recs.push((t + 200, c.send(PSH_ACK, PING)));
     }
     pcap(&recs)
 }
@@ -331,9 +219,9 @@ fn memory_follows_the_connection_cap_not_the_connection_count() {
         c.src = [10, 1 + (i >> 16) as u8, (i >> 8) as u8, i as u8];
         s.dst = c.src;
         let t = 1_000_000 + u64::from(i) * 10;
-        recs.push((t, c.send(PING)));
-        recs.push((t + 5, s.send(PONG)));
-        recs.push((t + 8, c.send(PING)));
+        recs.push((t, c.send(PSH_ACK, PING)));
+        recs.push((t + 5, s.send(PSH_ACK, PONG)));
+        recs.push((t + 8, c.send(PSH_ACK, PING)));
     }
     std::fs::write(&f, pcap(&recs)).unwrap_or_else(|e| panic!("{e}"));
     let out = Command::new(time)
