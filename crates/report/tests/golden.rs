@@ -120,6 +120,7 @@ fn events() -> Vec<(usize, QueryEvent)> {
             warnings: if which == 1 && i % 7 == 0 { 1 } else { 0 },
             outcome: Outcome::Ok,
             error: None,
+            timed: true,
         };
         if which == 1 && rng.below(10) == 0 {
             ev.outcome = Outcome::Error;
