@@ -7,12 +7,12 @@ use super::super::message::{
 use super::super::wire::{Header, MAX_STARTUP_LEN, Message};
 use super::state::{CLOSED, Conn, Item, Kind, Unit, Want, name_hash};
 use super::{CLIENT, ERROR_KEEP, MAX_PORTALS};
+use crate::kit::{Origin, Tags};
+use crate::{Direction, Outcome, Protocol, QueryEvent, Sink};
 
 /// Requests in flight a Bind looks back through for the Parse it executes (bounded, so a long
 /// pipeline costs O(1) per Bind; a Parse further back keeps its own time).
 const PARSE_LOOKBACK: usize = 64;
-use crate::kit::{Origin, Tags};
-use crate::{Direction, Outcome, Protocol, QueryEvent, Sink};
 
 impl Conn {
     pub(super) fn unit_mut(&mut self, id: Option<u64>) -> Option<&mut Unit> {
