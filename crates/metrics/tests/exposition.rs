@@ -368,6 +368,7 @@ fn event(protocol: Protocol, command: &'static str, latency_ns: u64, error: bool
             state: None,
             message: "bad".into(),
         }),
+        timed: true,
     }
 }
 

@@ -125,12 +125,21 @@ pub struct QueryEvent {
     pub warnings: u64,
     pub outcome: Outcome,
     pub error: Option<DbError>,
+    /// False for a count-only event: a step whose time another event of the same connection
+    /// already carries (a PostgreSQL Parse sent in the same flight as its Bind and Execute).
+    /// It counts in its group with its outcome, bytes and rows, but is never timed:
+    /// [`QueryEvent::latency_ns`] is `None`, so it adds no latency sample and no time to any
+    /// total. True for every other event.
+    pub timed: bool,
 }
 
 impl QueryEvent {
-    /// Response time: request start to last response byte, in nanoseconds.
+    /// Response time: request start to last response byte, in nanoseconds (`None` when
+    /// unanswered, or for a count-only event: see [`QueryEvent::timed`]).
     pub fn latency_ns(&self) -> Option<u64> {
-        self.end_ns.map(|e| e.saturating_sub(self.start_ns))
+        self.end_ns
+            .filter(|_| self.timed)
+            .map(|e| e.saturating_sub(self.start_ns))
     }
 }
 

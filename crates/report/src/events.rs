@@ -64,6 +64,13 @@ struct EventLine<'a> {
     text: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     text_truncated: Option<bool>,
+    /// Written only for a count-only event (`false`), whose times are null.
+    #[serde(skip_serializing_if = "is_true")]
+    timed: bool,
+}
+
+fn is_true(b: &bool) -> bool {
+    *b
 }
 
 /// Writes one event as one NDJSON line, with its group's `id` and `fingerprint`.
@@ -89,6 +96,7 @@ pub fn write_ndjson(
         latency_us: ev.latency_ns().map(us),
         ttfb_us: ev
             .first_response_ns
+            .filter(|_| ev.timed)
             .map(|f| us(f.saturating_sub(ev.start_ns))),
         bytes_in: ev.bytes_in,
         bytes_out: ev.bytes_out,
@@ -104,6 +112,7 @@ pub fn write_ndjson(
         statement_id: ev.statement_id,
         text: ev.text.as_deref(),
         text_truncated: ev.text.as_ref().map(|_| ev.text_truncated),
+        timed: ev.timed,
     };
     serde_json::to_writer(&mut *out, &line)?;
     out.write_all(b"\n")

@@ -55,6 +55,7 @@ fn event(i: u64, s: usize, t_ns: u64) -> QueryEvent {
             state: Some("40001".into()),
             message: "Deadlock found when trying to get lock".into(),
         }),
+        timed: true,
     }
 }
 

@@ -64,6 +64,7 @@ fn event(x: &Q, start_ns: u64) -> QueryEvent {
             state: Some("42S02".into()),
             message: "Table 'shop.nope' doesn't exist".into(),
         }),
+        timed: true,
     }
 }
 

@@ -132,6 +132,7 @@ impl RequestCore {
             warnings: self.warnings,
             outcome,
             error: self.error,
+            timed: true,
         }
     }
 
