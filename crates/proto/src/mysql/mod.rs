@@ -53,6 +53,7 @@
 
 pub mod message;
 pub mod session;
+pub mod split;
 pub mod wire;
 
 pub use session::MysqlSession;
