@@ -59,7 +59,11 @@ fn fragment() -> impl Strategy<Value = String> {
 
 /// A statement: a word, fragments, a word (so it starts and ends with code, not whitespace).
 fn statement() -> impl Strategy<Value = String> {
-    ("[a-z]{1,6}", proptest::collection::vec(fragment(), 0..6), "[a-z]{1,4}")
+    (
+        "[a-z]{1,6}",
+        proptest::collection::vec(fragment(), 0..6),
+        "[a-z]{1,4}",
+    )
         .prop_map(|(a, mid, z)| {
             let mut s = a;
             for f in mid {
@@ -135,10 +139,10 @@ proptest! {
         sql.push_str(trail);
         let got: Vec<&str> = statements(&sql).into_iter().map(|r| &sql[r]).collect();
         let mut want: Vec<String> = stmts.clone();
-        if let Some(first) = want.first_mut() {
-            if lead.starts_with("/*") {
-                *first = format!("{lead}{first}");
-            }
+        if let Some(first) = want.first_mut()
+            && lead.starts_with("/*")
+        {
+            *first = format!("{lead}{first}");
         }
         prop_assert_eq!(got, want);
     }

@@ -192,7 +192,10 @@ mod tests {
             [r#"SELECT "a;\"b""#, "SELECT `we;ird``;`"]
         );
         // A backslash does not escape in backticks.
-        assert_eq!(stmts(r"SELECT `a\`; SELECT 2"), [r"SELECT `a\`", "SELECT 2"]);
+        assert_eq!(
+            stmts(r"SELECT `a\`; SELECT 2"),
+            [r"SELECT `a\`", "SELECT 2"]
+        );
         // Unterminated: the rest is one statement.
         assert_eq!(stmts("SELECT 'a; SELECT 2"), ["SELECT 'a; SELECT 2"]);
     }
@@ -217,7 +220,10 @@ mod tests {
                 "/*!50000 x;y */"
             ]
         );
-        assert_eq!(stmts("SELECT 1 /* open; SELECT 2"), ["SELECT 1 /* open; SELECT 2"]);
+        assert_eq!(
+            stmts("SELECT 1 /* open; SELECT 2"),
+            ["SELECT 1 /* open; SELECT 2"]
+        );
     }
 
     #[test]

@@ -69,7 +69,8 @@ impl Pending {
 
     /// Heap bytes held for the request's text (and a multi-statement query's).
     pub(super) fn text_bytes(&self) -> usize {
-        self.core.text.as_ref().map_or(0, |t| t.len()) + self.rest.as_ref().map_or(0, |r| r.heap_bytes())
+        self.core.text.as_ref().map_or(0, |t| t.len())
+            + self.rest.as_ref().map_or(0, |r| r.heap_bytes())
     }
 
     /// Adds the warning count of a packet that ends a result set.

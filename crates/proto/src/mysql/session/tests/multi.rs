@@ -40,11 +40,19 @@ fn one_event_per_statement_in_one_segment() {
         b.srv(vec![ok(0, 2)]);
         let r = run(&b, true);
         assert_eq!(r.health, Default::default(), "deprecate {deprecate}");
-        assert_eq!(cmds(&r.events), ["query", "query", "query", "query", "ping"]);
+        assert_eq!(
+            cmds(&r.events),
+            ["query", "query", "query", "query", "ping"]
+        );
         let q = &r.events[..4];
         assert_eq!(
             texts(q),
-            ["SELECT 1", "SELECT a FROM t", "UPDATE t SET a = 1", "SELECT 2"]
+            [
+                "SELECT 1",
+                "SELECT a FROM t",
+                "UPDATE t SET a = 1",
+                "SELECT 2"
+            ]
         );
         let rows: Vec<u64> = q.iter().map(|e| e.rows_sent).collect();
         assert_eq!(rows, [1, 2, 0, 1]);
@@ -81,7 +89,10 @@ fn result_sets_in_their_own_segments_time_each_statement() {
         b.srv(resultset(&["3"], &[&["3"]], deprecate, LAST));
         let r = run(&b, true);
         assert_eq!(r.health, Default::default());
-        assert_eq!(texts(&r.events), ["SELECT SLEEP(1)", "SELECT 2", "SELECT 3"]);
+        assert_eq!(
+            texts(&r.events),
+            ["SELECT SLEEP(1)", "SELECT 2", "SELECT 3"]
+        );
         let ts = |i: usize| b.t[i].2;
         let e = &r.events;
         assert_eq!(
@@ -262,7 +273,14 @@ fn not_split_when_multi_statements_are_off() {
     let r = run(&b, true);
     assert_eq!(
         cmds(&r.events),
-        ["query", "set_option", "query", "query", "set_option", "query"]
+        [
+            "query",
+            "set_option",
+            "query",
+            "query",
+            "set_option",
+            "query"
+        ]
     );
     assert_eq!(text(&r.events[0]), "SELECT 1; SELECT 2");
     assert_eq!(texts(&r.events[2..4]), ["SELECT 1", "SELECT 2"]);
