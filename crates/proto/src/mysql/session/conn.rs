@@ -151,8 +151,13 @@ impl Conn {
             mut core,
             mut stmt,
             resolve_stmt,
+            rest,
             ..
         } = p;
+        if let Some(r) = rest {
+            // Statements the response never reached: their bytes stay with this one.
+            core.bytes_in = core.bytes_in.saturating_add(r.unreached_bytes());
+        }
         if resolve_stmt {
             let id = match stmt {
                 Some(u32::MAX) | None => self.last_prepared,

@@ -2,7 +2,8 @@
 //! per statement, each paired in order with its result set; the next statement starts when the
 //! previous one's result set ends. A `CALL` keeps its result sets until the OK that ends it,
 //! and result sets beyond the statements belong to the last one. An ERR ends the query: the
-//! statements after the one that failed were not run and give no event.
+//! statements after the one that failed were not run and give no event (their request bytes
+//! are the failed one's).
 
 use std::collections::VecDeque;
 use std::ops::Range;
@@ -23,8 +24,8 @@ const MULTI_STATEMENTS_OFF: u16 = 1;
 pub(super) struct Rest {
     /// The query's whole kept text.
     text: Arc<str>,
-    /// Statements not reached yet, in order.
-    next: VecDeque<Range<usize>>,
+    /// Statements not reached yet, in order, with the request bytes each is given.
+    next: VecDeque<(Range<usize>, u64)>,
     /// The kept text was cut: so is its last statement.
     truncated: bool,
     /// The statement in progress is a `CALL`.
@@ -32,9 +33,14 @@ pub(super) struct Rest {
 }
 
 impl Rest {
+    /// The request bytes of the statements not reached.
+    pub(super) fn unreached_bytes(&self) -> u64 {
+        self.next.iter().map(|(_, b)| b).sum()
+    }
+
     /// Heap bytes held: the query's text.
     pub(super) fn heap_bytes(&self) -> usize {
-        self.text.len() + self.next.len() * std::mem::size_of::<Range<usize>>()
+        self.text.len() + self.next.len() * std::mem::size_of::<(Range<usize>, u64)>()
     }
 }
 
@@ -80,8 +86,8 @@ pub(super) fn query_text(p: &mut Pending, text: Arc<str>, truncated: bool, split
         set_text(p, text, truncated);
         return;
     }
-    let mut next: VecDeque<Range<usize>> = stmts.into();
-    let first = next.pop_front().unwrap_or_default();
+    let mut next = share_bytes(&stmts, text.len(), &mut p.core.bytes_in);
+    let (first, _) = next.pop_front().unwrap_or_default();
     let stmt = text.get(first).unwrap_or("");
     let call = split::is_call(stmt);
     set_text(p, Arc::from(stmt), false);
@@ -91,6 +97,39 @@ pub(super) fn query_text(p: &mut Pending, text: Arc<str>, truncated: bool, split
         truncated,
         call,
     }));
+}
+
+/// The request bytes of each statement (`bytes_in` is the whole request's, and keeps the first
+/// statement's): a later statement is given the text from the end of the one before it to its
+/// own end (the last one to the end of the text), the first the rest (packet header and command
+/// byte included), so the statements' bytes add up to the request's. A compressed request may
+/// be shorter than its text: the later statements then take what there is, in order.
+fn share_bytes(
+    stmts: &[Range<usize>],
+    text_len: usize,
+    bytes_in: &mut u64,
+) -> VecDeque<(Range<usize>, u64)> {
+    let mut out = VecDeque::with_capacity(stmts.len());
+    let mut prev_end: Option<usize> = None;
+    for (i, r) in stmts.iter().enumerate() {
+        let bytes = match prev_end {
+            None => 0,
+            Some(from) => {
+                let to = if i + 1 == stmts.len() {
+                    text_len
+                } else {
+                    r.end
+                };
+                let want = to.saturating_sub(from) as u64;
+                let take = want.min(*bytes_in);
+                *bytes_in -= take;
+                take
+            }
+        };
+        prev_end = Some(r.end);
+        out.push_back((r.clone(), bytes));
+    }
+    out
 }
 
 impl Pending {
@@ -104,13 +143,16 @@ impl Pending {
 }
 
 /// The request of the statement after `p`'s (whose result set just ended): it starts when
-/// that result set ended, its bytes in are none (the query's are the first statement's), and
-/// it awaits its own result set.
+/// that result set ended, has its share of the request's bytes, and awaits its own result set.
 pub(super) fn successor(p: &mut Pending) -> Option<Pending> {
     let mut rest = p.rest.take()?;
-    let range = rest.next.pop_front()?;
+    let (range, bytes_in) = rest.next.pop_front()?;
     let last = rest.next.is_empty();
-    let mut n = Pending::new(p.command, p.core.end_ns.unwrap_or(p.core.start_ns), 0);
+    let mut n = Pending::new(
+        p.command,
+        p.core.end_ns.unwrap_or(p.core.start_ns),
+        bytes_in,
+    );
     n.resp = Resp::Results(Rs::Start);
     let stmt = rest.text.get(range).unwrap_or("");
     rest.call = split::is_call(stmt);

@@ -59,9 +59,22 @@ fn one_event_per_statement_in_one_segment() {
         let affected: Vec<u64> = q.iter().map(|e| e.rows_affected).collect();
         assert_eq!(affected, [0, 0, 5, 0]);
         assert!(q.iter().all(|e| e.outcome == Outcome::Ok));
-        // The request's bytes are the first statement's; each result set's are its own.
+        // Each later statement has the request bytes from the end of the one before it to its
+        // own end, the first the rest; each result set's bytes are its statement's.
+        let sent = b.t[3].1.len() as u64;
+        let later =
+            ["; SELECT a FROM t", "; UPDATE t SET a = 1", "; SELECT 2"].map(|s| s.len() as u64);
         let bytes_in: Vec<u64> = q.iter().map(|e| e.bytes_in).collect();
-        assert_eq!(bytes_in, [b.t[3].1.len() as u64, 0, 0, 0]);
+        assert_eq!(
+            bytes_in,
+            [
+                sent - later.iter().sum::<u64>(),
+                later[0],
+                later[1],
+                later[2]
+            ]
+        );
+        assert_eq!(bytes_in[0], 4 + 1 + "SELECT 1".len() as u64);
         let bytes_out: Vec<u64> = q.iter().map(|e| e.bytes_out).collect();
         assert_eq!(bytes_out, [wire(&rs1), wire(&rs2), wire(&rs3), wire(&rs4)]);
         assert_eq!(bytes_out.iter().sum::<u64>(), b.t[4].1.len() as u64);
@@ -153,6 +166,9 @@ fn error_in_the_second_statement_ends_the_query() {
         assert_eq!(e[1].outcome, Outcome::Error);
         assert_eq!(e[1].rows_sent, 0);
         assert_eq!(e[1].bytes_out, wire(&[e2]));
+        // The unrun statement's request bytes are the failed one's.
+        assert_eq!(e[0].bytes_in + e[1].bytes_in, b.t[3].1.len() as u64);
+        assert_eq!(e[1].bytes_in, "; SELECT * FROM nope; SELECT 3".len() as u64);
         let er = e[1].error.as_ref().unwrap();
         assert_eq!(er.code, 1146);
         assert_eq!(er.state.as_deref(), Some("42S02"));
