@@ -36,8 +36,10 @@
 //! seen), the text is split by [`split::statements`] and each statement is its own `query`
 //! event with its own text, paired in order with the result sets (each but the last ends with
 //! `SERVER_MORE_RESULTS_EXISTS`). A statement starts when the previous one's result set ended
-//! (the first when the request was sent) and ends with its own result set's last packet; the
-//! request's bytes in are the first statement's, the others have none. A `CALL` keeps its
+//! (the first when the request was sent) and ends with its own result set's last packet. The
+//! request's bytes in are shared out: a later statement has the text from the end of the one
+//! before it to its own end, the first the rest (header included), and statements never
+//! reached leave theirs to the last event, so one request's events add up. A `CALL` keeps its
 //! result sets until the OK packet that ends it, and result sets beyond the statements belong
 //! to the last one. An ERR ends the query at the statement that failed: the statements after it
 //! were not run (the server does not count them) and give no event, nor do those a lost or
