@@ -28,6 +28,11 @@ fn tricky_text() -> impl Strategy<Value = String> {
             Just("\t"),
             Just("a"),
             Just("SELECT"),
+            Just(" BEGIN "),
+            Just(" END "),
+            Just(" CASE "),
+            Just("CREATE PROCEDURE p() "),
+            Just("BEGIN NOT ATOMIC "),
             Just("é"),
             Just("日本"),
         ],
@@ -105,7 +110,7 @@ proptest! {
     }
 
     #[test]
-    fn statements_are_trimmed_ordered_pieces(sql in tricky_text()) {
+    fn statements_are_trimmed_runs_of_pieces(sql in tricky_text()) {
         let s = statements(&sql);
         prop_assert!(s.len() <= MAX_STATEMENTS);
         let p = pieces(&sql);
@@ -116,10 +121,16 @@ proptest! {
             prop_assert_eq!(t.trim_matches(|c: char| c.is_ascii_whitespace()), t);
             prop_assert!(r.start >= last_end);
             last_end = r.end;
-            // Each lies within one piece that holds code.
-            prop_assert!(p.iter().any(|p| p.code && p.range.start <= r.start && r.end <= p.range.end));
+            // It starts where a piece holding code starts and ends where one ends (a compound
+            // statement spans several), whitespace aside.
+            let starts = p.iter().any(|p| {
+                p.code && p.range.start <= r.start && sql[p.range.start..r.start].trim().is_empty()
+            });
+            prop_assert!(starts, "{:?} starts inside a piece", t);
+            let ends = p.iter().any(|p| p.code && p.range.end >= r.end && sql[r.end..p.range.end].trim().is_empty());
+            prop_assert!(ends, "{:?} ends inside a piece", t);
         }
-        prop_assert_eq!(s.len(), p.iter().filter(|p| p.code).count());
+        prop_assert!(s.len() <= p.iter().filter(|p| p.code).count());
     }
 
     #[test]

@@ -371,3 +371,21 @@ fn close_before_the_second_result_set() {
     assert_eq!(r.events[1].outcome, Outcome::NoResponse);
     assert_eq!(r.events[1].start_ns, b.t[4].2);
 }
+
+#[test]
+fn a_procedure_body_is_one_statement() {
+    let create = "CREATE PROCEDURE p() BEGIN SELECT 1; SELECT 2; END";
+    let mut b = B::new();
+    b.handshake(caps_for(true), "app", None);
+    b.cmd(query(&format!("{create}; CALL p()")));
+    let mut resp = vec![ok(0, MORE)];
+    resp.extend(resultset(&["1"], &[&["1"]], true, MORE));
+    resp.extend(resultset(&["2"], &[&["2"]], true, MORE));
+    resp.push(ok(0, LAST));
+    b.srv(resp);
+    let r = run(&b, true);
+    assert_eq!(r.health, Default::default());
+    assert_eq!(texts(&r.events), [create, "CALL p()"]);
+    let rows: Vec<u64> = r.events.iter().map(|e| e.rows_sent).collect();
+    assert_eq!(rows, [0, 2]);
+}
