@@ -33,7 +33,8 @@
 //!
 //! When the server runs several statements from one COM_QUERY (the client's
 //! `CLIENT_MULTI_STATEMENTS`, or COM_SET_OPTION; assumed on when the handshake was not
-//! seen), the text is split by [`split::statements`] and each statement is its own `query`
+//! seen), the text is split by [`split::statements`] (quotes, comments and a stored program's
+//! `BEGIN ... END` body keep their `;`) and each statement is its own `query`
 //! event with its own text, paired in order with the result sets (each but the last ends with
 //! `SERVER_MORE_RESULTS_EXISTS`). A statement starts when the previous one's result set ended
 //! (the first when the request was sent) and ends with its own result set's last packet. The
