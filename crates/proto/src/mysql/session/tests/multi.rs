@@ -389,3 +389,56 @@ fn a_procedure_body_is_one_statement() {
     let rows: Vec<u64> = r.events.iter().map(|e| e.rows_sent).collect();
     assert_eq!(rows, [0, 2]);
 }
+
+#[test]
+fn any_number_of_statements_and_result_sets_adds_up() {
+    // Every pairing of 1-4 statements with 1-5 result sets (an ERR last or not): one event per
+    // result set up to the statements (the extra ones are the last statement's), and the
+    // query's rows and bytes add up over its events.
+    for deprecate in [true, false] {
+        for n_stmts in 1..=4usize {
+            for n_results in 1..=5usize {
+                for err_last in [false, true] {
+                    let sql: Vec<String> = (0..n_stmts).map(|i| format!("SELECT {i}")).collect();
+                    let mut b = B::new();
+                    b.handshake(caps_for(deprecate), "app", None);
+                    b.cmd(query(&sql.join("; ")));
+                    let mut resp = Vec::new();
+                    for k in 0..n_results {
+                        if err_last && k + 1 == n_results {
+                            resp.push(err(1146, "42S02", "no such table"));
+                        } else {
+                            let status = if k + 1 == n_results { LAST } else { MORE };
+                            let rows: Vec<&[&str]> = vec![&["1"]; k + 1];
+                            resp.extend(resultset(&["c"], &rows, deprecate, status));
+                        }
+                    }
+                    b.srv(resp);
+                    let r = run(&b, true);
+                    let what = format!("{n_stmts} statements, {n_results} results, err {err_last}");
+                    assert_eq!(r.health, Default::default(), "{what}");
+                    let want = if n_stmts == 1 {
+                        1
+                    } else {
+                        n_results.min(n_stmts)
+                    };
+                    assert_eq!(r.events.len(), want, "{what}");
+                    let rows: u64 = r.events.iter().map(|e| e.rows_sent).sum();
+                    let ok_sets = n_results - usize::from(err_last);
+                    assert_eq!(rows as usize, ok_sets * (ok_sets + 1) / 2, "{what}");
+                    let bytes_in: u64 = r.events.iter().map(|e| e.bytes_in).sum();
+                    assert_eq!(bytes_in, b.t[3].1.len() as u64, "{what}");
+                    let bytes_out: u64 = r.events.iter().map(|e| e.bytes_out).sum();
+                    assert_eq!(bytes_out, b.t[4].1.len() as u64, "{what}");
+                    let errors = r.events.iter().filter(|e| e.outcome == Outcome::Error);
+                    assert_eq!(errors.count(), usize::from(err_last), "{what}");
+                    assert_eq!(
+                        r.events.last().unwrap().outcome == Outcome::Error,
+                        err_last,
+                        "{what}"
+                    );
+                }
+            }
+        }
+    }
+}
