@@ -26,6 +26,7 @@ fn event(start_ns: u64, latency_ns: Option<u64>) -> QueryEvent {
         command: "query",
         text: Some(Arc::from("SELECT 1")),
         text_truncated: false,
+        text_partial: false,
         statement_id: None,
         bytes_in: 10,
         bytes_out: 100,

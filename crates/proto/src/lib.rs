@@ -110,6 +110,10 @@ pub struct QueryEvent {
     pub text: Option<Arc<str>>,
     /// True when `text` was cut at [`SessionConfig::max_text`].
     pub text_truncated: bool,
+    /// True when bytes of the request were lost in a capture gap (or cut by the snap length)
+    /// while its framing held: the request is counted, paired and timed, and `text` holds
+    /// what was seen (enough to fingerprint a multi-row INSERT by its prefix).
+    pub text_partial: bool,
     /// Prepared statement id (MySQL) when the command refers to one.
     pub statement_id: Option<u32>,
     /// Request bytes on the wire (protocol framing included, TCP/IP excluded).

@@ -67,6 +67,13 @@ struct EventLine<'a> {
     /// Written only for a count-only event (`false`), whose times are null.
     #[serde(skip_serializing_if = "is_true")]
     timed: bool,
+    /// Written only when bytes of the request were lost while its framing held (`true`).
+    #[serde(skip_serializing_if = "is_false")]
+    text_partial: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 fn is_true(b: &bool) -> bool {
@@ -113,6 +120,7 @@ pub fn write_ndjson(
         text: ev.text.as_deref(),
         text_truncated: ev.text.as_ref().map(|_| ev.text_truncated),
         timed: ev.timed,
+        text_partial: ev.text_partial,
     };
     serde_json::to_writer(&mut *out, &line)?;
     out.write_all(b"\n")

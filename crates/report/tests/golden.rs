@@ -107,6 +107,7 @@ fn events() -> Vec<(usize, QueryEvent)> {
             command: spec.command,
             text: (!spec.text.is_empty()).then(|| Arc::from(spec.text)),
             text_truncated: false,
+            text_partial: false,
             statement_id: (spec.command == "execute").then_some(7),
             bytes_in: 20 + spec.text.len() as u64,
             bytes_out: if which == 0 { 300 + rng.below(200) } else { 11 },

@@ -43,6 +43,7 @@ fn event(i: u64, s: usize, t_ns: u64) -> QueryEvent {
         command: "query",
         text: Some(Arc::from(STATEMENTS[s])),
         text_truncated: false,
+        text_partial: false,
         statement_id: None,
         bytes_in: 60,
         bytes_out: 400,
