@@ -83,6 +83,18 @@ COUNTERS = [
 ]
 
 
+# The Com_<kind> counter a statement bumps, by its first keyword (test_scripted compares dbtap's
+# per-statement events with these deltas; other kinds, SET, SHOW, PREPARE ..., are not compared).
+STATEMENT_CLASSES = {"select": "Com_select", "insert": "Com_insert", "update": "Com_update",
+                     "delete": "Com_delete", "replace": "Com_replace", "load": "Com_load"}
+
+
+def com_class(text: str | None) -> str | None:
+    """The Com_<kind> counter of a statement (SQL or dbtap fingerprint), None for other kinds."""
+    m = re.match(r"\s*(?:/\*.*?\*/\s*)*([A-Za-z]+)", text or "", re.S)
+    return STATEMENT_CLASSES.get(m.group(1).lower()) if m else None
+
+
 def die(msg: str) -> None:
     raise RuntimeError(msg)
 

@@ -258,6 +258,17 @@ class PgServer:
             e["rows"] += int(nrows)
         return out
 
+    def pgss_exec_ms(self) -> dict[str, float]:
+        """pg_stat_statements' total_exec_time (ms) of the workload database's top-level
+        statements, by query text (summed as in `pgss`)."""
+        rows = self.sql(
+            "SELECT s.query, s.total_exec_time FROM pg_stat_statements s "
+            "JOIN pg_database d ON d.oid = s.dbid WHERE d.datname = %s AND s.toplevel", (DB,))
+        out: dict[str, float] = {}
+        for q, ms in rows:
+            out[q] = out.get(q, 0.0) + float(ms)
+        return out
+
     def pgss_user(self, user: str) -> dict[str, int]:
         rows = self.sql("SELECT s.query, s.calls FROM pg_stat_statements s JOIN pg_roles r "
                         "ON r.oid = s.userid WHERE r.rolname = %s AND s.toplevel", (user,))

@@ -205,11 +205,13 @@ def test_scripted_ledger_agrees_with_server(scripted_capture):
     # The logins refused with a wrong password.
     assert d["Access_denied_errors"] == n["connect"] == 3
     # Questions: every request but PING/PREPARE/CLOSE/RESET and failed logins, plus the extra
-    # statements of the multi-statement queries (3 x 3 more, 1 more for the one that fails on
-    # its 2nd, and 1 more for the two-statement one that warns).
+    # statements of the multi-statement queries (3 x 3 more, 1 more for each of the two that fail
+    # on their 2nd, and 1 more for the two-statement one that warns).
     all_counts = n + tls
+    extra = sum(len(r.statements) - 1 for r in L.by_name("multi").reqs if r.statements)
+    assert extra == 3 * 3 + 1 + 1 + 1
     expected = sum(all_counts.values()) - all_counts["ping"] - all_counts["prepare"] \
-        - all_counts["close"] - all_counts["reset"] - all_counts["connect"] + 3 * 3 + 1 + 1
+        - all_counts["close"] - all_counts["reset"] - all_counts["connect"] + extra
     assert d["Questions"] == expected
     # Rows sent to clients: the ledger's rows, TLS connection included, cursor fetches excluded.
     rows = sum(r.rows for c in L.conns.values() for r in c.reqs if r.command != "fetch")

@@ -6,7 +6,9 @@ each captured workload and read over it afterwards, so the statistics calls are 
 wire nor in the counts.
 
 - pgbench -M simple / extended / prepared, each its own capture: per statement, dbtap's `query`
-  group (simple queries and extended executions) == pg_stat_statements `calls`.
+  group (simple queries and extended executions) == pg_stat_statements `calls`, and its time at
+  least pg_stat_statements' `total_exec_time`; the summed time at most clients x the capture's
+  span; the unnamed Parse of `-M extended` counted but never timed.
 - a scripted workload through psycopg2 (libpq, simple protocol) and psycopg 3 (extended protocol):
   errors by SQLSTATE, COPY both ways, a 200k-row result, pipeline mode, a server-side prepared
   statement, a multi-statement query, a connection opened before the capture, a TLS connection,
@@ -16,6 +18,7 @@ wire nor in the counts.
 from __future__ import annotations
 
 import collections
+import datetime
 import sys
 from pathlib import Path
 
@@ -82,7 +85,8 @@ def pgbench_capture(pg):
                 stats = cap.stop()
             ph.check_dropped(stats)
             pg.wait_idle()
-            caps[mode] = Capture(cap.out, stats, pg.pgss(), {"pgbench": run})
+            caps[mode] = Capture(cap.out, stats, pg.pgss(),
+                                 {"pgbench": run, "exec_ms": pg.pgss_exec_ms()})
         return caps[mode]
     return get
 
@@ -199,6 +203,69 @@ def test_pgbench_capture_health(pgbench_capture, mode):
                              "encrypted_connections", "inflight_overflow") if c[k] != 0}
     assert not bad, f"a clean loopback capture (tcpdump dropped 0) reports {bad}"
     assert c["complete"] is True
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_pgbench_time_at_least_pgss_exec_time(pgbench_capture, mode):
+    """Per statement, dbtap's time (the round trip the client saw) >= pg_stat_statements'
+    total_exec_time (the server's execution alone), both in ms: pg_stat_statements is the truth,
+    and a statement's execution is timed once, not lost to its Parse."""
+    cap = pgbench_capture(mode)
+    bad = []
+    for q, ms in cap.extra["exec_ms"].items():
+        got = query_group(cap.pcap, q)["latency_us"]["sum"] / 1e3
+        if got < ms:
+            bad.append(f"{q[:60]}: dbtap {got:.3f} ms < pg_stat_statements {ms:.3f} ms")
+    assert not bad, "\n".join(bad)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_pgbench_concurrency_at_most_the_clients(pgbench_capture, mode):
+    """Each pgbench connection has one request in flight at a time, so the time summed over
+    every event is at most clients x the wall time of the workload: the digest's first request
+    start (`first_seen`) to its last event end (`last_seen`); pgbench's scale check runs on its
+    own connection before the clients start. The capture's `time_span_s` also holds tcpdump's
+    probes around the run, so the events' window is the tighter bound. A Parse travelling with
+    its execution must not be timed a second time (before, -M extended gave about 3x here)."""
+    cap = pgbench_capture(mode)
+    t = digest(cap.pcap)["totals"]
+    busy_s = t["latency_us"]["sum"] / 1e6
+    wall_s = _epoch_s(t["last_seen"]) - _epoch_s(t["first_seen"])
+    assert wall_s > 0 and busy_s > 0, t
+    assert busy_s <= PGBENCH_CLIENTS * wall_s, \
+        (f"{busy_s:.3f} s of time in {wall_s:.3f} s of workload: concurrency "
+         f"{busy_s / wall_s:.2f} > {PGBENCH_CLIENTS} clients")
+    assert t["concurrency"] <= PGBENCH_CLIENTS
+
+
+def test_pgbench_extended_parse_is_counted_not_timed(pgbench_capture):
+    """-M extended sends Parse/Bind/Describe/Execute/Sync in one flight: the Parse is part of
+    the execution. Every execution is prepared, so the `prepare` group counts as many as the
+    `query` group; it has no time (pg_stat_statements counts no parse time either)."""
+    cap = pgbench_capture("extended")
+    prep = {fp: g for (cmd, fp), g in groups(cap.pcap).items() if cmd == "prepare"}
+    # Every statement of the tpcb-like script (7) is prepared; pgbench's own scale and
+    # partitioning checks are simple queries.
+    assert len(prep) == 7 and set(prep) <= set(cap.pgss), sorted(prep)
+    for q, p in prep.items():
+        assert p["count"] == query_group(cap.pcap, q)["count"] == cap.pgss[q]["calls"], \
+            (q, p["count"])
+        assert (p["errors"], p["ok"]) == (0, p["count"]), p
+        assert (p["latency_us"]["count"], p["latency_us"]["sum"]) == (0, 0), (q, p["latency_us"])
+        assert p["ttfb_us"]["count"] == 0 and p["response_time_pct"] == 0, p
+    prep = [e for e in events(cap.pcap) if e["command"] == "prepare"]
+    assert prep and all(e["timed"] is False and e["latency_us"] is None for e in prep)
+
+
+def test_pgbench_prepared_parse_keeps_its_time(pgbench_capture):
+    """-M prepared prepares each named statement once per connection with its own Sync round
+    trip, before the first Bind: that Parse keeps its own event and time."""
+    cap = pgbench_capture("prepared")
+    prep = [g for (cmd, _), g in groups(cap.pcap).items() if cmd == "prepare"]
+    assert prep and all(g["count"] == PGBENCH_CLIENTS for g in prep), prep
+    for g in prep:
+        assert g["latency_us"]["count"] == g["count"] and g["latency_us"]["sum"] > 0, g
+    assert not [e for e in events(cap.pcap) if "timed" in e]
 
 
 # -------------------------------------------------------------------------------------------------
@@ -365,6 +432,10 @@ def test_scripted_capture_health(scripted):
 
 
 # -------------------------------------------------------------------------------------------------
+
+def _epoch_s(rfc3339: str) -> float:
+    return datetime.datetime.fromisoformat(rfc3339.replace("Z", "+00:00")).timestamp()
+
 
 def _port(endpoint: str) -> int:
     return int(endpoint.rsplit(":", 1)[1])

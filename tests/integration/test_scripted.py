@@ -1,11 +1,14 @@
 """dbtap on the scripted workload (workload.py): each connection's requests as dbtap reports them
-must be exactly what the client sent and got, and the totals must match the server's counters."""
+must be exactly what the client sent and got, and the totals must match the server's counters.
+A multi-statement query is one event per statement the server ran: the ledger's requests are
+compared with dbtap's events through `Conn.expected()`, which expands them into those statements
+as the client saw them (one per result set, and the one that failed)."""
 
 import collections
 
 import pytest
 
-from harness import USER, errors_by_code
+from harness import STATEMENT_CLASSES, USER, com_class, errors_by_code
 
 
 def port_of(endpoint):
@@ -39,7 +42,7 @@ def test_per_connection_command_counts(ev_by_port, ledger):
         if not conn.visible:
             continue
         got = collections.Counter(e["command"] for e in ev_by_port.get(port, []))
-        want = conn.counts()
+        want = conn.event_counts()
         if got != want:
             diffs.append(f"{conn.name} (port {port}): dbtap {dict(got)} != client {dict(want)}")
     assert not diffs, "\n".join(diffs)
@@ -82,16 +85,17 @@ def test_connection_request_by_request(name, ev_by_port, ledger):
     message, the marker identifier in the fingerprint, user and database where the client knows."""
     conn = ledger.by_name(name)
     ev = ev_by_port.get(conn.port, [])
+    want = conn.expected()
     problems = []
-    for i, r in enumerate(conn.reqs):
+    for i, r in enumerate(want):
         if i >= len(ev):
-            problems.append(f"#{i} {r.command} {r.marker}: missing (dbtap has {len(ev)} events, client sent {len(conn.reqs)})")
+            problems.append(f"#{i} {r.command} {r.marker}: missing (dbtap has {len(ev)} events, client expects {len(want)})")
             break
         m = _mismatch(ev[i], r)
         if m:
             problems.append(f"#{i} {r.command} {r.marker}: {m}")
-    if len(ev) > len(conn.reqs):
-        problems.append(f"{len(ev) - len(conn.reqs)} extra events, first: {ev[len(conn.reqs)]}")
+    if len(ev) > len(want):
+        problems.append(f"{len(ev) - len(want)} extra events, first: {ev[len(want)]}")
     assert not problems, f"{name} (client port {conn.port}):\n" + "\n".join(problems[:15])
 
 
@@ -120,7 +124,7 @@ def test_errors_by_code(scripted_capture, dbtap_digest, ledger):
     for g in d["queries"]:
         got.update(errors_by_code(g))
     want = ledger.errors_by_code()
-    assert dict(want) == {1064: 5, 1146: 4, 1062: 6, 1045: 3}, "the workload itself changed"
+    assert dict(want) == {1064: 5, 1146: 5, 1062: 6, 1045: 3}, "the workload itself changed"
     assert got == want, f"dbtap errors_by_code {dict(got)} != client {dict(want)}"
     assert d["totals"]["errors"] == sum(want.values())
     assert sum(g.get("errors", 0) for g in d["queries"]) == sum(want.values())
@@ -203,4 +207,45 @@ def test_digest_totals_equal_events(scripted_capture, dbtap_events, dbtap_digest
     d = dbtap_digest(scripted_capture.pcap)
     assert d["totals"]["queries"] == len(ev)
     assert sum(g["count"] for g in d["queries"]) == len(ev)
-    assert len(ev) == sum(sum(c.counts().values()) for c in scripted_capture.extra["ledger"].conns.values() if c.visible)
+    assert len(ev) == sum(len(c.expected()) for c in scripted_capture.extra["ledger"].conns.values() if c.visible)
+
+
+def test_multi_statement_queries_are_one_event_per_statement(ev_by_port, ledger):
+    """Each multi-statement query: as many events as statements the server ran (the client saw
+    one result set each, and the error of the one that failed), none for those after it."""
+    conn = ledger.by_name("multi")
+    multi = [r for r in conn.reqs if r.statements is not None]
+    assert [len(r.statements) for r in multi] == [4, 4, 4, 2, 2, 2], "the workload itself changed"
+    ev = ev_by_port.get(conn.port, [])
+    fps = [e.get("fingerprint") or "" for e in ev]
+    assert sum(" as multi_marker" in f for f in fps) == 3, fps
+    assert sum(f.startswith("insert into multi_t") for f in fps) == 3, fps
+    assert sum(f.startswith("update multi_t") for f in fps) == 3, fps
+    failed = [e for e in ev if "no_such_multi_marker" in (e.get("fingerprint") or "")]
+    assert len(failed) == 1 and failed[0]["outcome"] == "error" and failed[0]["error"]["code"] == 1146, failed
+    assert not [f for f in fps if "multi_unrun_marker" in f], "a statement after the failed one was reported"
+
+
+def test_statement_counts_equal_com_counters(scripted_capture, dbtap_events, ledger):
+    """Per statement kind, dbtap's query and execute events == the server's Com_<kind> delta
+    (Com_select, Com_insert, ...): each statement of a multi-statement query counted, the one that
+    failed after parsing included, those after it not (the server did not run them). Less what dbtap
+    cannot see (the TLS connection's statements, by the client's record); plus what a text hides
+    (`EXECUTE sqlps` runs the SELECT that `PREPARE sqlps` prepared, counted in Com_select)."""
+    d = scripted_capture.counters
+    got = collections.Counter()
+    sql_execute = 0
+    for e in dbtap_events(scripted_capture.pcap):
+        if e["command"] not in ("query", "execute"):
+            continue
+        fp = e.get("fingerprint") or ""
+        k = com_class(fp)
+        if k:
+            got[k] += 1
+        elif e["command"] == "query" and fp.lower().startswith("execute sqlps"):
+            sql_execute += 1
+    assert sql_execute == ledger.sql_execute
+    got["Com_select"] += sql_execute
+    hidden = collections.Counter(r.klass for r in ledger.by_name("tls").expected() if r.klass)
+    want = {k: d[k] - hidden[k] for k in STATEMENT_CLASSES.values()}
+    assert {k: got[k] for k in want} == want, f"dbtap {dict(got)} != server {want} (TLS {dict(hidden)} removed)"

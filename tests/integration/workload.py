@@ -4,6 +4,8 @@ each connection sent and what the server answered, as the client saw it.
 
 The Ledger is the truth the tests hold dbtap to: per connection (keyed by the client's TCP port),
 the ordered list of requests with their command, marker, outcome, rows, affected rows, error code.
+A multi-statement query is one request that also lists the statements the server ran, as the
+client saw them (one per result set, and the one that failed): dbtap's events are those.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import pymysql
 import pymysql.constants.CLIENT as CLIENT
 
 from binproto import BinaryClient
-from harness import PASSWORD, PASSWORD2, USER, USER2, Server
+from harness import PASSWORD, PASSWORD2, USER, USER2, Server, com_class
 
 
 @dataclass
@@ -33,6 +35,13 @@ class Req:
     user: str | None = None   # when set: the user dbtap must report for this request
     db: str | None = None     # when set: the database dbtap must report for this request
     warnings: int | None = None  # warnings the client was told of (pymysql: every result set)
+    klass: str | None = None  # the Com_<kind> counter the statement bumps (harness.com_class)
+    # A multi-statement query: the statements the server ran, each its own Req (dbtap's events).
+    statements: list["Req"] | None = None
+
+    def events(self) -> list["Req"]:
+        """What dbtap reports for this request: one event, or one per statement run."""
+        return self.statements if self.statements is not None else [self]
 
 
 @dataclass
@@ -49,7 +58,16 @@ class Conn:
         return r
 
     def counts(self) -> collections.Counter:
+        """Requests per command (a multi-statement query is one)."""
         return collections.Counter(r.command for r in self.reqs)
+
+    def expected(self) -> list[Req]:
+        """dbtap's events for this connection, in order: the requests, with each
+        multi-statement query expanded into the statements the server ran."""
+        return [e for r in self.reqs for e in r.events()]
+
+    def event_counts(self) -> collections.Counter:
+        return collections.Counter(r.command for r in self.expected())
 
 
 class Ledger:
@@ -101,11 +119,12 @@ def mysqldb_port(c) -> int:
 def _q(conn: Conn, cur, sql: str, args=None, marker: str = "", klass: str | None = None) -> Req:
     """Run one text query on a pymysql/MySQLdb cursor and record it, with all its result sets."""
     text = sql if args is None else (cur.mogrify(sql, args) if hasattr(cur, "mogrify") else sql)
+    klass = klass or com_class(sql)
     try:
         cur.execute(sql, args)
     except (pymysql.err.MySQLError,) as e:
         return conn.add("query", marker, "error", code=e.args[0], message=e.args[1],
-                        size=len(text.encode()) if isinstance(text, str) else 0)
+                        size=len(text.encode()) if isinstance(text, str) else 0, klass=klass)
     rows = affected = 0
     # pymysql keeps each result set's warning count (from its OK/EOF); MySQLdb does not here.
     result = lambda: getattr(cur, "_result", None)  # noqa: E731
@@ -122,9 +141,47 @@ def _q(conn: Conn, cur, sql: str, args=None, marker: str = "", klass: str | None
                 break
         except pymysql.err.MySQLError as e:
             return conn.add("query", marker, "error", rows=rows, affected=affected,
-                            code=e.args[0], message=e.args[1])
+                            code=e.args[0], message=e.args[1], klass=klass)
     return conn.add("query", marker, "ok", rows=rows, affected=affected, warnings=warnings,
-                    size=len(text.encode()) if isinstance(text, str) else 0)
+                    size=len(text.encode()) if isinstance(text, str) else 0, klass=klass)
+
+
+def _q_multi(conn: Conn, cur, stmts: list[tuple[str, str]]) -> Req:
+    """Run (sql, marker) statements as one multi-statement COM_QUERY (pymysql, with
+    CLIENT.MULTI_STATEMENTS) and record it: one request with everything summed, as `_q` does,
+    whose `statements` are those the server ran, from what the client saw: each result set
+    (`nextset()`) is one statement's, in order (no CALL here, whose result sets would all be its
+    own), and an error is the statement the server had reached; those after it were not run."""
+    sql = "; ".join(s for s, _ in stmts)
+    ran: list[Req] = []
+
+    def stmt(**kw) -> Req:
+        s, marker = stmts[len(ran)]
+        r = Req("query", marker, klass=com_class(s), size=len(s.encode()), **kw)
+        ran.append(r)
+        return r
+
+    err = None
+    try:
+        cur.execute(sql)
+        while True:
+            assert len(ran) < len(stmts), f"more result sets than statements: {sql!r}"
+            warnings = cur._result.warning_count
+            if cur.description is not None:
+                stmt(rows=len(cur.fetchall()), warnings=warnings)
+            else:
+                stmt(affected=max(cur.rowcount, 0), warnings=warnings)
+            if not cur.nextset():
+                break
+    except pymysql.err.MySQLError as e:
+        err = e
+        stmt(outcome="error", code=e.args[0], message=e.args[1])
+    r = conn.add("query", stmts[0][1], "error" if err else "ok",
+                 rows=sum(s.rows for s in ran), affected=sum(s.affected for s in ran),
+                 code=err.args[0] if err else None, message=err.args[1] if err else None,
+                 size=len(sql.encode()), statements=ran,
+                 warnings=None if err else sum(s.warnings for s in ran))
+    return r
 
 
 class Workload:
@@ -275,17 +332,25 @@ class Workload:
         conn = self.ledger.conn("multi", pymysql_port(c))
         with c.cursor() as cur:
             for i in range(3):
-                r = _q(conn, cur,
-                       "SELECT 1 AS multi_marker; SELECT 2 UNION SELECT 3; "
-                       f"INSERT INTO multi_t (v) VALUES ({i}), ({i}); "
-                       "UPDATE multi_t SET v = v + 1", None, "multi_marker")
-                assert r.outcome == "ok" and r.rows == 3, r
-            r = _q(conn, cur, "SELECT 1 AS multi_err_marker; SELEC 2; SELECT 3", None,
-                   "multi_err_marker")
-            assert r.code == 1064 and r.rows == 1, r
-            r = _q(conn, cur, "SELECT 1/0 AS multi_warn_marker; SELECT CAST('3x' AS UNSIGNED)",
-                   None, "multi_warn_marker")
-            assert r.outcome == "ok" and r.warnings == 2, r
+                r = _q_multi(conn, cur, [
+                    ("SELECT 1 AS multi_marker", "multi_marker"),
+                    ("SELECT 2 UNION SELECT 3", ""),
+                    (f"INSERT INTO multi_t (v) VALUES ({i}), ({i})", "multi_t"),
+                    ("UPDATE multi_t SET v = v + 1", "multi_t")])
+                assert r.outcome == "ok" and r.rows == 3 and len(r.statements) == 4, r
+            # The 2nd statement fails to parse: the server stops there.
+            r = _q_multi(conn, cur, [("SELECT 1 AS multi_err_marker", "multi_err_marker"),
+                                     ("SELEC 2", ""), ("SELECT 3", "")])
+            assert r.code == 1064 and r.rows == 1 and len(r.statements) == 2, r
+            # The 2nd statement parses and fails (counted in Com_select); the 3rd is not run.
+            r = _q_multi(conn, cur, [("SELECT 1 AS multi_fail_marker", "multi_fail_marker"),
+                                     ("SELECT * FROM no_such_multi_marker", "no_such_multi_marker"),
+                                     ("SELECT 3 AS multi_unrun_marker", "multi_unrun_marker")])
+            assert r.code == 1146 and r.rows == 1 and len(r.statements) == 2, r
+            r = _q_multi(conn, cur, [("SELECT 1/0 AS multi_warn_marker", "multi_warn_marker"),
+                                     ("SELECT CAST('3x' AS UNSIGNED)", "")])
+            assert r.outcome == "ok" and [s.warnings for s in r.statements] == [1, 1], r
+            assert r.warnings == 2, r
             for i in range(5):
                 _q(conn, cur, "SELECT %s AS after_multi_marker", (i,), "after_multi_marker")
         c.close()

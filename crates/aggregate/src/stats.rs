@@ -302,11 +302,14 @@ pub struct Stats {
     pub no_reply_expected: u64,
     pub errors_by_code: ErrorCounts,
     /// Response time (request start to last response byte) of events that have one, ns.
+    /// Unanswered and count-only events ([`QueryEvent::timed`] false) have none: they count
+    /// in `count` but add no sample here.
     pub latency: Latency,
     /// Service time (response time without queueing behind earlier requests on the same
-    /// connection, [`QueryEvent::service_ns`]) of events that have one, ns.
+    /// connection, [`QueryEvent::service_ns`]) of events that have one, ns. Unanswered and
+    /// count-only events have none.
     pub service: Latency,
-    /// Time to first response byte, ns.
+    /// Time to first response byte, ns (timed events only).
     pub ttfb: Summary,
     pub bytes_in: Summary,
     pub bytes_out: Summary,
@@ -347,6 +350,7 @@ impl Stats {
         if let Some(e) = &ev.error {
             self.errors_by_code.record(e, ev.start_ns);
         }
+        // A count-only event (`timed` false) has no latency and adds no time sample.
         let latency = ev.latency_ns();
         if let Some(l) = latency {
             self.latency.record(l);
@@ -354,7 +358,7 @@ impl Stats {
         if let Some(s) = ev.service_ns() {
             self.service.record(s);
         }
-        if let Some(f) = ev.first_response_ns {
+        if let Some(f) = ev.first_response_ns.filter(|_| ev.timed) {
             self.ttfb.record(f.saturating_sub(ev.start_ns));
         }
         self.bytes_in.record(ev.bytes_in);

@@ -27,6 +27,7 @@ fn event(start_ns: u64, latency_ns: Option<u64>) -> QueryEvent {
         command: "query",
         text: Some(Arc::from("SELECT 1")),
         text_truncated: false,
+        text_partial: false,
         statement_id: None,
         bytes_in: 10,
         bytes_out: 100,
@@ -39,6 +40,7 @@ fn event(start_ns: u64, latency_ns: Option<u64>) -> QueryEvent {
             Outcome::NoResponse
         },
         error: None,
+        timed: true,
     }
 }
 
@@ -74,6 +76,31 @@ fn tcprstat_vector() {
     assert_eq!(l.quantile_ns(0.5), Some(300_000)); // median at index 2
     let g = agg.groups().next().map(|g| g.stats.latency.clone());
     assert_eq!(g.as_ref(), Some(l));
+}
+
+#[test]
+fn count_only_events_are_counted_without_time() {
+    let mut agg = Aggregator::new(AggConfig::default());
+    agg.add(&event(1_000, Some(5_000)), key(1), describe(1));
+    let mut folded = event(1_000, Some(5_000));
+    folded.timed = false;
+    folded.rows_sent = 0;
+    agg.add(&folded, key(2), describe(2));
+    let t = &agg.totals().stats;
+    assert_eq!((t.count, t.ok), (2, 2));
+    assert_eq!((t.latency.count(), t.latency.sum_ns()), (1, 5_000));
+    assert_eq!(t.ttfb.count, 1);
+    let g = agg.group(&key(2)).map(|g| &g.stats);
+    assert_eq!(
+        g.map(|s| (s.count, s.ok, s.latency.count())),
+        Some((1, 1, 0))
+    );
+    assert_eq!(g.map(|s| (s.latency.sum_ns(), s.ttfb.count)), Some((0, 0)));
+    assert_eq!(g.map(|s| s.bytes_out.sum), Some(100));
+    assert_eq!(
+        g.and_then(|s| s.example.as_ref()).map(|e| e.latency_ns),
+        Some(None)
+    );
 }
 
 #[test]

@@ -22,6 +22,7 @@ mod pcapng;
 use std::fmt;
 use std::fs::File;
 use std::io::{self, Read};
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -135,6 +136,16 @@ impl fmt::Debug for Reader {
 
 /// A frame found in the buffer: (ts_ns, linktype, data start, data end, orig_len).
 type Located = (u64, u32, usize, usize, u32);
+
+/// What one pcapng block gave.
+enum NgStep {
+    /// A frame.
+    Frame(Located),
+    /// Nothing to return yet: read the next block.
+    More,
+    /// No more frames.
+    End,
+}
 
 enum Fill {
     Ready,
@@ -487,155 +498,230 @@ impl Reader {
         Ok(Some((ts_ns, h.linktype, s, s + caplen as usize, orig_len)))
     }
 
-    /// pcapng blocks until the next packet.
+    /// pcapng blocks until the next packet. One handler per block type.
     fn next_pcapng(&mut self) -> Result<Option<Located>, CaptureError> {
         loop {
             let off = self.offset();
-            if let Fill::Eof(n) = self.fill(12)? {
-                return if n == 0 {
-                    Ok(None)
-                } else {
-                    Err(self.truncated(off, format!("block header cut short ({n} bytes)")))
-                };
-            }
-            let head = self.unread();
-            let btype = pcap::u32_at(head, 0, false).unwrap_or(0);
-            if btype == pcapng::SHB {
-                // A new section: its byte-order magic sets the byte order of what follows.
-                let bom = pcap::u32_at(head, 8, false).unwrap_or(0);
-                let big = if bom == pcapng::BYTE_ORDER_MAGIC {
-                    false
-                } else if bom.swap_bytes() == pcapng::BYTE_ORDER_MAGIC {
-                    true
-                } else {
-                    return Err(self.corrupt(
-                        off,
-                        format!(
-                            "section header with a bad byte-order magic {bom:08x} (expected \
-                             1a2b3c4d in either byte order)"
-                        ),
-                    ));
-                };
-                if let State::PcapNg { big: b, ifaces, .. } = &mut self.state {
-                    *b = big;
-                    ifaces.clear();
-                }
-            }
-            let State::PcapNg { big, .. } = self.state else {
+            let Some((btype, big, body)) = self.pcapng_block(off)? else {
                 return Ok(None);
             };
-            let head = self.unread();
-            let btype = pcap::u32_at(head, 0, big).unwrap_or(0);
-            let blen = pcap::u32_at(head, 4, big).unwrap_or(0);
-            if blen < 12 || !blen.is_multiple_of(4) || blen > pcapng::MAX_BLOCK {
-                return Err(self.corrupt(
-                    off,
-                    format!("block of type {btype:#x} with impossible length {blen}"),
-                ));
-            }
-            let blen = blen as usize;
-            if let Fill::Eof(n) = self.fill(blen)? {
-                return Err(self.truncated(
-                    off,
-                    format!("block of {blen} bytes cut short ({n} bytes present)"),
-                ));
-            }
-            let block = self
-                .buf
-                .get(self.start..self.start + blen)
-                .unwrap_or_default();
-            if pcap::u32_at(block, blen - 4, big) != Some(blen as u32) {
-                return Err(self.corrupt(
-                    off,
-                    format!("block of type {btype:#x}: trailing length does not match {blen}"),
-                ));
-            }
-            let body_at = self.start + 8;
-            let body = block.get(8..blen - 4).unwrap_or_default();
-            self.start += blen;
-            match btype {
-                pcapng::SHB => {
-                    let major = pcap::u16_at(body, 4, big).unwrap_or(0);
-                    if major != 1 {
-                        return Err(
-                            self.corrupt(off, format!("unsupported pcapng version {major}"))
-                        );
-                    }
-                    self.stats.sections += 1;
-                }
-                pcapng::IDB => {
-                    let Some(iface) = pcapng::parse_idb(body, big) else {
-                        return Err(self.corrupt(off, "interface description block too short"));
-                    };
-                    if let State::PcapNg { ifaces, .. } = &mut self.state {
-                        ifaces.push(iface);
-                    }
-                }
+            let step = match btype {
+                pcapng::SHB => self.pcapng_section(off, big, body)?,
+                pcapng::IDB => self.pcapng_interface(off, big, body)?,
                 pcapng::EPB | pcapng::PB_OBSOLETE => {
-                    let epb = btype == pcapng::EPB;
-                    let id = if epb {
-                        pcap::u32_at(body, 0, big)
-                    } else {
-                        pcap::u16_at(body, 0, big).map(u32::from)
-                    };
-                    let (Some(id), Some(hi), Some(lo), Some(caplen), Some(orig_len)) = (
-                        id,
-                        pcap::u32_at(body, 4, big),
-                        pcap::u32_at(body, 8, big),
-                        pcap::u32_at(body, 12, big),
-                        pcap::u32_at(body, 16, big),
-                    ) else {
-                        return Err(self.corrupt(off, "packet block too short"));
-                    };
-                    if u64::from(caplen) + 20 > body.len() as u64 {
-                        return Err(self.corrupt(
-                            off,
-                            format!(
-                                "packet block: captured length {caplen} is larger than the block"
-                            ),
-                        ));
-                    }
-                    let State::PcapNg {
-                        ifaces, last_ts, ..
-                    } = &mut self.state
-                    else {
-                        return Ok(None);
-                    };
-                    let Some(iface) = ifaces.get(id as usize) else {
-                        self.stats.unknown_interface_frames += 1;
-                        continue;
-                    };
-                    let units = (u64::from(hi) << 32) | u64::from(lo);
-                    let ts = iface.ts.to_ns(units, iface.offset_s);
-                    *last_ts = ts;
-                    let s = body_at + 20;
-                    return Ok(Some((ts, iface.linktype, s, s + caplen as usize, orig_len)));
+                    self.pcapng_packet(off, btype == pcapng::EPB, big, body)?
                 }
-                pcapng::SPB => {
-                    let Some(orig_len) = pcap::u32_at(body, 0, big) else {
-                        return Err(self.corrupt(off, "simple packet block too short"));
-                    };
-                    let State::PcapNg {
-                        ifaces, last_ts, ..
-                    } = &self.state
-                    else {
-                        return Ok(None);
-                    };
-                    let Some(iface) = ifaces.first() else {
-                        self.stats.unknown_interface_frames += 1;
-                        continue;
-                    };
-                    let mut caplen = (body.len() - 4).min(orig_len as usize);
-                    if iface.snaplen != 0 {
-                        caplen = caplen.min(iface.snaplen as usize);
-                    }
-                    // A simple packet block has no timestamp: it gets the previous packet's.
-                    let s = body_at + 4;
-                    return Ok(Some((*last_ts, iface.linktype, s, s + caplen, orig_len)));
+                pcapng::SPB => self.pcapng_simple_packet(off, big, body)?,
+                _ => {
+                    self.stats.skipped_blocks += 1;
+                    NgStep::More
                 }
-                _ => self.stats.skipped_blocks += 1,
+            };
+            match step {
+                NgStep::Frame(located) => return Ok(Some(located)),
+                NgStep::End => return Ok(None),
+                NgStep::More => {}
             }
         }
+    }
+
+    /// Reads the next whole pcapng block and checks its lengths. Returns its type, the
+    /// section's byte order and where its body (between the length fields) is in the buffer;
+    /// `None` at the end of the input.
+    fn pcapng_block(
+        &mut self,
+        off: u64,
+    ) -> Result<Option<(u32, bool, Range<usize>)>, CaptureError> {
+        if let Fill::Eof(n) = self.fill(12)? {
+            return if n == 0 {
+                Ok(None)
+            } else {
+                Err(self.truncated(off, format!("block header cut short ({n} bytes)")))
+            };
+        }
+        if pcap::u32_at(self.unread(), 0, false).unwrap_or(0) == pcapng::SHB {
+            self.pcapng_byte_order(off)?;
+        }
+        let State::PcapNg { big, .. } = self.state else {
+            return Ok(None);
+        };
+        let head = self.unread();
+        let btype = pcap::u32_at(head, 0, big).unwrap_or(0);
+        let blen = pcap::u32_at(head, 4, big).unwrap_or(0);
+        if blen < 12 || !blen.is_multiple_of(4) || blen > pcapng::MAX_BLOCK {
+            return Err(self.corrupt(
+                off,
+                format!("block of type {btype:#x} with impossible length {blen}"),
+            ));
+        }
+        let blen = blen as usize;
+        if let Fill::Eof(n) = self.fill(blen)? {
+            return Err(self.truncated(
+                off,
+                format!("block of {blen} bytes cut short ({n} bytes present)"),
+            ));
+        }
+        let block = self
+            .buf
+            .get(self.start..self.start + blen)
+            .unwrap_or_default();
+        if pcap::u32_at(block, blen - 4, big) != Some(blen as u32) {
+            return Err(self.corrupt(
+                off,
+                format!("block of type {btype:#x}: trailing length does not match {blen}"),
+            ));
+        }
+        let body = self.start + 8..self.start + blen - 4;
+        self.start += blen;
+        Ok(Some((btype, big, body)))
+    }
+
+    /// A section header block starts: its byte-order magic sets the byte order of what
+    /// follows, and the section's interfaces are forgotten.
+    fn pcapng_byte_order(&mut self, off: u64) -> Result<(), CaptureError> {
+        let bom = pcap::u32_at(self.unread(), 8, false).unwrap_or(0);
+        let big = if bom == pcapng::BYTE_ORDER_MAGIC {
+            false
+        } else if bom.swap_bytes() == pcapng::BYTE_ORDER_MAGIC {
+            true
+        } else {
+            return Err(self.corrupt(
+                off,
+                format!(
+                    "section header with a bad byte-order magic {bom:08x} (expected \
+                     1a2b3c4d in either byte order)"
+                ),
+            ));
+        };
+        if let State::PcapNg { big: b, ifaces, .. } = &mut self.state {
+            *b = big;
+            ifaces.clear();
+        }
+        Ok(())
+    }
+
+    /// A section header block: only version 1 is read.
+    fn pcapng_section(
+        &mut self,
+        off: u64,
+        big: bool,
+        body: Range<usize>,
+    ) -> Result<NgStep, CaptureError> {
+        let body = self.buf.get(body).unwrap_or_default();
+        let major = pcap::u16_at(body, 4, big).unwrap_or(0);
+        if major != 1 {
+            return Err(self.corrupt(off, format!("unsupported pcapng version {major}")));
+        }
+        self.stats.sections += 1;
+        Ok(NgStep::More)
+    }
+
+    /// An interface description block: one more interface in this section.
+    fn pcapng_interface(
+        &mut self,
+        off: u64,
+        big: bool,
+        body: Range<usize>,
+    ) -> Result<NgStep, CaptureError> {
+        let body = self.buf.get(body).unwrap_or_default();
+        let Some(iface) = pcapng::parse_idb(body, big) else {
+            return Err(self.corrupt(off, "interface description block too short"));
+        };
+        if let State::PcapNg { ifaces, .. } = &mut self.state {
+            ifaces.push(iface);
+        }
+        Ok(NgStep::More)
+    }
+
+    /// An enhanced packet block (`epb`), or an obsolete packet block: a frame, unless its
+    /// interface is unknown.
+    fn pcapng_packet(
+        &mut self,
+        off: u64,
+        epb: bool,
+        big: bool,
+        body_range: Range<usize>,
+    ) -> Result<NgStep, CaptureError> {
+        let body_at = body_range.start;
+        let body = self.buf.get(body_range).unwrap_or_default();
+        let id = if epb {
+            pcap::u32_at(body, 0, big)
+        } else {
+            pcap::u16_at(body, 0, big).map(u32::from)
+        };
+        let (Some(id), Some(hi), Some(lo), Some(caplen), Some(orig_len)) = (
+            id,
+            pcap::u32_at(body, 4, big),
+            pcap::u32_at(body, 8, big),
+            pcap::u32_at(body, 12, big),
+            pcap::u32_at(body, 16, big),
+        ) else {
+            return Err(self.corrupt(off, "packet block too short"));
+        };
+        if u64::from(caplen) + 20 > body.len() as u64 {
+            return Err(self.corrupt(
+                off,
+                format!("packet block: captured length {caplen} is larger than the block"),
+            ));
+        }
+        let State::PcapNg {
+            ifaces, last_ts, ..
+        } = &mut self.state
+        else {
+            return Ok(NgStep::End);
+        };
+        let Some(iface) = ifaces.get(id as usize) else {
+            self.stats.unknown_interface_frames += 1;
+            return Ok(NgStep::More);
+        };
+        let units = (u64::from(hi) << 32) | u64::from(lo);
+        let ts = iface.ts.to_ns(units, iface.offset_s);
+        *last_ts = ts;
+        let s = body_at + 20;
+        Ok(NgStep::Frame((
+            ts,
+            iface.linktype,
+            s,
+            s + caplen as usize,
+            orig_len,
+        )))
+    }
+
+    /// A simple packet block: a frame on the first interface, with the previous packet's
+    /// timestamp (it has none).
+    fn pcapng_simple_packet(
+        &mut self,
+        off: u64,
+        big: bool,
+        body_range: Range<usize>,
+    ) -> Result<NgStep, CaptureError> {
+        let body_at = body_range.start;
+        let body = self.buf.get(body_range).unwrap_or_default();
+        let Some(orig_len) = pcap::u32_at(body, 0, big) else {
+            return Err(self.corrupt(off, "simple packet block too short"));
+        };
+        let State::PcapNg {
+            ifaces, last_ts, ..
+        } = &self.state
+        else {
+            return Ok(NgStep::End);
+        };
+        let Some(iface) = ifaces.first() else {
+            self.stats.unknown_interface_frames += 1;
+            return Ok(NgStep::More);
+        };
+        let mut caplen = (body.len() - 4).min(orig_len as usize);
+        if iface.snaplen != 0 {
+            caplen = caplen.min(iface.snaplen as usize);
+        }
+        let s = body_at + 4;
+        Ok(NgStep::Frame((
+            *last_ts,
+            iface.linktype,
+            s,
+            s + caplen,
+            orig_len,
+        )))
     }
 
     /// Bytes consumed from the underlying file (compressed bytes for gzip), for a progress bar.

@@ -21,10 +21,12 @@ pub(crate) struct ServiceClock {
 }
 
 impl ServiceClock {
-    /// Sets `ev.service_start_ns` (events with a response only) and advances the connection's
-    /// clock to the end of its response.
+    /// Sets `ev.service_start_ns` (timed events with a response only) and advances the
+    /// connection's clock to the end of its response. A count-only event (a PostgreSQL Parse in
+    /// the flight of its execution, `timed` false) neither gets a service time nor moves the
+    /// clock: its time belongs to the execution it travelled with.
     pub(crate) fn stamp(&mut self, ev: &mut QueryEvent) {
-        let Some(end) = ev.end_ns else {
+        let Some(end) = ev.end_ns.filter(|_| ev.timed) else {
             ev.service_start_ns = None;
             return;
         };
@@ -66,6 +68,7 @@ mod tests {
             command: "get",
             text: None,
             text_truncated: false,
+            text_partial: false,
             statement_id: None,
             bytes_in: 0,
             bytes_out: 0,
@@ -78,6 +81,7 @@ mod tests {
                 Outcome::NoResponse
             },
             error: None,
+            timed: true,
         }
     }
 
@@ -168,6 +172,23 @@ mod tests {
     }
 
     #[test]
+    fn count_only_events_have_no_service_and_do_not_move_the_clock() {
+        // A Parse answered in the same flight as its Execute: the execution keeps the whole
+        // round trip.
+        let mut clock = ServiceClock::default();
+        let mut parse = ev(1, 0, Some(100));
+        parse.timed = false;
+        clock.stamp(&mut parse);
+        assert_eq!((parse.latency_ns(), parse.service_ns()), (None, None));
+        let mut exec = ev(1, 0, Some(100));
+        clock.stamp(&mut exec);
+        assert_eq!(
+            (exec.latency_ns(), exec.service_ns()),
+            (Some(100), Some(100))
+        );
+    }
+
+    #[test]
     fn negative_latency_saturates() {
         let got = run(&[(1, 100, Some(90))]);
         assert_eq!(got, vec![(Some(0), Some(0))]);
@@ -213,14 +234,20 @@ mod tests {
         #[test]
         fn service_sum_never_exceeds_busy_time(
             reqs in proptest::collection::vec(
-                (0u64..3, 0u64..1_000, proptest::option::weighted(0.9, 0u64..500)),
+                (
+                    0u64..3,
+                    0u64..1_000,
+                    proptest::option::weighted(0.9, 0u64..500),
+                    proptest::bool::weighted(0.9),
+                ),
                 0..64,
             )
         ) {
             let mut clock = ServiceClock::default();
             let mut by_conn: HashMap<u64, (u64, Vec<(u64, u64)>)> = HashMap::new();
-            for (conn, start, dur) in reqs {
+            for (conn, start, dur, timed) in reqs {
                 let mut e = ev(conn, start, dur.map(|d| start + d));
+                e.timed = timed;
                 clock.stamp(&mut e);
                 let entry = by_conn.entry(conn).or_default();
                 if let (Some(s), Some(end)) = (e.service_ns(), e.end_ns) {

@@ -1,4 +1,5 @@
-//! Criterion bench of the MySQL fingerprint hot path on sysbench queries; prints ns/query.
+//! Criterion bench of the MySQL and PostgreSQL fingerprint hot paths on sysbench and pgbench
+//! queries; prints ns/query.
 
 use std::hint::black_box;
 use std::time::Instant;
@@ -13,6 +14,28 @@ const SYSBENCH: &[&str] = &[
      '12345678901-23456789012-34567890123-45678901234-56789012345-67890123456-78901234567-89012345678-90123456789-01234567890', \
      '12345678901-23456789012-34567890123-45678901234-56789012345')",
 ];
+
+const PGBENCH: &[&str] = &[
+    "UPDATE pgbench_accounts SET abalance = abalance + -4030 WHERE aid = 29312;",
+    "SELECT abalance FROM pgbench_accounts WHERE aid = 29312;",
+    "INSERT INTO pgbench_history (tid, bid, aid, delta, mtime) VALUES (3, 1, 29312, -4030, CURRENT_TIMESTAMP);",
+    "SELECT id, name FROM items WHERE name IN ('apple', 'fig', 'nope') ORDER BY 1 DESC LIMIT 2",
+];
+
+fn bench_postgres(c: &mut Criterion) {
+    let mut out = String::with_capacity(256);
+    let mut g = c.benchmark_group("postgres");
+    g.throughput(Throughput::Elements(PGBENCH.len() as u64));
+    g.bench_function("fingerprint/pgbench4", |b| {
+        b.iter(|| {
+            for q in PGBENCH {
+                black_box(fingerprint::postgres::fingerprint(black_box(q), &mut out));
+                black_box(&out);
+            }
+        })
+    });
+    g.finish();
+}
 
 fn bench(c: &mut Criterion) {
     let mut out = String::with_capacity(256);
@@ -83,5 +106,5 @@ fn thread_cpu_ticks() -> Option<u64> {
     Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
 }
 
-criterion_group!(benches, bench);
+criterion_group!(benches, bench, bench_postgres);
 criterion_main!(benches);

@@ -185,15 +185,7 @@ impl<'a> Lexer<'a> {
                 self.pos = self.quoted(start + 1, b'\'', self.d.backslash_escapes);
                 Kind::Str
             }
-            b'"' => {
-                if self.d.double_quote_string {
-                    self.pos = self.quoted(start + 1, b'"', self.d.backslash_escapes);
-                    Kind::Str
-                } else {
-                    self.pos = self.quoted(start + 1, b'"', false);
-                    Kind::QuotedIdent
-                }
-            }
+            b'"' => self.double_quoted(start),
             b'`' if self.d.backtick_ident => {
                 self.pos = self.quoted(start + 1, b'`', false);
                 Kind::QuotedIdent
@@ -221,19 +213,7 @@ impl<'a> Lexer<'a> {
                 self.pos = line_end(s, start);
                 Kind::Comment
             }
-            b'/' if self.at(start + 1) == b'*' => {
-                if self.d.version_comments && self.at(start + 2) == b'!' {
-                    self.pos = start + 3;
-                    self.in_version = true;
-                    Kind::VersionOpen
-                } else {
-                    self.pos = match find2(s, start + 2, b'*', b'/') {
-                        Some(i) => i + 2,
-                        None => n,
-                    };
-                    Kind::Comment
-                }
-            }
+            b'/' if self.at(start + 1) == b'*' => self.block_comment(start),
             b'*' if self.in_version && self.at(start + 1) == b'/' => {
                 self.pos = start + 2;
                 self.in_version = false;
@@ -262,6 +242,35 @@ impl<'a> Lexer<'a> {
             start,
             end: self.pos,
             ws_before: ws,
+        }
+    }
+
+    /// A `"..."` at `start`: a string or a quoted identifier, as the dialect has it.
+    #[inline(always)]
+    fn double_quoted(&mut self, start: usize) -> Kind {
+        if self.d.double_quote_string {
+            self.pos = self.quoted(start + 1, b'"', self.d.backslash_escapes);
+            Kind::Str
+        } else {
+            self.pos = self.quoted(start + 1, b'"', false);
+            Kind::QuotedIdent
+        }
+    }
+
+    /// A `/*` at `start`: the opening of a `/*! ... */` version comment (where the dialect has
+    /// them) or a whole comment, unterminated ones to the end.
+    #[inline(always)]
+    fn block_comment(&mut self, start: usize) -> Kind {
+        if self.d.version_comments && self.at(start + 2) == b'!' {
+            self.pos = start + 3;
+            self.in_version = true;
+            Kind::VersionOpen
+        } else {
+            self.pos = match find2(self.s, start + 2, b'*', b'/') {
+                Some(i) => i + 2,
+                None => self.s.len(),
+            };
+            Kind::Comment
         }
     }
 

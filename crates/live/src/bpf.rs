@@ -347,96 +347,113 @@ fn ports_block(a: &mut Asm, spec: &FilterSpec, v6: bool, accept: Label, reject: 
         a.ja(accept);
         return;
     }
-    // Source and destination port loads (TCP header at X).
-    let sport = |a: &mut Asm| a.stmt(BPF_LD | BPF_H | BPF_IND, net(0));
-    let dport = |a: &mut Asm| a.stmt(BPF_LD | BPF_H | BPF_IND, net(2));
-    // Client port check: keep when `sample_keeps(other, sample)`.
-    let sample = spec.sample;
-    let sample_check = |a: &mut Asm, other_is_dst: bool, fail: Label| {
-        if sample <= 1 {
-            a.ja(accept);
-        } else {
-            if other_is_dst {
-                dport(a)
-            } else {
-                sport(a)
-            }
-            a.stmt(BPF_ALU | BPF_MUL | BPF_K, SAMPLE_HASH_MUL);
-            a.stmt(BPF_ALU | BPF_RSH | BPF_K, 16);
-            a.stmt(BPF_ALU | BPF_MOD | BPF_K, sample);
-            a.jeq(0, accept, fail);
-        }
-    };
     if !spec.ports.is_empty() {
-        let (src_m, dst_chk, dst_m, done) = (a.label(), a.label(), a.label(), a.label());
-        sport(a);
-        for (i, &p) in spec.ports.iter().enumerate() {
-            let next = if i + 1 == spec.ports.len() {
-                dst_chk
-            } else {
-                a.label()
-            };
-            a.jeq(u32::from(p), src_m, next);
-            if next != dst_chk {
-                a.here(next);
-            }
-        }
-        a.here(src_m);
-        sample_check(a, true, dst_chk);
-        a.here(dst_chk);
-        dport(a);
-        for (i, &p) in spec.ports.iter().enumerate() {
-            let next = if i + 1 == spec.ports.len() {
-                done
-            } else {
-                a.label()
-            };
-            a.jeq(u32::from(p), dst_m, next);
-            if next != done {
-                a.here(next);
-            }
-        }
-        a.here(dst_m);
-        sample_check(a, false, done);
-        a.here(done);
+        port_checks(a, &spec.ports, spec.sample, accept);
     }
     for (ip, port) in servers {
-        let words: Vec<u32> = match ip {
-            IpAddr::V4(v) => vec![u32::from(v)],
-            IpAddr::V6(v) => v
-                .octets()
-                .chunks(4)
-                .map(|c| u32::from_be_bytes([c[0], c[1], c[2], c[3]]))
-                .collect(),
-        };
-        // Source address field offset, destination address field offset.
-        let (src_off, dst_off) = if v6 { (8, 24) } else { (12, 16) };
-        let next_server = a.label();
-        for (is_src, off) in [(true, src_off), (false, dst_off)] {
-            let miss = if is_src { a.label() } else { next_server };
-            for (i, w) in words.iter().enumerate() {
-                let ok = a.label();
-                a.stmt(BPF_LD | BPF_W | BPF_ABS, net(off + 4 * i as u32));
-                a.jeq(*w, ok, miss);
-                a.here(ok);
-            }
-            let hit = a.label();
-            if is_src {
-                sport(a)
-            } else {
-                dport(a)
-            }
-            a.jeq(u32::from(port), hit, miss);
-            a.here(hit);
-            // Server on the source side: the client port is the destination port.
-            sample_check(a, is_src, miss);
-            if is_src {
-                a.here(miss);
-            }
-        }
-        a.here(next_server);
+        server_check(a, ip, port, v6, spec.sample, accept);
     }
     a.ja(reject);
+}
+
+/// Loads the TCP source port (TCP header at X).
+fn load_sport(a: &mut Asm) {
+    a.stmt(BPF_LD | BPF_H | BPF_IND, net(0));
+}
+
+/// Loads the TCP destination port (TCP header at X).
+fn load_dport(a: &mut Asm) {
+    a.stmt(BPF_LD | BPF_H | BPF_IND, net(2));
+}
+
+/// Client port check: to `accept` when `sample_keeps(other, sample)`, else to `fail`.
+fn sample_check(a: &mut Asm, sample: u32, accept: Label, other_is_dst: bool, fail: Label) {
+    if sample <= 1 {
+        a.ja(accept);
+    } else {
+        if other_is_dst {
+            load_dport(a)
+        } else {
+            load_sport(a)
+        }
+        a.stmt(BPF_ALU | BPF_MUL | BPF_K, SAMPLE_HASH_MUL);
+        a.stmt(BPF_ALU | BPF_RSH | BPF_K, 16);
+        a.stmt(BPF_ALU | BPF_MOD | BPF_K, sample);
+        a.jeq(0, accept, fail);
+    }
+}
+
+/// Either port one of `ports` (the other one sampled); falls through when none matched.
+fn port_checks(a: &mut Asm, ports: &[u16], sample: u32, accept: Label) {
+    let (src_m, dst_chk, dst_m, done) = (a.label(), a.label(), a.label(), a.label());
+    load_sport(a);
+    for (i, &p) in ports.iter().enumerate() {
+        let next = if i + 1 == ports.len() {
+            dst_chk
+        } else {
+            a.label()
+        };
+        a.jeq(u32::from(p), src_m, next);
+        if next != dst_chk {
+            a.here(next);
+        }
+    }
+    a.here(src_m);
+    sample_check(a, sample, accept, true, dst_chk);
+    a.here(dst_chk);
+    load_dport(a);
+    for (i, &p) in ports.iter().enumerate() {
+        let next = if i + 1 == ports.len() {
+            done
+        } else {
+            a.label()
+        };
+        a.jeq(u32::from(p), dst_m, next);
+        if next != done {
+            a.here(next);
+        }
+    }
+    a.here(dst_m);
+    sample_check(a, sample, accept, false, done);
+    a.here(done);
+}
+
+/// The server `ip:port` on either side (the client port sampled); falls through when not.
+fn server_check(a: &mut Asm, ip: IpAddr, port: u16, v6: bool, sample: u32, accept: Label) {
+    let words: Vec<u32> = match ip {
+        IpAddr::V4(v) => vec![u32::from(v)],
+        IpAddr::V6(v) => v
+            .octets()
+            .chunks(4)
+            .map(|c| u32::from_be_bytes([c[0], c[1], c[2], c[3]]))
+            .collect(),
+    };
+    // Source address field offset, destination address field offset.
+    let (src_off, dst_off) = if v6 { (8, 24) } else { (12, 16) };
+    let next_server = a.label();
+    for (is_src, off) in [(true, src_off), (false, dst_off)] {
+        let miss = if is_src { a.label() } else { next_server };
+        for (i, w) in words.iter().enumerate() {
+            let ok = a.label();
+            a.stmt(BPF_LD | BPF_W | BPF_ABS, net(off + 4 * i as u32));
+            a.jeq(*w, ok, miss);
+            a.here(ok);
+        }
+        let hit = a.label();
+        if is_src {
+            load_sport(a)
+        } else {
+            load_dport(a)
+        }
+        a.jeq(u32::from(port), hit, miss);
+        a.here(hit);
+        // Server on the source side: the client port is the destination port.
+        sample_check(a, sample, accept, is_src, miss);
+        if is_src {
+            a.here(miss);
+        }
+    }
+    a.here(next_server);
 }
 
 // ---------------------------------------------------------------- libpcap expressions

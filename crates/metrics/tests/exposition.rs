@@ -358,6 +358,7 @@ fn event(protocol: Protocol, command: &'static str, latency_ns: u64, error: bool
         command,
         text: None,
         text_truncated: false,
+        text_partial: false,
         statement_id: None,
         bytes_in: 40,
         bytes_out: 300,
@@ -370,6 +371,7 @@ fn event(protocol: Protocol, command: &'static str, latency_ns: u64, error: bool
             state: None,
             message: "bad".into(),
         }),
+        timed: true,
     }
 }
 

@@ -102,7 +102,8 @@ pub struct QueryEvent {
     pub end_ns: Option<u64>,
     /// When the server could start on this request: the later of `start_ns` and the end of the
     /// previous response on the same connection. Set by the pipeline, in one place for every
-    /// protocol, for events with a response; `None` from sessions and for unanswered requests.
+    /// protocol, for timed events with a response; `None` from sessions, for unanswered requests
+    /// and for count-only events ([`QueryEvent::timed`] false).
     /// See [`QueryEvent::service_ns`].
     pub service_start_ns: Option<u64>,
     pub user: Option<Arc<str>>,
@@ -115,6 +116,10 @@ pub struct QueryEvent {
     pub text: Option<Arc<str>>,
     /// True when `text` was cut at [`SessionConfig::max_text`].
     pub text_truncated: bool,
+    /// True when bytes of the request were lost in a capture gap (or cut by the snap length)
+    /// while its framing held: the request is counted, paired and timed, and `text` holds
+    /// what was seen (enough to fingerprint a multi-row INSERT by its prefix).
+    pub text_partial: bool,
     /// Prepared statement id (MySQL) when the command refers to one.
     pub statement_id: Option<u32>,
     /// Request bytes on the wire (protocol framing included, TCP/IP excluded).
@@ -130,12 +135,21 @@ pub struct QueryEvent {
     pub warnings: u64,
     pub outcome: Outcome,
     pub error: Option<DbError>,
+    /// False for a count-only event: a step whose time another event of the same connection
+    /// already carries (a PostgreSQL Parse sent in the same flight as its Bind and Execute).
+    /// It counts in its group with its outcome, bytes and rows, but is never timed:
+    /// [`QueryEvent::latency_ns`] is `None`, so it adds no latency sample and no time to any
+    /// total. True for every other event.
+    pub timed: bool,
 }
 
 impl QueryEvent {
-    /// Response time: request start to last response byte, in nanoseconds.
+    /// Response time: request start to last response byte, in nanoseconds (`None` when
+    /// unanswered, or for a count-only event: see [`QueryEvent::timed`]).
     pub fn latency_ns(&self) -> Option<u64> {
-        self.end_ns.map(|e| e.saturating_sub(self.start_ns))
+        self.end_ns
+            .filter(|_| self.timed)
+            .map(|e| e.saturating_sub(self.start_ns))
     }
 
     /// Service time: [`service_start_ns`](QueryEvent::service_start_ns) to last response byte,
@@ -143,7 +157,7 @@ impl QueryEvent {
     /// queued behind earlier requests on the same connection, so the service times of one
     /// connection never sum to more than the time it was busy.
     pub fn service_ns(&self) -> Option<u64> {
-        match (self.service_start_ns, self.end_ns) {
+        match (self.service_start_ns, self.end_ns.filter(|_| self.timed)) {
             (Some(s), Some(e)) => Some(e.saturating_sub(s)),
             _ => None,
         }

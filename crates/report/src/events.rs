@@ -65,6 +65,20 @@ struct EventLine<'a> {
     text: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     text_truncated: Option<bool>,
+    /// Written only for a count-only event (`false`), whose times are null.
+    #[serde(skip_serializing_if = "is_true")]
+    timed: bool,
+    /// Written only when bytes of the request were lost while its framing held (`true`).
+    #[serde(skip_serializing_if = "is_false")]
+    text_partial: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+fn is_true(b: &bool) -> bool {
+    *b
 }
 
 /// Writes one event as one NDJSON line, with its group's `id` and `fingerprint`.
@@ -91,6 +105,7 @@ pub fn write_ndjson(
         service_us: ev.service_ns().map(us),
         ttfb_us: ev
             .first_response_ns
+            .filter(|_| ev.timed)
             .map(|f| us(f.saturating_sub(ev.start_ns))),
         bytes_in: ev.bytes_in,
         bytes_out: ev.bytes_out,
@@ -106,6 +121,8 @@ pub fn write_ndjson(
         statement_id: ev.statement_id,
         text: ev.text.as_deref(),
         text_truncated: ev.text.as_ref().map(|_| ev.text_truncated),
+        timed: ev.timed,
+        text_partial: ev.text_partial,
     };
     serde_json::to_writer(&mut *out, &line)?;
     out.write_all(b"\n")

@@ -5,7 +5,7 @@
 use std::io::{self, Write};
 use std::sync::Arc;
 
-use aggregate::{Aggregator, DECADE_LABELS, DIM_SHOW, Group, Stats, TopCounter};
+use aggregate::{Aggregator, DECADE_LABELS, DIM_SHOW, Example, Group, Stats, TopCounter};
 
 use crate::fmt::{bytes, count, duration, rfc3339, sanitize, shorten, thousands};
 use crate::health::{COUNTERS, Kind, Unit, counter, note_names};
@@ -121,6 +121,32 @@ fn pct_of(part: u128, whole: u128) -> String {
 /// The attribute table. With `whole` (the totals), a `pct` column gives this group's share.
 fn attribute_table(out: &mut impl Write, s: &Stats, whole: Option<&Stats>) -> io::Result<()> {
     let with_pct = whole.is_some();
+    attribute_header(out, with_pct)?;
+    if let Some(w) = whole {
+        attribute_row(
+            out,
+            with_pct,
+            "Count",
+            Some(pct_of(s.count.into(), w.count.into())),
+            &[count(s.count as f64)],
+        )?;
+    }
+    time_rows(out, s, whole)?;
+    sum_rows(out, s, whole)?;
+    if let Some(w) = whole {
+        attribute_row(
+            out,
+            with_pct,
+            "Errors",
+            Some(pct_of(s.errors.into(), w.errors.into())),
+            &[count(s.errors as f64)],
+        )?;
+    }
+    Ok(())
+}
+
+/// The attribute table's column names and their underline.
+fn attribute_header(out: &mut impl Write, with_pct: bool) -> io::Result<()> {
     let head = ["total", "min", "max", "avg", "p50", "p95", "p99"];
     let mut h = format!("# {:<ATTR_WIDTH$}", "Attribute");
     let mut u = format!("# {}", "=".repeat(ATTR_WIDTH));
@@ -133,33 +159,36 @@ fn attribute_table(out: &mut impl Write, s: &Stats, whole: Option<&Stats>) -> io
         u.push_str(" =======");
     }
     writeln!(out, "{h}")?;
-    writeln!(out, "{u}")?;
+    writeln!(out, "{u}")
+}
 
-    let row =
-        |out: &mut dyn Write, name: &str, pct: Option<String>, cols: &[String]| -> io::Result<()> {
-            let mut line = format!("# {name:<ATTR_WIDTH$}");
-            if with_pct {
-                line.push_str(&format!(" {:>3}", pct.unwrap_or_default()));
-            }
-            for c in cols {
-                line.push_str(&format!(" {c:>7}"));
-            }
-            writeln!(out, "{}", line.trim_end())
-        };
-
-    if let Some(w) = whole {
-        row(
-            out,
-            "Count",
-            Some(pct_of(s.count.into(), w.count.into())),
-            &[count(s.count as f64)],
-        )?;
+/// One row of the attribute table (the `pct` column only `with_pct`).
+fn attribute_row(
+    out: &mut dyn Write,
+    with_pct: bool,
+    name: &str,
+    pct: Option<String>,
+    cols: &[String],
+) -> io::Result<()> {
+    let mut line = format!("# {name:<ATTR_WIDTH$}");
+    if with_pct {
+        line.push_str(&format!(" {:>3}", pct.unwrap_or_default()));
     }
+    for c in cols {
+        line.push_str(&format!(" {c:>7}"));
+    }
+    writeln!(out, "{}", line.trim_end())
+}
+
+/// The rows of durations: execution time (with percentiles) and time to the first byte.
+fn time_rows(out: &mut impl Write, s: &Stats, whole: Option<&Stats>) -> io::Result<()> {
+    let with_pct = whole.is_some();
     let l = &s.latency;
     let d = |v: Option<u64>| v.map_or("-".to_string(), |n| duration(n as f64));
     let [p50, p95, p99] = l.quantiles_ns([0.5, 0.95, 0.99]);
-    row(
+    attribute_row(
         out,
+        with_pct,
         "Exec time",
         whole.map(|w| pct_of(l.sum_ns(), w.latency.sum_ns())),
         &[
@@ -173,8 +202,9 @@ fn attribute_table(out: &mut impl Write, s: &Stats, whole: Option<&Stats>) -> io
         ],
     )?;
     let f = &s.ttfb;
-    row(
+    attribute_row(
         out,
+        with_pct,
         "Time to 1st B",
         whole.map(|w| pct_of(f.sum, w.ttfb.sum)),
         &[
@@ -183,7 +213,12 @@ fn attribute_table(out: &mut impl Write, s: &Stats, whole: Option<&Stats>) -> io
             d(f.max()),
             f.mean().map_or("-".to_string(), duration),
         ],
-    )?;
+    )
+}
+
+/// The rows of summed quantities: bytes, rows, and warnings where there are some.
+fn sum_rows(out: &mut impl Write, s: &Stats, whole: Option<&Stats>) -> io::Result<()> {
+    let with_pct = whole.is_some();
     let warnings = (
         "Warnings",
         &s.warnings,
@@ -220,8 +255,9 @@ fn attribute_table(out: &mut impl Write, s: &Stats, whole: Option<&Stats>) -> io
     let warned = (s.warnings.sum > 0).then_some(warnings);
     for (name, v, w, f) in sums.into_iter().chain(warned) {
         let o = |x: Option<u64>| x.map_or("-".to_string(), |n| f(n as f64));
-        row(
+        attribute_row(
             out,
+            with_pct,
             name,
             w.map(|w| pct_of(v.sum, w.sum)),
             &[
@@ -230,14 +266,6 @@ fn attribute_table(out: &mut impl Write, s: &Stats, whole: Option<&Stats>) -> io
                 o(v.max()),
                 v.mean().map_or("-".to_string(), f),
             ],
-        )?;
-    }
-    if let Some(w) = whole {
-        row(
-            out,
-            "Errors",
-            Some(pct_of(s.errors.into(), w.errors.into())),
-            &[count(s.errors as f64)],
         )?;
     }
     Ok(())
@@ -472,7 +500,42 @@ fn name_or_unknown(k: &Option<Arc<str>>) -> String {
     k.as_deref().unwrap_or("(unknown)").to_string()
 }
 
+/// The detail block of one group: its heading, attribute table, outcomes, errors,
+/// dimensions, latency distribution, fingerprint and slowest example.
 fn details(
+    out: &mut impl Write,
+    p: &Painter,
+    agg: &Aggregator,
+    g: &Group,
+    rank: usize,
+    span: Option<u64>,
+) -> io::Result<()> {
+    let s = &g.stats;
+    details_heading(out, p, agg, g, rank, span)?;
+    attribute_table(out, s, Some(&agg.totals().stats))?;
+    writeln!(out, "{}", outcomes(s))?;
+    errors_by_code(out, p, s)?;
+    for line in [
+        dim_line("Databases", &s.databases, s.count, name_or_unknown),
+        dim_line("Users", &s.users, s.count, name_or_unknown),
+        dim_line("Clients", &s.clients, s.count, |ip| ip.to_string()),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        writeln!(out, "{line}")?;
+    }
+    exec_time_distribution(out, s)?;
+    writeln!(out, "# Fingerprint")?;
+    writeln!(out, "#    {}", sanitize(&g.fingerprint, false))?;
+    if let Some(ex) = &s.example {
+        slowest_example(out, ex)?;
+    }
+    Ok(())
+}
+
+/// `# Query <rank>: <rates>, ID <id>`, what the group is, and its time range.
+fn details_heading(
     out: &mut impl Write,
     p: &Painter,
     agg: &Aggregator,
@@ -513,43 +576,40 @@ fn details(
     if let (Some(a), Some(b)) = (s.first_seen_ns, s.last_seen_ns) {
         writeln!(out, "# Time range: {} to {}", rfc3339(a), rfc3339(b))?;
     }
-    attribute_table(out, s, Some(&agg.totals().stats))?;
-    writeln!(out, "{}", outcomes(s))?;
+    Ok(())
+}
 
+/// `# Errors by code`, when the group has errors.
+fn errors_by_code(out: &mut impl Write, p: &Painter, s: &Stats) -> io::Result<()> {
     let errs = s.errors_by_code.sorted();
-    if !errs.is_empty() || s.errors_by_code.other() > 0 {
-        writeln!(out, "# Errors by code")?;
-        for e in errs {
-            let code = match &e.state {
-                Some(st) => format!("{} ({})", e.code, sanitize(st, false)),
-                None => e.code.to_string(),
-            };
-            let line = format!(
-                "#   {code} x{}: {}",
-                thousands(e.count),
-                sanitize(&e.message, false)
-            );
-            writeln!(out, "{}", p.yellow(&line))?;
-        }
-        if s.errors_by_code.other() > 0 {
-            writeln!(
-                out,
-                "#   other codes x{}",
-                thousands(s.errors_by_code.other())
-            )?;
-        }
+    if errs.is_empty() && s.errors_by_code.other() == 0 {
+        return Ok(());
     }
-    for line in [
-        dim_line("Databases", &s.databases, s.count, name_or_unknown),
-        dim_line("Users", &s.users, s.count, name_or_unknown),
-        dim_line("Clients", &s.clients, s.count, |ip| ip.to_string()),
-    ]
-    .into_iter()
-    .flatten()
-    {
-        writeln!(out, "{line}")?;
+    writeln!(out, "# Errors by code")?;
+    for e in errs {
+        let code = match &e.state {
+            Some(st) => format!("{} ({})", e.code, sanitize(st, false)),
+            None => e.code.to_string(),
+        };
+        let line = format!(
+            "#   {code} x{}: {}",
+            thousands(e.count),
+            sanitize(&e.message, false)
+        );
+        writeln!(out, "{}", p.yellow(&line))?;
     }
+    if s.errors_by_code.other() > 0 {
+        writeln!(
+            out,
+            "#   other codes x{}",
+            thousands(s.errors_by_code.other())
+        )?;
+    }
+    Ok(())
+}
 
+/// `# Exec time distribution`: a bar per decade of latency.
+fn exec_time_distribution(out: &mut impl Write, s: &Stats) -> io::Result<()> {
     writeln!(out, "# Exec time distribution")?;
     let dec = s.latency.decades();
     let max = dec.iter().copied().max().unwrap_or(0);
@@ -562,38 +622,36 @@ fn details(
         let line = format!("# {label:>5}  {}", "#".repeat(bar as usize));
         writeln!(out, "{}", line.trim_end())?;
     }
-
-    writeln!(out, "# Fingerprint")?;
-    writeln!(out, "#    {}", sanitize(&g.fingerprint, false))?;
-
-    if let Some(ex) = &s.example {
-        let mut what = vec![
-            format!("at {}", rfc3339(ex.start_ns)),
-            format!("client {} -> {}", ex.client, ex.server),
-        ];
-        if let Some(db) = &ex.database {
-            what.push(format!("database {}", sanitize(db, false)));
-        }
-        if let Some(u) = &ex.user {
-            what.push(format!("user {}", sanitize(u, false)));
-        }
-        if let Some(id) = ex.statement_id {
-            what.push(format!("statement {id}"));
-        }
-        let lat = ex
-            .latency_ns
-            .map_or("no response".to_string(), |l| duration(l as f64));
-        writeln!(out, "# Slowest: {lat} {}", what.join(", "))?;
-        match &ex.text {
-            Some(text) => {
-                if ex.text_truncated {
-                    writeln!(out, "# (text truncated)")?;
-                }
-                let clean = sanitize(text, true);
-                writeln!(out, "{}", clean.trim_end_matches('\n'))?;
-            }
-            None => writeln!(out, "# (no text captured)")?,
-        }
-    }
     Ok(())
+}
+
+/// `# Slowest: ...` and the slowest query's text.
+fn slowest_example(out: &mut impl Write, ex: &Example) -> io::Result<()> {
+    let mut what = vec![
+        format!("at {}", rfc3339(ex.start_ns)),
+        format!("client {} -> {}", ex.client, ex.server),
+    ];
+    if let Some(db) = &ex.database {
+        what.push(format!("database {}", sanitize(db, false)));
+    }
+    if let Some(u) = &ex.user {
+        what.push(format!("user {}", sanitize(u, false)));
+    }
+    if let Some(id) = ex.statement_id {
+        what.push(format!("statement {id}"));
+    }
+    let lat = ex
+        .latency_ns
+        .map_or("no response".to_string(), |l| duration(l as f64));
+    writeln!(out, "# Slowest: {lat} {}", what.join(", "))?;
+    match &ex.text {
+        Some(text) => {
+            if ex.text_truncated {
+                writeln!(out, "# (text truncated)")?;
+            }
+            let clean = sanitize(text, true);
+            writeln!(out, "{}", clean.trim_end_matches('\n'))
+        }
+        None => writeln!(out, "# (no text captured)"),
+    }
 }

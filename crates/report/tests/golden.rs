@@ -113,6 +113,7 @@ fn events() -> Vec<(usize, QueryEvent)> {
             command: spec.command,
             text: (!spec.text.is_empty()).then(|| Arc::from(spec.text)),
             text_truncated: false,
+            text_partial: false,
             statement_id: (spec.command == "execute").then_some(7),
             bytes_in: 20 + spec.text.len() as u64,
             bytes_out: if which == 0 { 300 + rng.below(200) } else { 11 },
@@ -126,6 +127,7 @@ fn events() -> Vec<(usize, QueryEvent)> {
             warnings: if which == 1 && i % 7 == 0 { 1 } else { 0 },
             outcome: Outcome::Ok,
             error: None,
+            timed: true,
         };
         if which == 1 && rng.below(10) == 0 {
             ev.outcome = Outcome::Error;
@@ -336,6 +338,35 @@ fn ndjson_events() {
         }
     }
     golden("events.ndjson", &s);
+}
+
+#[test]
+fn ndjson_count_only_event_has_no_times_and_says_so() {
+    let (which, mut ev) = events()
+        .into_iter()
+        .find(|(_, e)| e.end_ns.is_some() && e.first_response_ns.is_some())
+        .unwrap_or_else(|| panic!("no answered event"));
+    let s = &SPECS[which];
+    let line = |ev: &QueryEvent| {
+        let mut buf = Vec::new();
+        events::write_ndjson(ev, s.fingerprint, s.id, &mut buf).unwrap_or_else(|e| panic!("{e}"));
+        serde_json::from_slice::<serde_json::Value>(&buf).unwrap_or_else(|e| panic!("{e}"))
+    };
+    let timed = line(&ev);
+    assert!(timed.get("timed").is_none(), "{timed}");
+    assert!(
+        timed["latency_us"].is_f64() && timed["ttfb_us"].is_f64(),
+        "{timed}"
+    );
+    ev.timed = false;
+    let folded = line(&ev);
+    assert_eq!(folded["timed"], serde_json::Value::Bool(false), "{folded}");
+    assert!(
+        folded["latency_us"].is_null() && folded["ttfb_us"].is_null(),
+        "{folded}"
+    );
+    assert_eq!(folded["outcome"], timed["outcome"]);
+    assert_eq!(folded["bytes_out"], timed["bytes_out"]);
 }
 
 #[test]

@@ -44,6 +44,7 @@ fn event(i: u64, s: usize, t_ns: u64) -> QueryEvent {
         command: "query",
         text: Some(Arc::from(STATEMENTS[s])),
         text_truncated: false,
+        text_partial: false,
         statement_id: None,
         bytes_in: 60,
         bytes_out: 400,
@@ -56,6 +57,7 @@ fn event(i: u64, s: usize, t_ns: u64) -> QueryEvent {
             state: Some("40001".into()),
             message: "Deadlock found when trying to get lock".into(),
         }),
+        timed: true,
     }
 }
 

@@ -1,6 +1,6 @@
 //! Drawing one screen from a [`View`]. Pure: no IO, works with any ratatui backend.
 
-use aggregate::{DECADE_LABELS, Group, TopCounter};
+use aggregate::{DECADE_LABELS, Group, Stats, TopCounter};
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Modifier, Style};
 use ratatui::text::{Line, Span, Text};
@@ -424,13 +424,56 @@ fn opt_name(k: &Option<std::sync::Arc<str>>) -> String {
     k.as_deref().unwrap_or("(unknown)").to_string()
 }
 
+/// A bold label of the detail pane.
+fn label(l: &'static str) -> Span<'static> {
+    Span::styled(l, Style::new().add_modifier(Modifier::BOLD))
+}
+
+/// The detail pane's line of warnings (where there are some) and the top error codes.
+fn errors_line(s: &Stats) -> Line<'static> {
+    let errs = s.errors_by_code.sorted();
+    let mut err_text: Vec<String> = errs
+        .iter()
+        .take(3)
+        .map(|e| {
+            let state = e
+                .state
+                .as_deref()
+                .map(|st| format!("/{st}"))
+                .unwrap_or_default();
+            format!(
+                "{}{state} x{} {}",
+                e.code,
+                fmt::thousands(e.count),
+                fmt::shorten(&fmt::sanitize(&e.message, false), 60)
+            )
+        })
+        .collect();
+    let more: u64 = errs.iter().skip(3).map(|e| e.count).sum::<u64>() + s.errors_by_code.other();
+    if more > 0 {
+        err_text.push(format!("others x{}", fmt::thousands(more)));
+    }
+    let mut spans = Vec::new();
+    if s.warnings.sum > 0 {
+        // MySQL/MariaDB warnings, before the error codes (only where there are some).
+        let n = u64::try_from(s.warnings.sum).unwrap_or(u64::MAX);
+        spans.push(label("Warnings "));
+        spans.push(Span::raw(format!("{}  ", fmt::thousands(n))));
+    }
+    spans.push(label("Error codes "));
+    spans.push(Span::raw(if err_text.is_empty() {
+        "-".to_string()
+    } else {
+        err_text.join("; ")
+    }));
+    Line::from(spans)
+}
+
 fn draw_detail(f: &mut ratatui::Frame, r: &RowData<'_>, secs: f64, total_ns: u128, area: Rect) {
     let g = r.group;
     let s = &g.stats;
     let lat = &s.service;
     let resp = &s.latency;
-    let bold = Style::new().add_modifier(Modifier::BOLD);
-    let label = |l: &'static str| Span::styled(l, bold);
     let mut lines: Vec<Line<'static>> = Vec::new();
     lines.push(Line::from(vec![
         label("Id "),
@@ -479,42 +522,7 @@ fn draw_detail(f: &mut ratatui::Frame, r: &RowData<'_>, secs: f64, total_ns: u12
         label("Clients "),
         Span::raw(top3(&s.clients, |ip| ip.to_string())),
     ]));
-    let errs = s.errors_by_code.sorted();
-    let mut err_text: Vec<String> = errs
-        .iter()
-        .take(3)
-        .map(|e| {
-            let state = e
-                .state
-                .as_deref()
-                .map(|st| format!("/{st}"))
-                .unwrap_or_default();
-            format!(
-                "{}{state} x{} {}",
-                e.code,
-                fmt::thousands(e.count),
-                fmt::shorten(&fmt::sanitize(&e.message, false), 60)
-            )
-        })
-        .collect();
-    let more: u64 = errs.iter().skip(3).map(|e| e.count).sum::<u64>() + s.errors_by_code.other();
-    if more > 0 {
-        err_text.push(format!("others x{}", fmt::thousands(more)));
-    }
-    let mut spans = Vec::new();
-    if s.warnings.sum > 0 {
-        // MySQL/MariaDB warnings, before the error codes (only where there are some).
-        let n = u64::try_from(s.warnings.sum).unwrap_or(u64::MAX);
-        spans.push(label("Warnings "));
-        spans.push(Span::raw(format!("{}  ", fmt::thousands(n))));
-    }
-    spans.push(label("Error codes "));
-    spans.push(Span::raw(if err_text.is_empty() {
-        "-".to_string()
-    } else {
-        err_text.join("; ")
-    }));
-    lines.push(Line::from(spans));
+    lines.push(errors_line(s));
     lines.push(Line::from(vec![
         label("Fingerprint "),
         Span::raw(fingerprint_text(g)),

@@ -48,6 +48,7 @@ fn event(x: &Q, start_ns: u64) -> QueryEvent {
         command: "query",
         text: Some(Arc::from(x.fp.as_str())),
         text_truncated: false,
+        text_partial: false,
         statement_id: None,
         bytes_in: 10,
         bytes_out: 100,
@@ -65,6 +66,7 @@ fn event(x: &Q, start_ns: u64) -> QueryEvent {
             state: Some("42S02".into()),
             message: "Table 'shop.nope' doesn't exist".into(),
         }),
+        timed: true,
     }
 }
 

@@ -237,75 +237,93 @@ impl Defragmenter {
             self.drop_key(&key, Drop::Invalid);
             return None;
         }
-
-        if let Some(p) = self.pending.get(&key)
-            && ts_ns.saturating_sub(p.first_ts) > self.limits.timeout_ns
-        {
-            self.drop_key(&key, Drop::Timeout);
-        }
-
-        if !self.pending.contains_key(&key) {
-            if self.pending.len() >= self.limits.max_datagrams.max(1)
-                && let Some(old) = self.oldest_except(None)
-            {
-                self.drop_key(&old, Drop::Overflow);
-            }
-            self.pending.insert(
-                key,
-                Pending {
-                    first_ts: ts_ns,
-                    header: None,
-                    next_header_at: 0,
-                    data: Vec::new(),
-                    ranges: Vec::new(),
-                    total: None,
-                },
-            );
-        }
-
-        // Consistency and overlap checks against what is already held.
-        let verdict = {
-            let p = self.pending.get(&key)?;
-            let past_end = match p.total {
-                Some(t) => end > t || (!frag.more && end != t),
-                None => !frag.more && p.ranges.last().is_some_and(|&(_, e)| e > end),
-            };
-            if past_end {
-                Some(Drop::Invalid)
-            } else if p.ranges.len() >= MAX_PIECES {
-                Some(Drop::Overflow)
-            } else if !p.agrees(start, frag.data) {
-                Some(Drop::Overlap)
-            } else {
-                None
-            }
-        };
-        if let Some(why) = verdict {
+        self.open(&key, ts_ns);
+        if let Some(why) = self.verdict(&key, frag, start, end) {
             self.drop_key(&key, why);
             return None;
         }
+        if !self.make_room(&key, frag, start, end) {
+            return None;
+        }
+        self.add(&key, frag, start, end)
+    }
 
-        // Memory bound: make room by dropping the oldest other datagrams.
-        let grow = {
-            let p = self.pending.get(&key)?;
-            let hdr = if start == 0 && p.header.is_none() {
-                frag.header.len()
-            } else {
-                0
-            };
-            end.saturating_sub(p.data.len()) + hdr
+    /// The datagram of `key` in progress: a timed-out one is dropped, and a new one started
+    /// (dropping the oldest when at the datagram limit).
+    fn open(&mut self, key: &Key, ts_ns: u64) {
+        if let Some(p) = self.pending.get(key)
+            && ts_ns.saturating_sub(p.first_ts) > self.limits.timeout_ns
+        {
+            self.drop_key(key, Drop::Timeout);
+        }
+        if self.pending.contains_key(key) {
+            return;
+        }
+        if self.pending.len() >= self.limits.max_datagrams.max(1)
+            && let Some(old) = self.oldest_except(None)
+        {
+            self.drop_key(&old, Drop::Overflow);
+        }
+        self.pending.insert(
+            *key,
+            Pending {
+                first_ts: ts_ns,
+                header: None,
+                next_header_at: 0,
+                data: Vec::new(),
+                ranges: Vec::new(),
+                total: None,
+            },
+        );
+    }
+
+    /// Consistency and overlap checks of the fragment at `[start, end)` against what is
+    /// already held: why the datagram must be dropped, if it must.
+    fn verdict(&self, key: &Key, frag: &Fragment<'_>, start: usize, end: usize) -> Option<Drop> {
+        let p = self.pending.get(key)?;
+        let past_end = match p.total {
+            Some(t) => end > t || (!frag.more && end != t),
+            None => !frag.more && p.ranges.last().is_some_and(|&(_, e)| e > end),
         };
+        if past_end {
+            Some(Drop::Invalid)
+        } else if p.ranges.len() >= MAX_PIECES {
+            Some(Drop::Overflow)
+        } else if !p.agrees(start, frag.data) {
+            Some(Drop::Overlap)
+        } else {
+            None
+        }
+    }
+
+    /// Memory bound: makes room for the fragment by dropping the oldest other datagrams.
+    /// False when even that is not enough (the datagram itself is dropped), or when it is
+    /// not held.
+    fn make_room(&mut self, key: &Key, frag: &Fragment<'_>, start: usize, end: usize) -> bool {
+        let Some(p) = self.pending.get(key) else {
+            return false;
+        };
+        let hdr = if start == 0 && p.header.is_none() {
+            frag.header.len()
+        } else {
+            0
+        };
+        let grow = end.saturating_sub(p.data.len()) + hdr;
         while self.held + grow > self.limits.max_bytes {
-            match self.oldest_except(Some(&key)) {
+            match self.oldest_except(Some(key)) {
                 Some(old) => self.drop_key(&old, Drop::Overflow),
                 None => {
-                    self.drop_key(&key, Drop::Overflow);
-                    return None;
+                    self.drop_key(key, Drop::Overflow);
+                    return false;
                 }
             }
         }
+        true
+    }
 
-        let p = self.pending.get_mut(&key)?;
+    /// Stores the fragment; the whole datagram when it was the last missing piece.
+    fn add(&mut self, key: &Key, frag: &Fragment<'_>, start: usize, end: usize) -> Option<Vec<u8>> {
+        let p = self.pending.get_mut(key)?;
         let before = p.held();
         p.insert(start, frag.data);
         if start == 0 && p.header.is_none() {
@@ -320,7 +338,7 @@ impl Defragmenter {
         if !p.complete() {
             return None;
         }
-        let p = self.pending.remove(&key)?;
+        let p = self.pending.remove(key)?;
         self.held -= p.held();
         self.stats.reassembled += 1;
         Some(assemble(p, frag.is_ipv6(), frag.protocol))

@@ -1,6 +1,7 @@
 //! IPv4 (with options) and IPv6 (with extension headers) decoding down to the TCP header.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::ops::ControlFlow;
 
 use crate::{Decoded, Fragment, TcpSegment};
 
@@ -123,11 +124,19 @@ pub(crate) fn ipv6(p: &[u8]) -> Decoded<'_> {
     let src = IpAddr::V6(Ipv6Addr::from(s));
     let dst = IpAddr::V6(Ipv6Addr::from(d));
 
+    let v6 = V6 {
+        buf,
+        src,
+        dst,
+        total,
+        end,
+        missing,
+    };
     let mut nh = h[6];
     let mut nh_at = 6usize;
     let mut off = 40usize;
     loop {
-        match nh {
+        let step = match nh {
             PROTO_TCP => {
                 let Some(body) = buf.get(off..) else {
                     return Decoded::Truncated;
@@ -135,75 +144,104 @@ pub(crate) fn ipv6(p: &[u8]) -> Decoded<'_> {
                 return tcp(src, dst, body, missing);
             }
             NH_HOP_BY_HOP | NH_ROUTING | NH_DEST_OPTS | NH_MOBILITY | NH_HIP | NH_SHIM6 | NH_AH => {
-                if off + 2 > total {
-                    return Decoded::Malformed;
-                }
-                let (Some(&next), Some(&l)) = (buf.get(off), buf.get(off + 1)) else {
-                    return Decoded::Truncated;
-                };
-                let len = if nh == NH_AH {
-                    (usize::from(l) + 2) * 4
-                } else {
-                    (usize::from(l) + 1) * 8
-                };
-                if off + len > total {
-                    return Decoded::Malformed;
-                }
-                if off + len > end {
-                    return Decoded::Truncated;
-                }
+                v6.extension(nh, off)
+            }
+            NH_FRAGMENT => v6.fragment(off, nh_at),
+            // ESP (50), No Next Header (59), UDP, ICMPv6, ...
+            _ => return Decoded::NotTcp,
+        };
+        match step {
+            ControlFlow::Continue((next, len)) => {
                 nh_at = off;
                 nh = next;
                 off += len;
             }
-            NH_FRAGMENT => {
-                if off + 8 > total {
-                    return Decoded::Malformed;
-                }
-                let Some(fh) = buf.get(off..).and_then(|b| b.first_chunk::<8>()) else {
-                    return Decoded::Truncated;
-                };
-                let next = fh[0];
-                let fo = u16::from_be_bytes([fh[2], fh[3]]);
-                let offset = usize::from(fo >> 3) * 8;
-                let more = fo & 1 != 0;
-                if offset == 0 && !more {
-                    // An atomic fragment (RFC 6946): a whole packet; go on past the header.
-                    nh_at = off;
-                    nh = next;
-                    off += 8;
-                    continue;
-                }
-                if !may_carry_tcp(next) {
-                    return Decoded::NotTcp;
-                }
-                if missing > 0 {
-                    return Decoded::Truncated;
-                }
-                let (Some(header), Some(data)) = (buf.get(..off), buf.get(off + 8..)) else {
-                    return Decoded::Truncated;
-                };
-                let unfrag_ext = off - 40;
-                if (more && !data.len().is_multiple_of(8))
-                    || unfrag_ext + offset + data.len() > MAX_DATAGRAM
-                {
-                    return Decoded::Malformed;
-                }
-                return Decoded::Fragment(Fragment {
-                    src,
-                    dst,
-                    id: u32::from_be_bytes([fh[4], fh[5], fh[6], fh[7]]),
-                    protocol: next,
-                    offset: offset as u32,
-                    more,
-                    header,
-                    data,
-                    next_header_at: nh_at,
-                });
-            }
-            // ESP (50), No Next Header (59), UDP, ICMPv6, ...
-            _ => return Decoded::NotTcp,
+            ControlFlow::Break(d) => return d,
         }
+    }
+}
+
+/// An IPv6 packet whose header chain is being walked.
+struct V6<'a> {
+    /// The packet as captured, up to its end.
+    buf: &'a [u8],
+    src: IpAddr,
+    dst: IpAddr,
+    /// Where the packet ends by its payload length, and where the capture of it ends.
+    total: usize,
+    end: usize,
+    /// Bytes the capture cut.
+    missing: usize,
+}
+
+impl<'a> V6<'a> {
+    /// An extension header at `off`: its next header and length, or what the packet is.
+    #[inline]
+    fn extension(&self, nh: u8, off: usize) -> ControlFlow<Decoded<'a>, (u8, usize)> {
+        if off + 2 > self.total {
+            return ControlFlow::Break(Decoded::Malformed);
+        }
+        let (Some(&next), Some(&l)) = (self.buf.get(off), self.buf.get(off + 1)) else {
+            return ControlFlow::Break(Decoded::Truncated);
+        };
+        let len = if nh == NH_AH {
+            (usize::from(l) + 2) * 4
+        } else {
+            (usize::from(l) + 1) * 8
+        };
+        if off + len > self.total {
+            return ControlFlow::Break(Decoded::Malformed);
+        }
+        if off + len > self.end {
+            return ControlFlow::Break(Decoded::Truncated);
+        }
+        ControlFlow::Continue((next, len))
+    }
+
+    /// A Fragment header at `off` (`nh_at`: where the next-header field naming it is). An
+    /// atomic fragment goes on to its next header; a real one is a [`Decoded::Fragment`].
+    #[inline]
+    fn fragment(&self, off: usize, nh_at: usize) -> ControlFlow<Decoded<'a>, (u8, usize)> {
+        if off + 8 > self.total {
+            return ControlFlow::Break(Decoded::Malformed);
+        }
+        let Some(fh) = self.buf.get(off..).and_then(|b| b.first_chunk::<8>()) else {
+            return ControlFlow::Break(Decoded::Truncated);
+        };
+        let next = fh[0];
+        let fo = u16::from_be_bytes([fh[2], fh[3]]);
+        let offset = usize::from(fo >> 3) * 8;
+        let more = fo & 1 != 0;
+        if offset == 0 && !more {
+            // An atomic fragment (RFC 6946): a whole packet; go on past the header.
+            return ControlFlow::Continue((next, 8));
+        }
+        if !may_carry_tcp(next) {
+            return ControlFlow::Break(Decoded::NotTcp);
+        }
+        if self.missing > 0 {
+            return ControlFlow::Break(Decoded::Truncated);
+        }
+        let (Some(header), Some(data)) = (self.buf.get(..off), self.buf.get(off + 8..)) else {
+            return ControlFlow::Break(Decoded::Truncated);
+        };
+        let unfrag_ext = off - 40;
+        if (more && !data.len().is_multiple_of(8))
+            || unfrag_ext + offset + data.len() > MAX_DATAGRAM
+        {
+            return ControlFlow::Break(Decoded::Malformed);
+        }
+        ControlFlow::Break(Decoded::Fragment(Fragment {
+            src: self.src,
+            dst: self.dst,
+            id: u32::from_be_bytes([fh[4], fh[5], fh[6], fh[7]]),
+            protocol: next,
+            offset: offset as u32,
+            more,
+            header,
+            data,
+            next_header_at: nh_at,
+        }))
     }
 }
 

@@ -26,6 +26,8 @@ pub struct RequestCore {
     pub damaged: bool,
     pub text: Option<Arc<str>>,
     pub text_truncated: bool,
+    /// Bytes of the request were lost while its framing held (see `QueryEvent::text_partial`).
+    pub text_partial: bool,
 }
 
 /// The protocol-specific parts of an event.
@@ -125,6 +127,7 @@ impl RequestCore {
             command: tags.command,
             text: self.text,
             text_truncated: self.text_truncated,
+            text_partial: self.text_partial,
             statement_id: tags.statement_id,
             bytes_in: self.bytes_in,
             bytes_out: self.bytes_out,
@@ -133,6 +136,7 @@ impl RequestCore {
             warnings: self.warnings,
             outcome,
             error: self.error,
+            timed: true,
         }
     }
 

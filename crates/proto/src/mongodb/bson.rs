@@ -179,6 +179,23 @@ impl Default for Walker {
     }
 }
 
+/// A type the walker knows how to step over.
+#[inline]
+fn known_type(t: u8) -> bool {
+    ty::is_container(t)
+        || fixed_size(t).is_some()
+        || matches!(
+            t,
+            ty::STRING
+                | ty::JAVASCRIPT
+                | ty::SYMBOL
+                | ty::BINARY
+                | ty::REGEX
+                | ty::DB_POINTER
+                | ty::CODE_W_SCOPE
+        )
+}
+
 fn fixed_size(t: u8) -> Option<u8> {
     Some(match t {
         ty::DOUBLE | ty::DATETIME | ty::TIMESTAMP | ty::INT64 => 8,
@@ -269,202 +286,240 @@ impl Walker {
         Ok(used)
     }
 
-    /// A primitive completed: act on it and start the next one.
+    /// A primitive completed: act on it and start the next one. One handler per state.
     fn step(&mut self, v: &mut dyn Visitor) -> Result<(), WireError> {
         match self.st {
-            St::DocLen(ctx) => {
-                let len = self.r.i32();
-                let start = self.pos - 4;
-                let room = match self.frames.last() {
-                    Some(f) => (f.end - 1).saturating_sub(start),
-                    None => self.limit.saturating_sub(start),
-                };
-                if len < 5 || len as u64 > room {
-                    return Err(WireError::Invalid {
-                        what: "BSON document length",
-                        why: "below 5 or past its container",
-                    });
-                }
-                self.frames.push(Frame {
-                    end: start + len as u64,
-                    ctx,
-                    index: 0,
-                });
-                self.next_element();
-            }
-            St::Type => {
-                let b = self.r.bytes().first().copied().unwrap_or(0);
-                let Some(f) = self.frames.last() else {
-                    self.st = St::Done;
-                    return Ok(());
-                };
-                if self.pos == f.end {
-                    if b != 0 {
-                        return Err(WireError::Invalid {
-                            what: "BSON document",
-                            why: "no terminator at its end",
-                        });
-                    }
-                    let ctx = f.ctx;
-                    self.frames.pop();
-                    v.leave(ctx);
-                    if self.frames.is_empty() {
-                        self.st = St::Done;
-                    } else {
-                        self.next_element();
-                    }
-                    return Ok(());
-                }
-                if b == 0 {
-                    return Err(WireError::Invalid {
-                        what: "BSON document",
-                        why: "terminator before its end",
-                    });
-                }
-                self.ty = b;
-                self.st = St::Key;
-                self.r.cstr(KEY_CAP);
-            }
-            St::Key => {
-                self.key.clear();
-                self.key.extend_from_slice(self.r.bytes());
-                let Some(f) = self.frames.last_mut() else {
-                    return Err(WireError::Overrun { what: "BSON key" });
-                };
-                let (parent, index) = (f.ctx, f.index);
-                f.index = f.index.saturating_add(1);
-                let t = self.ty;
-                if !ty::is_container(t)
-                    && fixed_size(t).is_none()
-                    && !matches!(
-                        t,
-                        ty::STRING
-                            | ty::JAVASCRIPT
-                            | ty::SYMBOL
-                            | ty::BINARY
-                            | ty::REGEX
-                            | ty::DB_POINTER
-                            | ty::CODE_W_SCOPE
-                    )
-                {
-                    return Err(WireError::Invalid {
-                        what: "BSON element",
-                        why: "unknown type",
-                    });
-                }
-                let mut act = v.element(parent, &self.key, t, index);
-                if matches!(act, Act::Descend(_))
-                    && (!ty::is_container(t) || self.frames.len() >= MAX_DEPTH)
-                {
-                    act = Act::Skip;
-                }
-                let read = act == Act::Read;
-                match (t, act) {
-                    (_, Act::Descend(c)) => {
-                        self.st = St::DocLen(c);
-                        self.r.fixed(4);
-                    }
-                    (ty::DOCUMENT | ty::ARRAY, _) => self.skip_len(0, true),
-                    (ty::STRING | ty::JAVASCRIPT | ty::SYMBOL, _) => {
-                        self.st = St::StrLen { read };
-                        self.r.fixed(4);
-                    }
-                    (ty::BINARY, _) => self.skip_len(1, false),
-                    (ty::CODE_W_SCOPE, _) => self.skip_len(0, true),
-                    (ty::REGEX, _) => {
-                        self.st = St::Regex {
-                            second: false,
-                            read,
-                        };
-                        self.r.cstr(0);
-                    }
-                    (ty::DB_POINTER, _) => {
-                        self.st = St::DbPointerStr;
-                        self.r.fixed(4);
-                    }
-                    _ => {
-                        let n = fixed_size(t).unwrap_or(0);
-                        self.st = St::Fixed { n, read };
-                        if n == 0 {
-                            return self.fixed_done(v);
-                        }
-                        self.r.fixed(n);
-                    }
-                }
-            }
-            St::Fixed { .. } => return self.fixed_done(v),
-            St::StrLen { read } => {
-                let len = self.r.i32();
-                if len < 1 || len as u64 > self.bound() {
-                    return Err(WireError::Invalid {
-                        what: "BSON string length",
-                        why: "below 1 or past its container",
-                    });
-                }
-                self.st = St::StrBody { read };
-                self.r.take(len as u64, if read { STR_CAP + 1 } else { 0 });
-            }
+            St::DocLen(ctx) => self.doc_len(ctx),
+            St::Type => self.type_byte(v),
+            St::Key => self.key(v),
+            St::Fixed { .. } => self.fixed_done(v),
+            St::StrLen { read } => self.str_len(read),
             St::StrBody { read } => {
-                if read {
-                    let b = self.r.bytes();
-                    // The kept prefix ends with the NUL only when the string was not cut.
-                    let (bytes, complete) = match b.split_last() {
-                        Some((0, s)) if s.len() <= STR_CAP as usize => (s, true),
-                        _ => (b.get(..STR_CAP as usize).unwrap_or(b), false),
-                    };
-                    let parent = self.frames.last().map_or(0, |f| f.ctx);
-                    v.scalar(parent, &self.key, Scalar::Str { bytes, complete });
-                }
+                self.str_body(read, v);
+                Ok(())
+            }
+            St::SkipLen { extra, counts_self } => self.skipped_len(extra, counts_self),
+            St::Skip => {
+                self.next_element();
+                Ok(())
+            }
+            St::Regex { second, read } => {
+                self.regex_part(second, read, v);
+                Ok(())
+            }
+            St::DbPointerStr => self.db_pointer_str(),
+            St::Done => Ok(()),
+        }
+    }
+
+    /// The length of a container we enter: push its frame.
+    #[inline]
+    fn doc_len(&mut self, ctx: Ctx) -> Result<(), WireError> {
+        let len = self.r.i32();
+        let start = self.pos - 4;
+        let room = match self.frames.last() {
+            Some(f) => (f.end - 1).saturating_sub(start),
+            None => self.limit.saturating_sub(start),
+        };
+        if len < 5 || len as u64 > room {
+            return Err(WireError::Invalid {
+                what: "BSON document length",
+                why: "below 5 or past its container",
+            });
+        }
+        self.frames.push(Frame {
+            end: start + len as u64,
+            ctx,
+            index: 0,
+        });
+        self.next_element();
+        Ok(())
+    }
+
+    /// The type byte of the next element, or the terminator of the innermost container.
+    #[inline]
+    fn type_byte(&mut self, v: &mut dyn Visitor) -> Result<(), WireError> {
+        let b = self.r.bytes().first().copied().unwrap_or(0);
+        let Some(f) = self.frames.last() else {
+            self.st = St::Done;
+            return Ok(());
+        };
+        if self.pos == f.end {
+            if b != 0 {
+                return Err(WireError::Invalid {
+                    what: "BSON document",
+                    why: "no terminator at its end",
+                });
+            }
+            let ctx = f.ctx;
+            self.frames.pop();
+            v.leave(ctx);
+            if self.frames.is_empty() {
+                self.st = St::Done;
+            } else {
                 self.next_element();
             }
-            St::SkipLen { extra, counts_self } => {
-                let len = self.r.i32();
-                let body = if counts_self {
-                    i64::from(len) - 4
-                } else {
-                    i64::from(len) + extra as i64
-                };
-                let min = if counts_self { 1 } else { 0 };
-                if len < 0 || body < min || body as u64 > self.bound() {
-                    return Err(WireError::Invalid {
-                        what: "BSON length",
-                        why: "negative or past its container",
-                    });
-                }
-                if body == 0 {
-                    self.next_element();
-                } else {
-                    self.st = St::Skip;
-                    self.r.take(body as u64, 0);
-                }
-            }
-            St::Skip => self.next_element(),
-            St::Regex { second, read } => {
-                if !second {
-                    self.st = St::Regex { second: true, read };
-                    self.r.cstr(0);
-                } else {
-                    if read {
-                        let parent = self.frames.last().map_or(0, |f| f.ctx);
-                        v.scalar(parent, &self.key, Scalar::Other(ty::REGEX));
-                    }
-                    self.next_element();
-                }
-            }
-            St::DbPointerStr => {
-                let len = self.r.i32();
-                let body = i64::from(len) + 12;
-                if len < 1 || body as u64 > self.bound() {
-                    return Err(WireError::Invalid {
-                        what: "BSON DBPointer",
-                        why: "bad length",
-                    });
-                }
-                self.st = St::Skip;
-                self.r.take(body as u64, 0);
-            }
-            St::Done => {}
+            return Ok(());
         }
+        if b == 0 {
+            return Err(WireError::Invalid {
+                what: "BSON document",
+                why: "terminator before its end",
+            });
+        }
+        self.ty = b;
+        self.st = St::Key;
+        self.r.cstr(KEY_CAP);
+        Ok(())
+    }
+
+    /// The key of an element: the visitor decides what to do with its value.
+    #[inline]
+    fn key(&mut self, v: &mut dyn Visitor) -> Result<(), WireError> {
+        self.key.clear();
+        self.key.extend_from_slice(self.r.bytes());
+        let Some(f) = self.frames.last_mut() else {
+            return Err(WireError::Overrun { what: "BSON key" });
+        };
+        let (parent, index) = (f.ctx, f.index);
+        f.index = f.index.saturating_add(1);
+        let t = self.ty;
+        if !known_type(t) {
+            return Err(WireError::Invalid {
+                what: "BSON element",
+                why: "unknown type",
+            });
+        }
+        let mut act = v.element(parent, &self.key, t, index);
+        if matches!(act, Act::Descend(_))
+            && (!ty::is_container(t) || self.frames.len() >= MAX_DEPTH)
+        {
+            act = Act::Skip;
+        }
+        self.value(t, act, v)
+    }
+
+    /// Starts reading the value of type `t` as the visitor asked.
+    #[inline]
+    fn value(&mut self, t: u8, act: Act, v: &mut dyn Visitor) -> Result<(), WireError> {
+        let read = act == Act::Read;
+        match (t, act) {
+            (_, Act::Descend(c)) => {
+                self.st = St::DocLen(c);
+                self.r.fixed(4);
+            }
+            (ty::DOCUMENT | ty::ARRAY, _) => self.skip_len(0, true),
+            (ty::STRING | ty::JAVASCRIPT | ty::SYMBOL, _) => {
+                self.st = St::StrLen { read };
+                self.r.fixed(4);
+            }
+            (ty::BINARY, _) => self.skip_len(1, false),
+            (ty::CODE_W_SCOPE, _) => self.skip_len(0, true),
+            (ty::REGEX, _) => {
+                self.st = St::Regex {
+                    second: false,
+                    read,
+                };
+                self.r.cstr(0);
+            }
+            (ty::DB_POINTER, _) => {
+                self.st = St::DbPointerStr;
+                self.r.fixed(4);
+            }
+            _ => {
+                let n = fixed_size(t).unwrap_or(0);
+                self.st = St::Fixed { n, read };
+                if n == 0 {
+                    return self.fixed_done(v);
+                }
+                self.r.fixed(n);
+            }
+        }
+        Ok(())
+    }
+
+    /// The length of a string: then its body, kept (cut) when it is read.
+    #[inline]
+    fn str_len(&mut self, read: bool) -> Result<(), WireError> {
+        let len = self.r.i32();
+        if len < 1 || len as u64 > self.bound() {
+            return Err(WireError::Invalid {
+                what: "BSON string length",
+                why: "below 1 or past its container",
+            });
+        }
+        self.st = St::StrBody { read };
+        self.r.take(len as u64, if read { STR_CAP + 1 } else { 0 });
+        Ok(())
+    }
+
+    /// The body of a string: the visitor gets it when it asked to read it.
+    #[inline]
+    fn str_body(&mut self, read: bool, v: &mut dyn Visitor) {
+        if read {
+            let b = self.r.bytes();
+            // The kept prefix ends with the NUL only when the string was not cut.
+            let (bytes, complete) = match b.split_last() {
+                Some((0, s)) if s.len() <= STR_CAP as usize => (s, true),
+                _ => (b.get(..STR_CAP as usize).unwrap_or(b), false),
+            };
+            let parent = self.frames.last().map_or(0, |f| f.ctx);
+            v.scalar(parent, &self.key, Scalar::Str { bytes, complete });
+        }
+        self.next_element();
+    }
+
+    /// The length of a value we skip (binary, container, code with scope): skip its body.
+    #[inline]
+    fn skipped_len(&mut self, extra: u64, counts_self: bool) -> Result<(), WireError> {
+        let len = self.r.i32();
+        let body = if counts_self {
+            i64::from(len) - 4
+        } else {
+            i64::from(len) + extra as i64
+        };
+        let min = if counts_self { 1 } else { 0 };
+        if len < 0 || body < min || body as u64 > self.bound() {
+            return Err(WireError::Invalid {
+                what: "BSON length",
+                why: "negative or past its container",
+            });
+        }
+        if body == 0 {
+            self.next_element();
+        } else {
+            self.st = St::Skip;
+            self.r.take(body as u64, 0);
+        }
+        Ok(())
+    }
+
+    /// A regex's pattern (then its options) or its options (then the next element).
+    fn regex_part(&mut self, second: bool, read: bool, v: &mut dyn Visitor) {
+        if !second {
+            self.st = St::Regex { second: true, read };
+            self.r.cstr(0);
+        } else {
+            if read {
+                let parent = self.frames.last().map_or(0, |f| f.ctx);
+                v.scalar(parent, &self.key, Scalar::Other(ty::REGEX));
+            }
+            self.next_element();
+        }
+    }
+
+    /// A DBPointer's string length: skip the string and the 12-byte id.
+    fn db_pointer_str(&mut self) -> Result<(), WireError> {
+        let len = self.r.i32();
+        let body = i64::from(len) + 12;
+        if len < 1 || body as u64 > self.bound() {
+            return Err(WireError::Invalid {
+                what: "BSON DBPointer",
+                why: "bad length",
+            });
+        }
+        self.st = St::Skip;
+        self.r.take(body as u64, 0);
         Ok(())
     }
 

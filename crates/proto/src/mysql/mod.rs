@@ -22,12 +22,31 @@
 //!
 //! `text` is the SQL of `query` and `prepare`, and the prepared SQL for the statement
 //! commands (`execute`, `fetch`, `close`, ...), shared as one `Arc<str>` per statement.
-//! `rows_sent` sums rows over every result set of a multi-statement query or multi-result
-//! `CALL`; `rows_affected` sums the OK packets' affected rows, `warnings` the warning counts
+//! `rows_sent` sums rows over every result set of the request (a multi-result `CALL`);
+//! `rows_affected` sums the OK packets' affected rows, `warnings` the warning counts
 //! of the OK/EOF packets that end each result set (not the EOF between column definitions and
 //! rows, whose count the final one includes). Byte counts are wire bytes
 //! including packet headers (compressed bytes when the compressed protocol is on; a
 //! compressed frame is counted for the first message that ends in it).
+//!
+//! # Multi-statement queries
+//!
+//! When the server runs several statements from one COM_QUERY (the client's
+//! `CLIENT_MULTI_STATEMENTS`, or COM_SET_OPTION; assumed on when the handshake was not
+//! seen), the text is split by [`split::statements`] (quotes, comments and a stored program's
+//! `BEGIN ... END` body keep their `;`) and each statement is its own `query`
+//! event with its own text, paired in order with the result sets (each but the last ends with
+//! `SERVER_MORE_RESULTS_EXISTS`). A statement starts when the previous one's result set ended
+//! (the first when the request was sent) and ends with its own result set's last packet. The
+//! request's bytes in are shared out: a later statement has the text from the end of the one
+//! before it to its own end, the first the rest (header included), and statements never
+//! reached leave theirs to the last event, so one request's events add up. A `CALL` keeps its
+//! result sets until the OK packet that ends it, and result sets beyond the statements belong
+//! to the last one. An ERR ends the query at the statement that failed: the statements after it
+//! were not run (the server does not count them) and give no event, nor do those a lost or
+//! missing response never reached. Text with one statement (`SELECT 1;`, or a trailing comment)
+//! is one event with the text as sent, as before. When the text was cut at `max_text`, its last
+//! kept statement is marked truncated and takes any further result sets.
 //!
 //! # Picking up mid-stream and resynchronizing
 //!
@@ -53,6 +72,7 @@
 
 pub mod message;
 pub mod session;
+pub mod split;
 pub mod wire;
 
 pub use session::MysqlSession;

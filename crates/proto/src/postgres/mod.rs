@@ -14,7 +14,12 @@
 //!
 //! * `query`: one statement of a simple-protocol Query message (see below);
 //! * `prepare`: a Parse, with the Describe of the same statement if one follows it directly;
-//!   answered by ParseComplete;
+//!   answered by ParseComplete. A Parse in the same flight as a Bind of its statement (the
+//!   Bind sent before the Parse was fully answered: an unnamed statement's
+//!   Parse/Bind/Describe/Execute/Sync, a pipeline) is part of that execution: its event is
+//!   count-only ([`crate::QueryEvent::timed`] false), as the `execute`, which starts at the Bind,
+//!   carries the round trip. A Parse answered before its Bind was sent (its own Sync or Flush),
+//!   or one that failed (the execution never ran), keeps its time;
 //! * `execute`: an Execute, together with the Bind (and Describe of the portal) before it;
 //!   `text` is the statement's SQL; `start_ns` is the first byte of the Bind;
 //! * `fetch`: a further Execute of a portal already executed since its Bind, fetching more rows

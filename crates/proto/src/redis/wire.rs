@@ -689,132 +689,167 @@ impl ReplyReader {
         (pos, r)
     }
 
+    /// Runs the state machine over `input` from `*pos` until an event completes or the input
+    /// ends. One handler per state.
     fn step(&mut self, input: &[u8], ts: u64, pos: &mut usize) -> Res<Option<Event>> {
         if let Some(ev) = self.pending.take() {
             return Ok(Some(ev));
         }
         while let Some(&b) = input.get(*pos) {
-            match self.st {
+            let ev = match self.st {
                 St::Type => {
-                    let ty = Type::from_byte(b).ok_or(WireError::BadByte {
-                        what: "type byte",
-                        at: *pos,
-                        byte: b,
-                    })?;
-                    self.begin_value(ts);
-                    *pos += 1;
-                    self.account(1);
-                    self.line.clear();
-                    self.line_len = 0;
-                    self.st = St::Line { ty, cr: false };
+                    self.type_byte(b, ts, pos)?;
+                    None
                 }
                 St::Line { ty, cr: false } => {
-                    let rest = input.get(*pos..).unwrap_or(&[]);
-                    let end = rest
-                        .iter()
-                        .position(|&c| c == b'\r' || c == b'\n')
-                        .unwrap_or(rest.len());
-                    // Valid bytes are consumed up to the first bad one (or the length limit),
-                    // so what an error leaves behind does not depend on how bytes were split.
-                    let mut chunk = rest.get(..end).unwrap_or(&[]);
-                    let mut err = None;
-                    if let Some(bad) = chunk.iter().position(|&c| !ty.line_byte_ok(c)) {
-                        chunk = chunk.get(..bad).unwrap_or(&[]);
-                        err = Some(WireError::Invalid {
-                            what: ty.what(),
-                            why: "bad line",
-                        });
-                    }
-                    if ty.numeric_line() && self.line_len + chunk.len() > MAX_NUMBER_LINE {
-                        let room = MAX_NUMBER_LINE.saturating_sub(self.line_len);
-                        chunk = chunk.get(..room).unwrap_or(&[]);
-                        err = Some(WireError::Invalid {
-                            what: ty.what(),
-                            why: "line too long",
-                        });
-                    }
-                    self.line_len += chunk.len();
-                    let room = HEAD_KEEP.saturating_sub(self.line.len());
-                    self.line
-                        .extend_from_slice(chunk.get(..room.min(chunk.len())).unwrap_or(&[]));
-                    *pos += chunk.len();
-                    self.account(chunk.len());
-                    if let Some(e) = err {
-                        return Err(e);
-                    }
-                    match rest.get(end) {
-                        None => break,
-                        Some(b'\n') => {
-                            return Err(WireError::Invalid {
-                                what: ty.what(),
-                                why: "missing CRLF",
-                            });
-                        }
-                        Some(_) => {
-                            *pos += 1;
-                            self.account(1);
-                            self.st = St::Line { ty, cr: true };
-                        }
-                    }
+                    self.line_bytes(ty, input, pos)?;
+                    None
                 }
-                St::Line { ty, cr: true } => {
-                    if b != b'\n' {
-                        return Err(WireError::Invalid {
-                            what: ty.what(),
-                            why: "missing CRLF",
-                        });
-                    }
-                    *pos += 1;
-                    self.account(1);
-                    self.st = St::Type;
-                    if let Some(ev) = self.finish_line(ty, ts)? {
-                        return Ok(Some(ev));
-                    }
-                }
+                St::Line { ty, cr: true } => self.line_lf(ty, b, ts, pos)?,
                 St::Blob { ty, left } => {
-                    let avail = input.len() - *pos;
-                    let n = usize::try_from(left).map_or(avail, |l| l.min(avail));
-                    if self.capturing() {
-                        let room = HEAD_KEEP.saturating_sub(self.content.len()).min(n);
-                        self.content
-                            .extend_from_slice(input.get(*pos..*pos + room).unwrap_or(&[]));
-                    }
-                    *pos += n;
-                    self.account(n);
-                    let left = left - n as u64;
-                    self.st = if left == 0 {
-                        St::BlobCr { ty }
-                    } else {
-                        St::Blob { ty, left }
-                    };
+                    self.blob_bytes(ty, left, input, pos);
+                    None
                 }
                 St::BlobCr { ty } => {
-                    if b != b'\r' {
-                        return Err(WireError::Invalid {
-                            what: ty.what(),
-                            why: "missing CRLF",
-                        });
-                    }
-                    *pos += 1;
-                    self.account(1);
-                    self.st = St::BlobLf { ty };
+                    self.blob_cr(ty, b, pos)?;
+                    None
                 }
-                St::BlobLf { ty } => {
-                    if b != b'\n' {
-                        return Err(WireError::Invalid {
-                            what: ty.what(),
-                            why: "missing CRLF",
-                        });
-                    }
-                    *pos += 1;
-                    self.account(1);
-                    self.st = St::Type;
-                    if let Some(ev) = self.complete(ty, ts) {
-                        return Ok(Some(ev));
-                    }
-                }
+                St::BlobLf { ty } => self.blob_lf(ty, b, ts, pos)?,
+            };
+            if ev.is_some() {
+                return Ok(ev);
             }
         }
         Ok(None)
+    }
+
+    /// The type byte that starts a value: then its line.
+    #[inline]
+    fn type_byte(&mut self, b: u8, ts: u64, pos: &mut usize) -> Res<()> {
+        let ty = Type::from_byte(b).ok_or(WireError::BadByte {
+            what: "type byte",
+            at: *pos,
+            byte: b,
+        })?;
+        self.begin_value(ts);
+        *pos += 1;
+        self.account(1);
+        self.line.clear();
+        self.line_len = 0;
+        self.st = St::Line { ty, cr: false };
+        Ok(())
+    }
+
+    /// Bytes of the line after a type byte, up to its CR (kept up to [`HEAD_KEEP`]).
+    #[inline]
+    fn line_bytes(&mut self, ty: Type, input: &[u8], pos: &mut usize) -> Res<()> {
+        let rest = input.get(*pos..).unwrap_or(&[]);
+        let end = rest
+            .iter()
+            .position(|&c| c == b'\r' || c == b'\n')
+            .unwrap_or(rest.len());
+        // Valid bytes are consumed up to the first bad one (or the length limit), so what an
+        // error leaves behind does not depend on how bytes were split.
+        let mut chunk = rest.get(..end).unwrap_or(&[]);
+        let mut err = None;
+        if let Some(bad) = chunk.iter().position(|&c| !ty.line_byte_ok(c)) {
+            chunk = chunk.get(..bad).unwrap_or(&[]);
+            err = Some(WireError::Invalid {
+                what: ty.what(),
+                why: "bad line",
+            });
+        }
+        if ty.numeric_line() && self.line_len + chunk.len() > MAX_NUMBER_LINE {
+            let room = MAX_NUMBER_LINE.saturating_sub(self.line_len);
+            chunk = chunk.get(..room).unwrap_or(&[]);
+            err = Some(WireError::Invalid {
+                what: ty.what(),
+                why: "line too long",
+            });
+        }
+        self.line_len += chunk.len();
+        let room = HEAD_KEEP.saturating_sub(self.line.len());
+        self.line
+            .extend_from_slice(chunk.get(..room.min(chunk.len())).unwrap_or(&[]));
+        *pos += chunk.len();
+        self.account(chunk.len());
+        if let Some(e) = err {
+            return Err(e);
+        }
+        match rest.get(end) {
+            // The input ended inside the line (everything was consumed).
+            None => Ok(()),
+            Some(b'\n') => Err(missing_crlf(ty)),
+            Some(_) => {
+                *pos += 1;
+                self.account(1);
+                self.st = St::Line { ty, cr: true };
+                Ok(())
+            }
+        }
+    }
+
+    /// The LF that ends a line: the line is acted on.
+    #[inline]
+    fn line_lf(&mut self, ty: Type, b: u8, ts: u64, pos: &mut usize) -> Res<Option<Event>> {
+        if b != b'\n' {
+            return Err(missing_crlf(ty));
+        }
+        *pos += 1;
+        self.account(1);
+        self.st = St::Type;
+        self.finish_line(ty, ts)
+    }
+
+    /// Bytes of a blob's content (kept up to [`HEAD_KEEP`] when capturing).
+    #[inline]
+    fn blob_bytes(&mut self, ty: Type, left: u64, input: &[u8], pos: &mut usize) {
+        let avail = input.len() - *pos;
+        let n = usize::try_from(left).map_or(avail, |l| l.min(avail));
+        if self.capturing() {
+            let room = HEAD_KEEP.saturating_sub(self.content.len()).min(n);
+            self.content
+                .extend_from_slice(input.get(*pos..*pos + room).unwrap_or(&[]));
+        }
+        *pos += n;
+        self.account(n);
+        let left = left - n as u64;
+        self.st = if left == 0 {
+            St::BlobCr { ty }
+        } else {
+            St::Blob { ty, left }
+        };
+    }
+
+    /// The CR after a blob's content.
+    #[inline]
+    fn blob_cr(&mut self, ty: Type, b: u8, pos: &mut usize) -> Res<()> {
+        if b != b'\r' {
+            return Err(missing_crlf(ty));
+        }
+        *pos += 1;
+        self.account(1);
+        self.st = St::BlobLf { ty };
+        Ok(())
+    }
+
+    /// The LF after a blob's content: the blob is complete.
+    #[inline]
+    fn blob_lf(&mut self, ty: Type, b: u8, ts: u64, pos: &mut usize) -> Res<Option<Event>> {
+        if b != b'\n' {
+            return Err(missing_crlf(ty));
+        }
+        *pos += 1;
+        self.account(1);
+        self.st = St::Type;
+        Ok(self.complete(ty, ts))
+    }
+}
+
+/// The error for a value not ended by CRLF.
+fn missing_crlf(ty: Type) -> WireError {
+    WireError::Invalid {
+        what: ty.what(),
+        why: "missing CRLF",
     }
 }

@@ -6,8 +6,9 @@ use super::super::message::{Command, Reply, Request, cmd};
 use super::super::wire::Message;
 use super::Act;
 use super::conn::{Conn, Effect, Pending};
+use super::multi;
 use super::result::{Prep, Resp, Rs};
-use super::text::{make_text, sql_total, use_statement};
+use super::text::{make_text, sql_total};
 use crate::kit::lossy_arc;
 use crate::{Outcome, Sink};
 
@@ -63,6 +64,7 @@ impl Conn {
                     db: schema.filter(|s| !s.is_empty()).map(lossy_arc),
                 };
             }
+            Ok(Request::SetOption { option }) => p.effect = multi::set_option(option),
             Ok(Request::Other(c)) if c.0 == cmd::RESET_CONNECTION => {
                 p.effect = Effect::ClearStatements;
             }
@@ -95,13 +97,10 @@ impl Conn {
     }
 
     /// COM_QUERY: its text, and the schema a `USE` selects.
+    /// Several statements become one request each, the first one's now (see [`multi`]).
     fn query(&self, p: &mut Pending, m: &Message<'_>, sql: &[u8]) {
         let (t, tr) = make_text(sql, m.tail, sql_total(m, sql), self.cfg.max_text);
-        if let Some(db) = use_statement(&t) {
-            p.effect = Effect::SetDb(db.into());
-        }
-        p.core.text = Some(t);
-        p.core.text_truncated = tr;
+        multi::query_text(p, t, tr, self.splits_statements());
     }
 
     /// COM_STMT_PREPARE: its text (remembered under the id its OK assigns).

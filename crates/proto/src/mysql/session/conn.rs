@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use super::super::message::{Command, caps};
 use super::super::wire::Message;
+use super::multi::Rest;
 use super::result::{Prep, Resp, Rs};
 use super::{Act, CLIENT, Phase};
 use crate::kit::{NameCache, Origin, RequestCore, Tags};
@@ -26,6 +27,8 @@ pub(super) enum Effect {
         db: Option<Arc<str>>,
     },
     ClearStatements,
+    /// COM_SET_OPTION turned multi-statements on or off.
+    MultiStatements(bool),
 }
 
 /// A request in flight, from its command to the end of its response: the kit's request core
@@ -44,6 +47,8 @@ pub(super) struct Pending {
     pub(super) new_schema: Option<Arc<str>>,
     /// Set by a prepare OK.
     pub(super) prepared: Option<u32>,
+    /// A multi-statement query's statements after this one.
+    pub(super) rest: Option<Box<Rest>>,
 }
 
 impl Pending {
@@ -58,7 +63,14 @@ impl Pending {
             effect: Effect::None,
             new_schema: None,
             prepared: None,
+            rest: None,
         }
+    }
+
+    /// Heap bytes held for the request's text (and a multi-statement query's).
+    pub(super) fn text_bytes(&self) -> usize {
+        self.core.text.as_ref().map_or(0, |t| t.len())
+            + self.rest.as_ref().map_or(0, |r| r.heap_bytes())
     }
 
     /// Adds the warning count of a packet that ends a result set.
@@ -89,6 +101,8 @@ pub(super) struct Conn {
     pub(super) orphans_expected: bool,
     /// The login in progress (from the handshake response to the server's OK or ERR).
     pub(super) login: Option<RequestCore>,
+    /// Multi-statements as last set by COM_SET_OPTION (else the capabilities say).
+    pub(super) multi_statements: Option<bool>,
 }
 
 impl Conn {
@@ -137,8 +151,13 @@ impl Conn {
             mut core,
             mut stmt,
             resolve_stmt,
+            rest,
             ..
         } = p;
+        if let Some(r) = rest {
+            // Statements the response never reached: their bytes stay with this one.
+            core.bytes_in = core.bytes_in.saturating_add(r.unreached_bytes());
+        }
         if resolve_stmt {
             let id = match stmt {
                 Some(u32::MAX) | None => self.last_prepared,
@@ -194,6 +213,7 @@ impl Conn {
                 self.stmts.clear();
             }
             Effect::ClearStatements => self.stmts.clear(),
+            Effect::MultiStatements(on) => self.multi_statements = Some(on),
         }
     }
 

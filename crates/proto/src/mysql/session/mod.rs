@@ -9,12 +9,14 @@
 //! One `impl` is spread over files by concern: this file holds the session, its framing
 //! state and the glue that turns bytes into messages; [`conn`] the conversation state and
 //! event emission; [`handshake`] the greeting, login and its failure; [`command`] one
-//! function per client command; [`result`] the stepping of each response kind; [`resync`]
-//! losing sync and finding it again; [`text`] statement text helpers.
+//! function per client command; [`result`] the stepping of each response kind; [`multi`] one
+//! request per statement of a multi-statement query; [`resync`] losing sync and finding it
+//! again; [`text`] statement text helpers.
 
 mod command;
 mod conn;
 mod handshake;
+mod multi;
 mod result;
 mod resync;
 mod text;
@@ -150,6 +152,7 @@ impl MysqlSession {
                 inflight: VecDeque::new(),
                 orphans_expected: false,
                 login: None,
+                multi_statements: None,
             },
             dirs: PerDir::new(Dir::new(client), Dir::new(server)),
             framing_known: saw_open,
@@ -177,7 +180,7 @@ impl MysqlSession {
             .conn
             .inflight
             .iter()
-            .map(|p| std::mem::size_of::<Pending>() + p.core.text.as_ref().map_or(0, |t| t.len()))
+            .map(|p| std::mem::size_of::<Pending>() + p.text_bytes())
             .sum();
         dirs + inflight + self.conn.stmts.heap_bytes()
     }

@@ -9,6 +9,7 @@ use super::super::message::{
 use super::super::wire::Message;
 use super::Act;
 use super::conn::{Conn, Pending};
+use super::multi;
 use crate::kit::lossy_arc;
 use crate::{DbError, Outcome, Sink};
 
@@ -62,6 +63,9 @@ pub(super) enum Resp {
 enum Step {
     More,
     Done(Outcome),
+    /// A result set ended the statement in progress of a multi-statement query; the next
+    /// statement's result set follows.
+    Next,
     /// The packet is not part of this response (which is therefore complete).
     NotMine,
     Malformed,
@@ -104,6 +108,15 @@ impl Conn {
             h.core.response(m.start_ts, ts, wire);
             match step {
                 Step::More | Step::NotMine => {}
+                Step::Next => {
+                    if let Some(mut p) = self.inflight.pop_front() {
+                        let next = multi::successor(&mut p);
+                        self.emit(p, Outcome::Ok, sink);
+                        if let Some(n) = next {
+                            self.inflight.push_front(n);
+                        }
+                    }
+                }
                 Step::Done(outcome) => {
                     if let Some(p) = self.inflight.pop_front() {
                         self.emit(p, outcome, sink);
@@ -183,11 +196,16 @@ impl Packet<'_> {
 
 /// The packet that ends a result set (or the whole response): its warning count is the
 /// statement's (an EOF between column definitions and rows is not one of these).
-fn end_of_results(h: &mut Pending, status: u16, warnings: u16) -> Step {
+/// `ok_packet`: it is an OK packet (0x00), as the end of a `CALL` is.
+fn end_of_results(h: &mut Pending, status: u16, warnings: u16, ok_packet: bool) -> Step {
     h.warned(warnings);
     if status & status::MORE_RESULTS_EXISTS != 0 {
         h.resp = Resp::Results(Rs::Start);
-        Step::More
+        if h.statement_done(ok_packet) {
+            Step::Next
+        } else {
+            Step::More
+        }
     } else {
         Step::Done(Outcome::Ok)
     }
@@ -249,12 +267,12 @@ fn step(h: &mut Pending, m: &Message<'_>, deprecate_eof: &mut Option<bool>, st: 
 fn results_start(h: &mut Pending, pk: &Packet<'_>) -> Step {
     match pk.shape {
         Shape::Ok => match pk.ok(h) {
-            Ok((status, warnings)) => end_of_results(h, status, warnings),
+            Ok((status, warnings)) => end_of_results(h, status, warnings, true),
             Err(s) => s,
         },
         Shape::Err => pk.err(h),
         Shape::Terminator => match pk.terminator() {
-            Some((status, warnings)) => end_of_results(h, status, warnings),
+            Some((status, warnings)) => end_of_results(h, status, warnings, false),
             None => Step::Malformed,
         },
         Shape::LocalInfile => {
@@ -306,7 +324,7 @@ fn after_defs(h: &mut Pending, pk: &Packet<'_>, deprecate_eof: &mut Option<bool>
         Shape::Terminator => {
             *deprecate_eof = Some(true);
             match pk.terminator() {
-                Some((status, warnings)) => end_of_results(h, status, warnings),
+                Some((status, warnings)) => end_of_results(h, status, warnings, false),
                 None => Step::Malformed,
             }
         }
@@ -328,7 +346,7 @@ fn row(h: &mut Pending, pk: &Packet<'_>) -> Step {
                 h.warned(warnings);
                 Step::Done(Outcome::Ok)
             }
-            Some((status, warnings)) => end_of_results(h, status, warnings),
+            Some((status, warnings)) => end_of_results(h, status, warnings, false),
             None => Step::Malformed,
         },
         Shape::Err => pk.err(h),

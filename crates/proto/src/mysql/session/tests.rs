@@ -348,53 +348,6 @@ fn response_split_over_segments_has_first_and_last_timestamps() {
 }
 
 #[test]
-fn multi_statement_results_are_summed() {
-    for deprecate in [true, false] {
-        let c = if deprecate {
-            BASE_CAPS | caps::CLIENT_DEPRECATE_EOF
-        } else {
-            BASE_CAPS
-        };
-        let mut b = B::new();
-        b.handshake(c, "app", None);
-        b.cmd(query(
-            "SELECT 1; SELECT a FROM t; UPDATE t SET a = 1; SELECT 2",
-        ));
-        let mut resp = resultset(&["1"], &[&["1"]], deprecate, 0x0A);
-        resp.extend(resultset(&["a"], &[&["1"], &["2"]], deprecate, 0x0A));
-        resp.push(ok(5, 0x0A));
-        resp.extend(resultset(&["2"], &[&["2"]], deprecate, 0x02));
-        b.srv(resp);
-        b.cmd(vec![0x0e]);
-        b.srv(vec![ok(0, 2)]);
-        let r = run(&b, true);
-        assert_eq!(cmds(&r.events), ["query", "ping"]);
-        assert_eq!(r.events[0].rows_sent, 4);
-        assert_eq!(r.events[0].rows_affected, 5);
-        assert_eq!(r.events[0].outcome, Outcome::Ok);
-        assert_eq!(r.health, Default::default());
-    }
-}
-
-#[test]
-fn error_in_multi_statement_ends_it() {
-    let mut b = B::new();
-    b.handshake(BASE_CAPS | caps::CLIENT_DEPRECATE_EOF, "app", None);
-    b.cmd(query("SELECT 1; SELECT * FROM nope"));
-    let mut resp = resultset(&["1"], &[&["1"]], true, 0x0A);
-    resp.push(err(1146, "42S02", "Table 'shop.nope' doesn't exist"));
-    b.srv(resp);
-    let r = run(&b, true);
-    let e = &r.events[0];
-    assert_eq!(e.outcome, Outcome::Error);
-    assert_eq!(e.rows_sent, 1);
-    let er = e.error.as_ref().unwrap();
-    assert_eq!(er.code, 1146);
-    assert_eq!(er.state.as_deref(), Some("42S02"));
-    assert_eq!(&*er.message, "Table 'shop.nope' doesn't exist");
-}
-
-#[test]
 fn prepared_statement_lifecycle() {
     for deprecate in [true, false] {
         let c = if deprecate {
@@ -1415,7 +1368,7 @@ fn warnings_of_the_packets_that_end_each_result_set() {
         let last = rs.len() - 1;
         rs[last] = warn(rs[last].clone(), 3);
         b.srv(rs);
-        // Two result sets (multi-statement): 1 + 4.
+        // Two result sets (multi-statement): 1 and 4, one statement each.
         b.cmd(query("SELECT 1/0; SELECT 'a' + 1"));
         let mut first = resultset(&["1/0"], &[&["NULL"]], deprecate, 2 | 8);
         let l = first.len() - 1;
@@ -1429,12 +1382,14 @@ fn warnings_of_the_packets_that_end_each_result_set() {
         b.cmd(query("SELECT 2"));
         b.srv(resultset(&["2"], &[&["2"]], deprecate, 2));
         let r = run(&b, true);
-        assert_eq!(cmds(&r.events), ["query"; 4], "deprecate_eof {deprecate}");
+        assert_eq!(cmds(&r.events), ["query"; 5], "deprecate_eof {deprecate}");
         assert_eq!(
             r.events.iter().map(|e| e.warnings).collect::<Vec<_>>(),
-            [2, 3, 5, 0],
+            [2, 3, 1, 4, 0],
             "deprecate_eof {deprecate}"
         );
         assert_eq!(r.health, Default::default());
     }
 }
+
+mod multi;

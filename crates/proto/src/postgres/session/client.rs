@@ -198,6 +198,7 @@ impl Conn {
             unit: id,
         };
         if let Some(u) = self.unit_mut(id) {
+            u.stmt = Some(name_hash(name));
             u.core.text = Some(text.clone());
             u.core.text_truncated = tr;
             if !name.is_empty() {
@@ -236,6 +237,9 @@ impl Conn {
             }
             None => None,
         };
+        if parsed.is_some() {
+            self.fold_parse(statement, id);
+        }
         // A new portal under this name: not executed yet.
         self.forget_executed(portal);
         match &text {

@@ -10,6 +10,10 @@ use super::{CLIENT, ERROR_KEEP, MAX_PORTALS};
 use crate::kit::{Origin, Tags};
 use crate::{Direction, Outcome, Protocol, QueryEvent, Sink};
 
+/// Requests in flight a Bind looks back through for the Parse it executes (bounded, so a long
+/// pipeline costs O(1) per Bind; a Parse further back keeps its own time).
+const PARSE_LOOKBACK: usize = 64;
+
 impl Conn {
     pub(super) fn unit_mut(&mut self, id: Option<u64>) -> Option<&mut Unit> {
         let id = id?;
@@ -59,7 +63,11 @@ impl Conn {
         };
         let tags = Tags::new(u.kind.name()).user_db(self.user.clone(), self.database.clone());
         let outcome = u.core.implied_outcome(u.no_reply);
-        u.core.to_event(origin, tags, outcome)
+        let mut ev = u.core.to_event(origin, tags, outcome);
+        // A folded Parse that failed is timed after all: the execution it travelled with never
+        // ran (the server skipped it), so this event is the only one carrying that round trip.
+        ev.timed = u.timed || u.core.error.is_some();
+        ev
     }
 
     /// Emits a finished unit. `outcome` overrides the one its state implies.
@@ -117,6 +125,28 @@ impl Conn {
         }
         self.executed.push_back(h);
         true
+    }
+
+    /// A Bind of `statement` (unit `bind`) was sent: the latest Parse of that statement among
+    /// the last [`PARSE_LOOKBACK`] requests in flight, if the server has not answered it all
+    /// yet, travels in the same flight as this execution (no client round trip between them).
+    /// It is part of that execution: its event becomes count-only, so the round trip the
+    /// execution carries is not timed twice. A Parse whose answer came before the Bind was
+    /// sent (its own Sync or Flush round trip) keeps its time.
+    pub(super) fn fold_parse(&mut self, statement: &[u8], bind: Option<u64>) {
+        let h = name_hash(statement);
+        let parse = self
+            .units
+            .iter_mut()
+            .rev()
+            .filter(|u| Some(u.id) != bind)
+            .take(PARSE_LOOKBACK)
+            .find(|u| u.kind == Kind::Prepare && u.stmt == Some(h));
+        if let Some(u) = parse
+            && u.items_left > 0
+        {
+            u.timed = false;
+        }
     }
 
     pub(super) fn forget_executed(&mut self, portal: &[u8]) {

@@ -143,6 +143,12 @@ pub(super) struct Unit {
     pub items_left: u32,
     pub undo: Option<Box<Undo>>,
     pub query: Option<Box<QueryState>>,
+    /// For a Parse: the hash of its statement name, for the Bind that may fold it into an
+    /// execution.
+    pub stmt: Option<u64>,
+    /// False for a Parse folded into the execution it travels with (see
+    /// `Conn::fold_parse`): its event is count-only.
+    pub timed: bool,
 }
 
 impl Unit {
@@ -157,6 +163,8 @@ impl Unit {
             items_left: 0,
             undo: None,
             query: None,
+            stmt: None,
+            timed: true,
         }
     }
 

@@ -1590,3 +1590,164 @@ fn a_new_bind_makes_the_next_execute_an_execute_again() {
     assert_eq!(rows, [0, 2, 1, 3, 1, 2, 0, 1]);
     assert_bytes_attributed(&b, &r.events);
 }
+
+// ---- a Parse in the flight of its execution is count-only --------------------------------
+
+/// (command, timed) of each event.
+fn timing(ev: &[QueryEvent]) -> Vec<(&'static str, bool)> {
+    ev.iter().map(|e| (e.command, e.timed)).collect()
+}
+
+#[test]
+fn unnamed_parse_in_the_flight_of_its_execution_is_counted_not_timed() {
+    let sql = "SELECT a FROM t WHERE id = $1";
+    let mut b = B::new();
+    b.startup()
+        .cli(&[
+            parse("", sql),
+            bind("", ""),
+            describe(b'P', ""),
+            execute("", 0),
+            sync(),
+        ])
+        .srv(&[
+            parse_complete(),
+            bind_complete(),
+            row_desc(&["a"]),
+            data_row(&[Some("x")]),
+            complete("SELECT 1"),
+            ready(b'I'),
+        ]);
+    let r = run(&b);
+    assert_eq!(r.health, Health::default());
+    assert_eq!(timing(&r.events), [("prepare", false), ("execute", true)]);
+    let (p, ex) = (&r.events[0], &r.events[1]);
+    // The prepare is still a complete, answered request, with its bytes; it has no time.
+    assert_eq!((p.outcome, p.bytes_out), (Outcome::Ok, 5));
+    assert_eq!(p.end_ns, Some(b.t[5].2));
+    assert_eq!(p.latency_ns(), None);
+    // The execution carries the whole round trip, once.
+    assert_eq!(ex.latency_ns(), Some(b.t[5].2 - b.t[4].2));
+    assert_bytes_attributed(&b, &r.events);
+}
+
+#[test]
+fn named_parse_with_its_own_round_trip_keeps_its_time() {
+    let sql = "UPDATE t SET n = n + 1 WHERE id = $1";
+    let mut b = B::new();
+    // Prepared once with its own Sync (and a Describe), then executed.
+    b.startup()
+        .cli(&[parse("s1", sql), describe(b'S', "s1"), sync()])
+        .srv(&[parse_complete(), param_desc(1), no_data(), ready(b'I')])
+        .cli(&[bind("", "s1"), execute("", 0), sync()])
+        .srv(&[bind_complete(), complete("UPDATE 1"), ready(b'I')]);
+    // Prepared with a Flush: answered before the Bind was sent, so not in its flight.
+    b.cli(&[parse("s2", sql), flush()])
+        .srv(&[parse_complete()])
+        .cli(&[bind("", "s2"), execute("", 0), sync()])
+        .srv(&[bind_complete(), complete("UPDATE 1"), ready(b'I')]);
+    let r = run(&b);
+    assert_eq!(r.health, Health::default());
+    assert_eq!(
+        timing(&r.events),
+        [
+            ("prepare", true),
+            ("execute", true),
+            ("prepare", true),
+            ("execute", true)
+        ]
+    );
+    assert_eq!(r.events[0].latency_ns(), Some(b.t[5].2 - b.t[4].2));
+    assert_eq!(r.events[2].latency_ns(), Some(b.t[9].2 - b.t[8].2));
+    assert_bytes_attributed(&b, &r.events);
+}
+
+#[test]
+fn pipelined_parses_fold_into_the_executions_they_travel_with() {
+    let mut b = B::new();
+    b.startup().cli(&[
+        // Two unnamed statements in one flight, one Sync.
+        parse("", "SELECT 1"),
+        bind("", ""),
+        execute("", 0),
+        parse("", "SELECT 2"),
+        bind("", ""),
+        execute("", 0),
+        sync(),
+        // A named statement with its own Sync, bound before its answer came: same flight.
+        parse("s1", "SELECT 3"),
+        sync(),
+        bind("", "s1"),
+        execute("", 0),
+        sync(),
+        // A Parse no Bind of this flight names keeps its time; the Bind of another
+        // statement after it does not fold it.
+        parse("s2", "SELECT 4"),
+        bind("", "s1"),
+        execute("", 0),
+        sync(),
+    ]);
+    b.srv(&[
+        parse_complete(),
+        bind_complete(),
+        complete("SELECT 0"),
+        parse_complete(),
+        bind_complete(),
+        complete("SELECT 0"),
+        ready(b'I'),
+        parse_complete(),
+        ready(b'I'),
+        bind_complete(),
+        complete("SELECT 0"),
+        ready(b'I'),
+        parse_complete(),
+        bind_complete(),
+        complete("SELECT 0"),
+        ready(b'I'),
+    ]);
+    let r = run(&b);
+    assert_eq!(r.health, Health::default());
+    assert_eq!(
+        timing(&r.events),
+        [
+            ("prepare", false),
+            ("execute", true),
+            ("prepare", false),
+            ("execute", true),
+            ("prepare", false),
+            ("execute", true),
+            ("prepare", true),
+            ("execute", true)
+        ]
+    );
+    assert_eq!(
+        texts(&r.events),
+        [
+            "SELECT 1", "SELECT 1", "SELECT 2", "SELECT 2", "SELECT 3", "SELECT 3", "SELECT 4",
+            "SELECT 3"
+        ]
+    );
+    assert_bytes_attributed(&b, &r.events);
+}
+
+#[test]
+fn a_failed_parse_in_the_flight_keeps_the_time_of_the_execution_that_never_ran() {
+    let mut b = B::new();
+    b.startup()
+        .cli(&[
+            parse("", "SELECT nope"),
+            bind("", ""),
+            execute("", 0),
+            sync(),
+        ])
+        .srv(&[
+            error("42703", "column \"nope\" does not exist"),
+            ready(b'I'),
+        ]);
+    let r = run(&b);
+    assert_eq!(r.health, Health::default());
+    assert_eq!(timing(&r.events), [("prepare", true)]);
+    assert_eq!(r.events[0].outcome, Outcome::Error);
+    assert_eq!(r.events[0].latency_ns(), Some(b.t[5].2 - b.t[4].2));
+    assert_bytes_attributed(&b, &r.events);
+}

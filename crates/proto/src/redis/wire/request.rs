@@ -182,6 +182,8 @@ impl RequestReader {
         (pos, r)
     }
 
+    /// Runs the state machine over `input` from `*pos` until something is reported or the
+    /// input ends. One handler per state.
     fn step(
         &mut self,
         input: &[u8],
@@ -196,180 +198,235 @@ impl RequestReader {
             return Ok(Some(self.inline_arg(next, keep)));
         }
         while let Some(&b) = input.get(*pos) {
-            match self.st {
+            let ev = match self.st {
                 RSt::Start => {
-                    self.active = true;
-                    self.start_ts = ts;
-                    self.wire = 0;
-                    self.line.clear();
-                    self.st = if b == b'*' {
-                        *pos += 1;
-                        self.wire += 1;
-                        RSt::Count { cr: false }
-                    } else {
-                        RSt::Inline
-                    };
+                    self.start(b, ts, pos);
+                    None
                 }
-                RSt::Count { cr } => {
-                    let (cr, n) = self.number_line(b, cr, "command count")?;
-                    *pos += 1;
-                    self.wire += 1;
-                    self.st = RSt::Count { cr };
-                    if let Some(n) = n {
-                        if n <= 0 {
-                            self.active = false;
-                            self.st = RSt::Start;
-                            return Ok(Some(ReqEvent::Empty { wire: self.wire }));
-                        }
-                        let argc = n as u64;
-                        if argc > MAX_ARGS {
-                            return Err(WireError::BadLength {
-                                what: "command count",
-                                len: n,
-                            });
-                        }
-                        self.argc = argc;
-                        self.index = 0;
-                        self.st = RSt::ArgHeader {
-                            dollar: false,
-                            cr: false,
-                        };
-                        return Ok(Some(ReqEvent::Begin { argc }));
-                    }
-                }
+                RSt::Count { cr } => self.count(b, cr, pos)?,
                 RSt::ArgHeader { dollar: false, .. } => {
-                    if b != b'$' {
-                        return Err(WireError::BadByte {
-                            what: "request argument (expected '$')",
-                            at: *pos,
-                            byte: b,
-                        });
-                    }
-                    *pos += 1;
-                    self.wire += 1;
-                    self.st = RSt::ArgHeader {
-                        dollar: true,
-                        cr: false,
-                    };
+                    self.dollar(b, pos)?;
+                    None
                 }
                 RSt::ArgHeader { dollar: true, cr } => {
-                    let (cr, n) = self.number_line(b, cr, "argument length")?;
-                    *pos += 1;
-                    self.wire += 1;
-                    self.st = RSt::ArgHeader { dollar: true, cr };
-                    if let Some(n) = n {
-                        let len = u64::try_from(n).ok().filter(|&l| l <= MAX_BULK).ok_or(
-                            WireError::BadLength {
-                                what: "argument length",
-                                len: n,
-                            },
-                        )?;
-                        self.keep = keep(self.index);
-                        self.head.clear();
-                        self.st = if len == 0 {
-                            RSt::ArgCr
-                        } else {
-                            RSt::Arg { left: len }
-                        };
-                        self.arg_len = len;
-                    }
+                    self.arg_len(b, cr, keep, pos)?;
+                    None
                 }
                 RSt::Arg { left } => {
-                    let avail = input.len() - *pos;
-                    let n = usize::try_from(left).map_or(avail, |l| l.min(avail));
-                    let room = self.keep.saturating_sub(self.head.len()).min(n);
-                    self.head
-                        .extend_from_slice(input.get(*pos..*pos + room).unwrap_or(&[]));
-                    *pos += n;
-                    self.wire += n as u64;
-                    let left = left - n as u64;
-                    self.st = if left == 0 {
-                        RSt::ArgCr
-                    } else {
-                        RSt::Arg { left }
-                    };
+                    self.arg_bytes(left, input, pos);
+                    None
                 }
                 RSt::ArgCr => {
-                    if b != b'\r' {
-                        return Err(WireError::Invalid {
-                            what: "argument",
-                            why: "missing CRLF",
-                        });
-                    }
-                    *pos += 1;
-                    self.wire += 1;
-                    self.st = RSt::ArgLf;
+                    self.arg_cr(b, pos)?;
+                    None
                 }
-                RSt::ArgLf => {
-                    if b != b'\n' {
-                        return Err(WireError::Invalid {
-                            what: "argument",
-                            why: "missing CRLF",
-                        });
-                    }
-                    *pos += 1;
-                    self.wire += 1;
-                    let index = self.index;
-                    self.index += 1;
-                    let ev = ReqEvent::Arg {
-                        index,
-                        len: self.arg_len,
-                    };
-                    if self.index >= self.argc {
-                        self.end_pending = true;
-                    } else {
-                        self.st = RSt::ArgHeader {
-                            dollar: false,
-                            cr: false,
-                        };
-                    }
-                    return Ok(Some(ev));
-                }
-                RSt::Inline => {
-                    let rest = input.get(*pos..).unwrap_or(&[]);
-                    let nl = rest.iter().position(|&c| c == b'\n');
-                    let take = nl.map_or(rest.len(), |i| i + 1);
-                    if self.line.len() + take > MAX_INLINE {
-                        let room = MAX_INLINE.saturating_sub(self.line.len());
-                        *pos += room;
-                        self.wire += room as u64;
-                        self.line.extend_from_slice(rest.get(..room).unwrap_or(&[]));
-                        return Err(WireError::Invalid {
-                            what: "inline command",
-                            why: "line too long",
-                        });
-                    }
-                    self.line.extend_from_slice(rest.get(..take).unwrap_or(&[]));
-                    *pos += take;
-                    self.wire += take as u64;
-                    if nl.is_none() {
-                        break;
-                    }
-                    let mut line = std::mem::take(&mut self.line);
-                    line.pop();
-                    if line.last() == Some(&b'\r') {
-                        line.pop();
-                    }
-                    let args = split_inline(&line)?;
-                    line.clear();
-                    self.line = line;
-                    if args.is_empty() {
-                        self.active = false;
-                        self.st = RSt::Start;
-                        return Ok(Some(ReqEvent::Empty { wire: self.wire }));
-                    }
-                    self.argc = args.len() as u64;
-                    self.index = 0;
-                    self.inline = args;
-                    self.st = RSt::InlineArgs { next: 0 };
-                    return Ok(Some(ReqEvent::Begin { argc: self.argc }));
-                }
-                RSt::InlineArgs { next } => {
-                    return Ok(Some(self.inline_arg(next, keep)));
-                }
+                RSt::ArgLf => Some(self.arg_lf(b, pos)?),
+                RSt::Inline => self.inline_line(input, pos)?,
+                RSt::InlineArgs { next } => Some(self.inline_arg(next, keep)),
+            };
+            if ev.is_some() {
+                return Ok(ev);
             }
         }
         Ok(None)
+    }
+
+    /// The first byte of a request: `*` starts an array, anything else an inline command.
+    #[inline]
+    fn start(&mut self, b: u8, ts: u64, pos: &mut usize) {
+        self.active = true;
+        self.start_ts = ts;
+        self.wire = 0;
+        self.line.clear();
+        self.st = if b == b'*' {
+            *pos += 1;
+            self.wire += 1;
+            RSt::Count { cr: false }
+        } else {
+            RSt::Inline
+        };
+    }
+
+    /// A byte of the argument count line: at its end, the request begins (or is empty).
+    #[inline]
+    fn count(&mut self, b: u8, cr: bool, pos: &mut usize) -> Res<Option<ReqEvent>> {
+        let (cr, n) = self.number_line(b, cr, "command count")?;
+        *pos += 1;
+        self.wire += 1;
+        self.st = RSt::Count { cr };
+        let Some(n) = n else {
+            return Ok(None);
+        };
+        if n <= 0 {
+            self.active = false;
+            self.st = RSt::Start;
+            return Ok(Some(ReqEvent::Empty { wire: self.wire }));
+        }
+        let argc = n as u64;
+        if argc > MAX_ARGS {
+            return Err(WireError::BadLength {
+                what: "command count",
+                len: n,
+            });
+        }
+        self.argc = argc;
+        self.index = 0;
+        self.st = RSt::ArgHeader {
+            dollar: false,
+            cr: false,
+        };
+        Ok(Some(ReqEvent::Begin { argc }))
+    }
+
+    /// The `$` that starts an argument.
+    #[inline]
+    fn dollar(&mut self, b: u8, pos: &mut usize) -> Res<()> {
+        if b != b'$' {
+            return Err(WireError::BadByte {
+                what: "request argument (expected '$')",
+                at: *pos,
+                byte: b,
+            });
+        }
+        *pos += 1;
+        self.wire += 1;
+        self.st = RSt::ArgHeader {
+            dollar: true,
+            cr: false,
+        };
+        Ok(())
+    }
+
+    /// A byte of an argument's length line: at its end, the argument's bytes follow.
+    #[inline]
+    fn arg_len(
+        &mut self,
+        b: u8,
+        cr: bool,
+        keep: &dyn Fn(u64) -> usize,
+        pos: &mut usize,
+    ) -> Res<()> {
+        let (cr, n) = self.number_line(b, cr, "argument length")?;
+        *pos += 1;
+        self.wire += 1;
+        self.st = RSt::ArgHeader { dollar: true, cr };
+        if let Some(n) = n {
+            let len =
+                u64::try_from(n)
+                    .ok()
+                    .filter(|&l| l <= MAX_BULK)
+                    .ok_or(WireError::BadLength {
+                        what: "argument length",
+                        len: n,
+                    })?;
+            self.keep = keep(self.index);
+            self.head.clear();
+            self.st = if len == 0 {
+                RSt::ArgCr
+            } else {
+                RSt::Arg { left: len }
+            };
+            self.arg_len = len;
+        }
+        Ok(())
+    }
+
+    /// Bytes of an argument (its head kept, as asked).
+    #[inline]
+    fn arg_bytes(&mut self, left: u64, input: &[u8], pos: &mut usize) {
+        let avail = input.len() - *pos;
+        let n = usize::try_from(left).map_or(avail, |l| l.min(avail));
+        let room = self.keep.saturating_sub(self.head.len()).min(n);
+        self.head
+            .extend_from_slice(input.get(*pos..*pos + room).unwrap_or(&[]));
+        *pos += n;
+        self.wire += n as u64;
+        let left = left - n as u64;
+        self.st = if left == 0 {
+            RSt::ArgCr
+        } else {
+            RSt::Arg { left }
+        };
+    }
+
+    /// The CR after an argument.
+    #[inline]
+    fn arg_cr(&mut self, b: u8, pos: &mut usize) -> Res<()> {
+        if b != b'\r' {
+            return Err(arg_missing_crlf());
+        }
+        *pos += 1;
+        self.wire += 1;
+        self.st = RSt::ArgLf;
+        Ok(())
+    }
+
+    /// The LF after an argument: the argument is reported (and the request ends after the
+    /// last one).
+    #[inline]
+    fn arg_lf(&mut self, b: u8, pos: &mut usize) -> Res<ReqEvent> {
+        if b != b'\n' {
+            return Err(arg_missing_crlf());
+        }
+        *pos += 1;
+        self.wire += 1;
+        let index = self.index;
+        self.index += 1;
+        let ev = ReqEvent::Arg {
+            index,
+            len: self.arg_len,
+        };
+        if self.index >= self.argc {
+            self.end_pending = true;
+        } else {
+            self.st = RSt::ArgHeader {
+                dollar: false,
+                cr: false,
+            };
+        }
+        Ok(ev)
+    }
+
+    /// Bytes of an inline command line: at its LF, the line is split into arguments.
+    fn inline_line(&mut self, input: &[u8], pos: &mut usize) -> Res<Option<ReqEvent>> {
+        let rest = input.get(*pos..).unwrap_or(&[]);
+        let nl = rest.iter().position(|&c| c == b'\n');
+        let take = nl.map_or(rest.len(), |i| i + 1);
+        if self.line.len() + take > MAX_INLINE {
+            let room = MAX_INLINE.saturating_sub(self.line.len());
+            *pos += room;
+            self.wire += room as u64;
+            self.line.extend_from_slice(rest.get(..room).unwrap_or(&[]));
+            return Err(WireError::Invalid {
+                what: "inline command",
+                why: "line too long",
+            });
+        }
+        self.line.extend_from_slice(rest.get(..take).unwrap_or(&[]));
+        *pos += take;
+        self.wire += take as u64;
+        if nl.is_none() {
+            // The input ended inside the line (everything was consumed).
+            return Ok(None);
+        }
+        let mut line = std::mem::take(&mut self.line);
+        line.pop();
+        if line.last() == Some(&b'\r') {
+            line.pop();
+        }
+        let args = split_inline(&line)?;
+        line.clear();
+        self.line = line;
+        if args.is_empty() {
+            self.active = false;
+            self.st = RSt::Start;
+            return Ok(Some(ReqEvent::Empty { wire: self.wire }));
+        }
+        self.argc = args.len() as u64;
+        self.index = 0;
+        self.inline = args;
+        self.st = RSt::InlineArgs { next: 0 };
+        Ok(Some(ReqEvent::Begin { argc: self.argc }))
     }
 
     fn inline_arg(&mut self, next: usize, keep: &dyn Fn(u64) -> usize) -> ReqEvent {
@@ -389,119 +446,125 @@ impl RequestReader {
     }
 }
 
+/// The error for an argument not ended by CRLF.
+fn arg_missing_crlf() -> WireError {
+    WireError::Invalid {
+        what: "argument",
+        why: "missing CRLF",
+    }
+}
+
 /// Splits an inline command line into arguments the way Redis' `sdssplitargs` does: words
 /// separated by whitespace; `"..."` with `\n \r \t \b \a \\ \"` and `\xHH` escapes; `'...'`
 /// with `\'`. A closing quote must be followed by whitespace or the end of the line.
 pub fn split_inline(line: &[u8]) -> Res<Vec<Vec<u8>>> {
     let mut args = Vec::new();
     let mut i = 0usize;
-    let at = |i: usize| line.get(i).copied();
-    let space = |c: u8| matches!(c, b' ' | b'\t' | b'\n' | b'\r' | 0x0B | 0x0C);
     loop {
-        while at(i).is_some_and(space) {
+        while line.get(i).copied().is_some_and(is_space) {
             i += 1;
         }
-        let Some(first) = at(i) else {
+        let Some(first) = line.get(i).copied() else {
             return Ok(args);
         };
-        let mut cur = Vec::new();
-        match first {
-            b'"' => {
-                i += 1;
-                loop {
-                    match at(i) {
-                        None => {
-                            return Err(WireError::Invalid {
-                                what: "inline command",
-                                why: "unbalanced quotes",
-                            });
-                        }
-                        Some(b'\\') => {
-                            let hex = |c: Option<u8>| {
-                                c.and_then(|c| (c as char).to_digit(16)).map(|d| d as u8)
-                            };
-                            if at(i + 1) == Some(b'x')
-                                && let (Some(h), Some(l)) = (hex(at(i + 2)), hex(at(i + 3)))
-                            {
-                                cur.push(h << 4 | l);
-                                i += 4;
-                                continue;
-                            }
-                            match at(i + 1) {
-                                None => {
-                                    return Err(WireError::Invalid {
-                                        what: "inline command",
-                                        why: "unbalanced quotes",
-                                    });
-                                }
-                                Some(c) => {
-                                    cur.push(match c {
-                                        b'n' => b'\n',
-                                        b'r' => b'\r',
-                                        b't' => b'\t',
-                                        b'b' => 0x08,
-                                        b'a' => 0x07,
-                                        other => other,
-                                    });
-                                    i += 2;
-                                }
-                            }
-                        }
-                        Some(b'"') => {
-                            if at(i + 1).is_some_and(|c| !space(c)) {
-                                return Err(WireError::Invalid {
-                                    what: "inline command",
-                                    why: "unbalanced quotes",
-                                });
-                            }
-                            i += 1;
-                            break;
-                        }
-                        Some(c) => {
-                            cur.push(c);
-                            i += 1;
-                        }
-                    }
+        let arg = match first {
+            b'"' => double_quoted(line, &mut i)?,
+            b'\'' => single_quoted(line, &mut i)?,
+            _ => bare_word(line, &mut i),
+        };
+        args.push(arg);
+    }
+}
+
+/// Whitespace between inline arguments (C `isspace`).
+fn is_space(c: u8) -> bool {
+    matches!(c, b' ' | b'\t' | b'\n' | b'\r' | 0x0B | 0x0C)
+}
+
+fn unbalanced() -> WireError {
+    WireError::Invalid {
+        what: "inline command",
+        why: "unbalanced quotes",
+    }
+}
+
+/// A `"..."` argument starting at `*i` (the quote), with its escapes; `*i` ends past the
+/// closing quote.
+fn double_quoted(line: &[u8], i: &mut usize) -> Res<Vec<u8>> {
+    let at = |i: usize| line.get(i).copied();
+    let hex = |c: Option<u8>| c.and_then(|c| (c as char).to_digit(16)).map(|d| d as u8);
+    let mut cur = Vec::new();
+    *i += 1;
+    loop {
+        match at(*i) {
+            None => return Err(unbalanced()),
+            Some(b'\\') => {
+                if at(*i + 1) == Some(b'x')
+                    && let (Some(h), Some(l)) = (hex(at(*i + 2)), hex(at(*i + 3)))
+                {
+                    cur.push(h << 4 | l);
+                    *i += 4;
+                    continue;
                 }
+                let Some(c) = at(*i + 1) else {
+                    return Err(unbalanced());
+                };
+                cur.push(match c {
+                    b'n' => b'\n',
+                    b'r' => b'\r',
+                    b't' => b'\t',
+                    b'b' => 0x08,
+                    b'a' => 0x07,
+                    other => other,
+                });
+                *i += 2;
             }
-            b'\'' => {
-                i += 1;
-                loop {
-                    match at(i) {
-                        None => {
-                            return Err(WireError::Invalid {
-                                what: "inline command",
-                                why: "unbalanced quotes",
-                            });
-                        }
-                        Some(b'\\') if at(i + 1) == Some(b'\'') => {
-                            cur.push(b'\'');
-                            i += 2;
-                        }
-                        Some(b'\'') => {
-                            if at(i + 1).is_some_and(|c| !space(c)) {
-                                return Err(WireError::Invalid {
-                                    what: "inline command",
-                                    why: "unbalanced quotes",
-                                });
-                            }
-                            i += 1;
-                            break;
-                        }
-                        Some(c) => {
-                            cur.push(c);
-                            i += 1;
-                        }
-                    }
-                }
-            }
-            _ => {
-                while let Some(c) = at(i).filter(|&c| !space(c)) {
-                    cur.push(c);
-                    i += 1;
-                }
+            Some(b'"') => return closing_quote(line, i).map(|()| cur),
+            Some(c) => {
+                cur.push(c);
+                *i += 1;
             }
         }
-        args.push(cur);
     }
+}
+
+/// A `'...'` argument starting at `*i` (the quote), with `\'`; `*i` ends past the closing
+/// quote.
+fn single_quoted(line: &[u8], i: &mut usize) -> Res<Vec<u8>> {
+    let at = |i: usize| line.get(i).copied();
+    let mut cur = Vec::new();
+    *i += 1;
+    loop {
+        match at(*i) {
+            None => return Err(unbalanced()),
+            Some(b'\\') if at(*i + 1) == Some(b'\'') => {
+                cur.push(b'\'');
+                *i += 2;
+            }
+            Some(b'\'') => return closing_quote(line, i).map(|()| cur),
+            Some(c) => {
+                cur.push(c);
+                *i += 1;
+            }
+        }
+    }
+}
+
+/// A closing quote at `*i`: it must be followed by whitespace or the end of the line.
+fn closing_quote(line: &[u8], i: &mut usize) -> Res<()> {
+    if line.get(*i + 1).copied().is_some_and(|c| !is_space(c)) {
+        return Err(unbalanced());
+    }
+    *i += 1;
+    Ok(())
+}
+
+/// An unquoted argument: up to the next whitespace.
+fn bare_word(line: &[u8], i: &mut usize) -> Vec<u8> {
+    let mut cur = Vec::new();
+    while let Some(c) = line.get(*i).copied().filter(|&c| !is_space(c)) {
+        cur.push(c);
+        *i += 1;
+    }
+    cur
 }

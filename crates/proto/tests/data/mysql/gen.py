@@ -37,18 +37,22 @@ def pymysql_text():
     cur = conn.cursor()
 
     def q(sql):
+        # One expectation per statement the server ran (dbtap's events): each result set is
+        # one statement's (no CALL here), and an error is the statement it reached. The
+        # statements are split on "; " (none of the texts below holds one in a literal).
+        stmts = sql.split("; ")
+        i = 0
         try:
             cur.execute(sql)
-            rows = len(cur.fetchall()) if cur.description else 0
-            aff = 0 if cur.description else cur.rowcount
-            while cur.nextset():
-                if cur.description:
-                    rows += len(cur.fetchall())
-                else:
-                    aff += cur.rowcount
-            rec(ex, "query", sql, rows, aff)
+            while True:
+                rows = len(cur.fetchall()) if cur.description else 0
+                aff = 0 if cur.description else cur.rowcount
+                rec(ex, "query", stmts[i] if len(stmts) > 1 else sql, rows, aff)
+                i += 1
+                if not cur.nextset():
+                    break
         except pymysql.MySQLError as e:
-            rec(ex, "query", sql, err=e.args[0])
+            rec(ex, "query", stmts[i] if len(stmts) > 1 else sql, err=e.args[0])
 
     q("SELECT id, name FROM items ORDER BY id")
     q("SELECT COUNT(*) FROM items")
