@@ -22,7 +22,8 @@ pub struct Report {
     pub version: u32,
     pub capture: Capture,
     pub totals: Totals,
-    /// The ranking of `queries[]`: "total", "count", "p99" or "errors".
+    /// The ranking of `queries[]`: "total" (service time), "count", "p99" (service time),
+    /// "errors" or "response" (response time).
     pub order_by: String,
     /// Most groups in `queries[]`; null when unlimited.
     pub limit: Option<usize>,
