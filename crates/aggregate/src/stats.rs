@@ -249,6 +249,8 @@ pub struct Example {
     pub text_truncated: bool,
     pub start_ns: u64,
     pub latency_ns: Option<u64>,
+    /// Its service time ([`QueryEvent::service_ns`]).
+    pub service_ns: Option<u64>,
     pub client: SocketAddr,
     pub server: SocketAddr,
     pub database: Option<Arc<str>>,
@@ -263,6 +265,7 @@ impl Example {
             text_truncated: ev.text_truncated,
             start_ns: ev.start_ns,
             latency_ns: ev.latency_ns(),
+            service_ns: ev.service_ns(),
             client: ev.client,
             server: ev.server,
             database: ev.database.clone(),
@@ -302,6 +305,10 @@ pub struct Stats {
     /// Unanswered and count-only events ([`QueryEvent::timed`] false) have none: they count
     /// in `count` but add no sample here.
     pub latency: Latency,
+    /// Service time (response time without queueing behind earlier requests on the same
+    /// connection, [`QueryEvent::service_ns`]) of events that have one, ns. Unanswered and
+    /// count-only events have none.
+    pub service: Latency,
     /// Time to first response byte, ns (timed events only).
     pub ttfb: Summary,
     pub bytes_in: Summary,
@@ -348,6 +355,9 @@ impl Stats {
         if let Some(l) = latency {
             self.latency.record(l);
         }
+        if let Some(s) = ev.service_ns() {
+            self.service.record(s);
+        }
         if let Some(f) = ev.first_response_ns.filter(|_| ev.timed) {
             self.ttfb.record(f.saturating_sub(ev.start_ns));
         }
@@ -390,6 +400,7 @@ impl Stats {
             no_reply_expected,
             errors_by_code,
             latency,
+            service,
             ttfb,
             bytes_in,
             bytes_out,
@@ -417,6 +428,7 @@ impl Stats {
         }
         errors_by_code.scale(n);
         *latency = scaled_latency(latency, n);
+        *service = scaled_latency(service, n);
         for s in [
             ttfb,
             bytes_in,
@@ -443,6 +455,7 @@ impl Stats {
         self.no_reply_expected += o.no_reply_expected;
         self.errors_by_code.merge(&o.errors_by_code);
         self.latency.merge(&o.latency);
+        self.service.merge(&o.service);
         self.ttfb.merge(&o.ttfb);
         self.bytes_in.merge(&o.bytes_in);
         self.bytes_out.merge(&o.bytes_out);

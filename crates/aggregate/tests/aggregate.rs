@@ -21,6 +21,7 @@ fn event(start_ns: u64, latency_ns: Option<u64>) -> QueryEvent {
         start_ns,
         first_response_ns: latency_ns.map(|l| start_ns + l / 2),
         end_ns: latency_ns.map(|l| start_ns + l),
+        service_start_ns: latency_ns.map(|_| start_ns),
         user: Some(Arc::from("app")),
         database: Some(Arc::from("shop")),
         command: "query",
@@ -308,9 +309,12 @@ fn arb_event() -> impl Strategy<Value = (u64, QueryEvent)> {
         0u16..4,
         0u64..5000,
         0u32..3,
+        0u64..2_000_000_000,
     )
-        .prop_map(|(k, start, lat, db, host, rows, err)| {
+        .prop_map(|(k, start, lat, db, host, rows, err, queue)| {
             let mut e = event(start, lat);
+            // Part of the response time spent queueing behind earlier requests.
+            e.service_start_ns = e.end_ns.map(|end| (start + queue).min(end));
             e.database = (db > 0).then(|| Arc::from(format!("db{db}")));
             e.user = (db != 1).then(|| Arc::from("u"));
             e.client = SocketAddr::from(([10, 0, 0, host as u8], 1000 + host));
@@ -362,7 +366,11 @@ proptest! {
         for g in a.groups() {
             let h = all.group(&g.key).map(|h| h.stats.latency.quantiles_ns([0.5, 0.95, 0.99]));
             prop_assert_eq!(Some(g.stats.latency.quantiles_ns([0.5, 0.95, 0.99])), h);
+            let h = all.group(&g.key).map(|h| (h.stats.service.sum_ns(), h.stats.service.quantiles_ns([0.5, 0.95, 0.99])));
+            prop_assert_eq!(Some((g.stats.service.sum_ns(), g.stats.service.quantiles_ns([0.5, 0.95, 0.99]))), h);
         }
+        let (ta, tall) = (&a.totals().stats.service, &all.totals().stats.service);
+        prop_assert_eq!((ta.count(), ta.sum_ns(), ta.min_ns(), ta.max_ns()), (tall.count(), tall.sum_ns(), tall.min_ns(), tall.max_ns()));
     }
 }
 
@@ -385,6 +393,37 @@ proptest! {
         for g in scaled.groups() {
             let h = repeated.group(&g.key).map(|h| h.stats.latency.quantiles_ns([0.5, 0.95, 0.99]));
             prop_assert_eq!(Some(g.stats.latency.quantiles_ns([0.5, 0.95, 0.99])), h);
+            let h = repeated.group(&g.key).map(|h| h.stats.service.quantiles_ns([0.5, 0.95, 0.99]));
+            prop_assert_eq!(Some(g.stats.service.quantiles_ns([0.5, 0.95, 0.99])), h);
         }
     }
+}
+
+#[test]
+fn service_time_is_kept_beside_response_time() {
+    // Three pipelined requests: response 10, 15, 29 µs; service 10, 5, 15 µs; one unanswered.
+    let mut agg = Aggregator::new(AggConfig::default());
+    for (start, end, svc_start) in [(100, 110, 100), (100, 115, 110), (101, 130, 115)] {
+        let mut e = event(start * 1000, Some((end - start) * 1000));
+        e.service_start_ns = Some(svc_start * 1000);
+        agg.add(&e, key(1), describe(1));
+    }
+    let mut unanswered = event(200_000, None);
+    unanswered.service_start_ns = None;
+    agg.add(&unanswered, key(1), describe(1));
+    let s = &agg.totals().stats;
+    assert_eq!(s.count, 4);
+    assert_eq!((s.latency.count(), s.latency.sum_ns()), (3, 54_000));
+    assert_eq!((s.service.count(), s.service.sum_ns()), (3, 30_000));
+    assert_eq!(s.service.min_ns(), Some(5_000));
+    assert_eq!(s.service.max_ns(), Some(15_000));
+    assert_eq!(
+        s.service.quantiles_ns([0.5, 0.99]),
+        [Some(10_000), Some(15_000)]
+    );
+    let g = agg.groups().next().map(|g| g.stats.service.sum_ns());
+    assert_eq!(g, Some(30_000));
+    // The slowest example (by response time) carries its service time too.
+    let ex = s.example.as_ref().map(|e| (e.latency_ns, e.service_ns));
+    assert_eq!(ex, Some((Some(29_000), Some(15_000))));
 }

@@ -118,7 +118,10 @@ pub struct LiveArgs {
     pub interval: std::time::Duration,
 
     /// Columns of the interval lines, comma separated, from: time, server, count, qps, avg,
-    /// p50, p95, p99, max, errors, pkts_in, pkts_out, mbps_in, mbps_out, drops, conns.
+    /// p50, p95, p99, max, svc_avg, svc_p50, svc_p95, svc_p99, svc_max, errors, pkts_in,
+    /// pkts_out, mbps_in, mbps_out, drops, conns. avg..max are response times as the client saw
+    /// them; svc_avg..svc_max are service times (without queueing behind earlier requests on
+    /// the same connection, as the digest ranks by).
     #[arg(
         long,
         value_delimiter = ',',
@@ -154,6 +157,11 @@ pub enum Field {
     P95,
     P99,
     Max,
+    SvcAvg,
+    SvcP50,
+    SvcP95,
+    SvcP99,
+    SvcMax,
     Errors,
     PktsIn,
     PktsOut,
@@ -298,6 +306,7 @@ impl From<OrderBy> for report::OrderBy {
             OrderBy::Count => report::OrderBy::Count,
             OrderBy::P99 => report::OrderBy::P99,
             OrderBy::Errors => report::OrderBy::Errors,
+            OrderBy::Response => report::OrderBy::Response,
         }
     }
 }
@@ -337,10 +346,14 @@ pub enum EventsFormat {
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum OrderBy {
+    /// Total service time (the load on the server).
     Total,
     Count,
+    /// 99th percentile service time.
     P99,
     Errors,
+    /// Total response time as the client saw it, queueing included.
+    Response,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]

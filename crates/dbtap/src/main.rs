@@ -7,6 +7,7 @@ mod cli;
 mod fp;
 mod pipeline;
 mod rotate;
+mod service;
 
 use std::io::{BufWriter, Write};
 use std::process::ExitCode;

@@ -11,6 +11,8 @@ use capture::{Input, Reader};
 use flow::{Dir, FlowConfig, FlowTable, Segment};
 use proto::{ConnMeta, Direction, Health, Progress, Protocol, QueryEvent, Session, SessionConfig};
 use report::{CaptureHealth, FrameHealth, ProtocolHealth, TcpHealth};
+
+use crate::service::ServiceClock;
 use wire::{Decoded, Defragmenter};
 
 /// Whatever receives the query events.
@@ -108,6 +110,9 @@ struct SessionLedger {
     /// Per connection with a session: payload bytes fed to it and unparsed bytes it reported,
     /// so that a session never reports more unparsed bytes than it was given. Removed at close.
     conn_bytes: HashMap<u64, ConnBytes, foldhash::fast::RandomState>,
+    /// Per connection: when its server could start on the next request (service time, for
+    /// every protocol). Dropped at close.
+    service: ServiceClock,
 }
 
 #[derive(Default)]
@@ -156,6 +161,7 @@ impl<C> Drop for SinkRef<'_, C> {
         let l = &mut *self.ledger;
         let reported = l.health.unparsed_bytes.saturating_sub(self.unparsed_before);
         if self.closing {
+            l.service.close(self.conn);
             let b = l.conn_bytes.remove(&self.conn).unwrap_or_default();
             let kept = reported.min(b.fed.saturating_sub(b.unparsed));
             l.health.unparsed_bytes -= reported - kept;
@@ -172,11 +178,13 @@ impl<C> Drop for SinkRef<'_, C> {
 }
 
 impl<C: Consumer> proto::Sink for SinkRef<'_, C> {
-    fn event(&mut self, ev: QueryEvent) {
+    fn event(&mut self, mut ev: QueryEvent) {
         let before = |t: Option<u64>| t.is_some_and(|t| t < ev.start_ns);
         if before(ev.end_ns) || before(ev.first_response_ns) {
             self.ledger.negative_latencies += 1;
         }
+        // The one place service time is computed: every protocol's events pass here.
+        self.ledger.service.stamp(&mut ev);
         self.consumer.event(ev);
     }
     fn health(&mut self) -> &mut Health {

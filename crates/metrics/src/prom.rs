@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Write as _;
 
-use aggregate::{Aggregator, GroupKey, Stats};
+use aggregate::{Aggregator, GroupKey, Latency, Stats};
 use report::CaptureHealth;
 
 /// Upper bounds of the latency histogram buckets: (nanoseconds, the `le` label). The `+Inf`
@@ -125,18 +125,45 @@ struct Counters {
     warnings: u128,
     bytes_in: u128,
     bytes_out: u128,
-    latency_count: u64,
-    latency_sum_ns: u128,
-    /// Cumulative: latencies at or below each bound of [`LATENCY_BUCKETS`].
+    /// Response times.
+    latency: Hist,
+    /// Service times.
+    service: Hist,
+}
+
+/// One histogram series: count, sum and cumulative buckets.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Hist {
+    count: u64,
+    sum_ns: u128,
+    /// Cumulative: samples at or below each bound of [`LATENCY_BUCKETS`].
     le: [u64; LATENCY_BUCKETS.len()],
+}
+
+impl Hist {
+    fn of(l: &Latency) -> Hist {
+        let mut le = [0; LATENCY_BUCKETS.len()];
+        for (c, (ns, _)) in le.iter_mut().zip(LATENCY_BUCKETS) {
+            *c = l.count_le(ns);
+        }
+        Hist {
+            count: l.count(),
+            sum_ns: l.sum_ns(),
+            le,
+        }
+    }
+
+    fn add(&mut self, o: &Hist) {
+        self.count += o.count;
+        self.sum_ns += o.sum_ns;
+        for (a, b) in self.le.iter_mut().zip(o.le) {
+            *a += b;
+        }
+    }
 }
 
 impl Counters {
     fn of(s: &Stats) -> Counters {
-        let mut le = [0; LATENCY_BUCKETS.len()];
-        for (c, (ns, _)) in le.iter_mut().zip(LATENCY_BUCKETS) {
-            *c = s.latency.count_le(ns);
-        }
         Counters {
             queries: s.count,
             errors: s.errors,
@@ -144,9 +171,8 @@ impl Counters {
             warnings: s.warnings.sum,
             bytes_in: s.bytes_in.sum,
             bytes_out: s.bytes_out.sum,
-            latency_count: s.latency.count(),
-            latency_sum_ns: s.latency.sum_ns(),
-            le,
+            latency: Hist::of(&s.latency),
+            service: Hist::of(&s.service),
         }
     }
 
@@ -157,11 +183,8 @@ impl Counters {
         self.warnings += o.warnings;
         self.bytes_in += o.bytes_in;
         self.bytes_out += o.bytes_out;
-        self.latency_count += o.latency_count;
-        self.latency_sum_ns += o.latency_sum_ns;
-        for (a, b) in self.le.iter_mut().zip(o.le) {
-            *a += b;
-        }
+        self.latency.add(&o.latency);
+        self.service.add(&o.service);
     }
 }
 
@@ -176,7 +199,7 @@ struct Exported {
 /// Renders the exposition, keeping the per-group series bounded and every counter monotonic.
 ///
 /// Groups are exported individually up to `top_n`, and the exported set only grows: at each
-/// render, free places go to the not-yet-exported groups with the largest total latency (ties:
+/// render, free places go to the not-yet-exported groups with the largest total service time (ties:
 /// more events, then id). Every other group, and the aggregator's own overflow group, is summed
 /// into one series per protocol with `command`, `query_id` and `fingerprint` all `"other"`. (The
 /// overflow group holds events of every protocol past the aggregator's group bound; it is filed
@@ -299,7 +322,7 @@ impl Exporter {
         sample(out, "dbtap_agent_threads", "", agent.threads);
     }
 
-    /// Fills free places with the not-yet-exported groups of largest total latency.
+    /// Fills free places with the not-yet-exported groups of largest total service time.
     fn promote(&mut self, total: &Aggregator) {
         if self.exported.len() >= self.top_n {
             return;
@@ -313,9 +336,9 @@ impl Exporter {
         }
         candidates.sort_by(|a, b| {
             b.stats
-                .latency
+                .service
                 .sum_ns()
-                .cmp(&a.stats.latency.sum_ns())
+                .cmp(&a.stats.service.sum_ns())
                 .then_with(|| b.stats.count.cmp(&a.stats.count))
                 .then_with(|| a.id.cmp(&b.id))
                 .then_with(|| a.key.cmp(&b.key))
@@ -453,46 +476,24 @@ fn write_group_families(rows: &[(String, Counters)], out: &mut String) {
         &|c| c.errors.into(),
     );
 
-    let name = "dbtap_query_duration_seconds";
-    family(
+    histogram(
         out,
-        name,
-        "histogram",
-        &format!(
-            "Response time (request start to last response byte) of answered queries, by query \
-             group. Past 64 samples a group keeps a histogram of buckets at most 0.78% wide, and \
-             a bucket then also counts the samples sharing the histogram bucket of its le (at \
-             most 0.78% above le). {GROUP_NOTE}"
-        ),
+        "dbtap_query_duration_seconds",
+        "Response time (request start to last response byte, as the client saw it) of answered \
+         queries, by query group.",
+        rows,
+        |c| &c.latency,
     );
-    let mut l = String::new();
-    for (labels, c) in rows {
-        for (n, (_, le)) in c.le.iter().zip(LATENCY_BUCKETS) {
-            l.clear();
-            let _ = write!(l, "{labels},le=\"{le}\"");
-            sample(out, "dbtap_query_duration_seconds_bucket", &l, n);
-        }
-        l.clear();
-        let _ = write!(l, "{labels},le=\"+Inf\"");
-        sample(
-            out,
-            "dbtap_query_duration_seconds_bucket",
-            &l,
-            c.latency_count,
-        );
-        sample(
-            out,
-            "dbtap_query_duration_seconds_sum",
-            labels,
-            seconds(c.latency_sum_ns),
-        );
-        sample(
-            out,
-            "dbtap_query_duration_seconds_count",
-            labels,
-            c.latency_count,
-        );
-    }
+    histogram(
+        out,
+        "dbtap_query_service_seconds",
+        "Service time of answered queries, by query group: the response time without queueing \
+         behind earlier requests on the same connection (from the later of the request's first \
+         byte and the previous response's last byte, to its own last response byte). Its sum \
+         over a connection never exceeds the time the connection was busy.",
+        rows,
+        |c| &c.service,
+    );
 
     counter(
         out,
@@ -525,6 +526,45 @@ fn write_group_families(rows: &[(String, Counters)], out: &mut String) {
             &format!("{labels},direction=\"out\""),
             c.bytes_out,
         );
+    }
+}
+
+/// One histogram family over every row.
+fn histogram(
+    out: &mut String,
+    name: &str,
+    help: &str,
+    rows: &[(String, Counters)],
+    hist: impl Fn(&Counters) -> &Hist,
+) {
+    family(
+        out,
+        name,
+        "histogram",
+        &format!(
+            "{help} Past 64 samples a group keeps a histogram of buckets at most 0.78% wide, and \
+             a bucket then also counts the samples sharing the histogram bucket of its le (at \
+             most 0.78% above le). {GROUP_NOTE}"
+        ),
+    );
+    let (bucket, sum, count) = (
+        format!("{name}_bucket"),
+        format!("{name}_sum"),
+        format!("{name}_count"),
+    );
+    let mut l = String::new();
+    for (labels, c) in rows {
+        let h = hist(c);
+        for (n, (_, le)) in h.le.iter().zip(LATENCY_BUCKETS) {
+            l.clear();
+            let _ = write!(l, "{labels},le=\"{le}\"");
+            sample(out, &bucket, &l, n);
+        }
+        l.clear();
+        let _ = write!(l, "{labels},le=\"+Inf\"");
+        sample(out, &bucket, &l, h.count);
+        sample(out, &sum, labels, seconds(h.sum_ns));
+        sample(out, &count, labels, h.count);
     }
 }
 

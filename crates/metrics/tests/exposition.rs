@@ -351,6 +351,8 @@ fn event(protocol: Protocol, command: &'static str, latency_ns: u64, error: bool
         start_ns: 1_000_000_000,
         first_response_ns: Some(1_000_000_000 + latency_ns / 2),
         end_ns: Some(1_000_000_000 + latency_ns),
+        // A quarter of the response time queued behind earlier requests.
+        service_start_ns: Some(1_000_000_000 + latency_ns / 4),
         user: None,
         database: None,
         command,
@@ -441,6 +443,7 @@ fn every_family_present_with_expected_values() {
         ("dbtap_queries_total", "counter"),
         ("dbtap_query_errors_total", "counter"),
         ("dbtap_query_duration_seconds", "histogram"),
+        ("dbtap_query_service_seconds", "histogram"),
         ("dbtap_query_rows_sent_total", "counter"),
         ("dbtap_query_warnings_total", "counter"),
         ("dbtap_query_bytes_total", "counter"),
@@ -530,6 +533,21 @@ fn every_family_present_with_expected_values() {
     // Every bound of LATENCY_BUCKETS is there.
     for (_, le) in LATENCY_BUCKETS {
         assert!(bucket(le).is_some(), "{le}");
+    }
+    // Service time: three quarters of each response time (112.5 us and 2.25 s).
+    let service = |le| x.get("dbtap_query_service_seconds_bucket", &with(("le", le)));
+    assert_eq!(service("0.0001"), Some(0.0));
+    assert_eq!(service("0.00025"), Some(1.0));
+    assert_eq!(service("1"), Some(1.0));
+    assert_eq!(service("2.5"), Some(2.0));
+    assert_eq!(service("+Inf"), Some(2.0));
+    assert_eq!(
+        x.get("dbtap_query_service_seconds_sum", &g0),
+        Some(2.2501125)
+    );
+    assert_eq!(x.get("dbtap_query_service_seconds_count", &g0), Some(2.0));
+    for (_, le) in LATENCY_BUCKETS {
+        assert!(service(le).is_some(), "{le}");
     }
 
     // The "other" series: one per protocol seen, zero here since everything fits.
@@ -687,6 +705,12 @@ fn every_series_is_monotonic_across_renders() {
         assert_eq!(inf, t.latency.count() as f64);
         let sum_s = x.sum("dbtap_query_duration_seconds_sum", all);
         assert!((sum_s - t.latency.sum_ns() as f64 / 1e9).abs() < 1e-6 * sum_s.max(1.0));
+        let inf = x.sum("dbtap_query_service_seconds_bucket", |s| {
+            s.labels["le"] == "+Inf"
+        });
+        assert_eq!(inf, t.service.count() as f64);
+        let sum_s = x.sum("dbtap_query_service_seconds_sum", all);
+        assert!((sum_s - t.service.sum_ns() as f64 / 1e9).abs() < 1e-6 * sum_s.max(1.0));
         assert_eq!(
             x.sum("dbtap_query_bytes_total", |s| s.labels["direction"]
                 == "out"),

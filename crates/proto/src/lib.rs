@@ -100,6 +100,12 @@ pub struct QueryEvent {
     pub first_response_ns: Option<u64>,
     /// Timestamp of the packet that carried the last byte of the response.
     pub end_ns: Option<u64>,
+    /// When the server could start on this request: the later of `start_ns` and the end of the
+    /// previous response on the same connection. Set by the pipeline, in one place for every
+    /// protocol, for timed events with a response; `None` from sessions, for unanswered requests
+    /// and for count-only events ([`QueryEvent::timed`] false).
+    /// See [`QueryEvent::service_ns`].
+    pub service_start_ns: Option<u64>,
     pub user: Option<Arc<str>>,
     pub database: Option<Arc<str>>,
     /// Command kind, lower case, stable across releases: "query", "execute", "prepare", "close",
@@ -144,6 +150,17 @@ impl QueryEvent {
         self.end_ns
             .filter(|_| self.timed)
             .map(|e| e.saturating_sub(self.start_ns))
+    }
+
+    /// Service time: [`service_start_ns`](QueryEvent::service_start_ns) to last response byte,
+    /// in nanoseconds (0 when the response ended before it). Excludes the time the request
+    /// queued behind earlier requests on the same connection, so the service times of one
+    /// connection never sum to more than the time it was busy.
+    pub fn service_ns(&self) -> Option<u64> {
+        match (self.service_start_ns, self.end_ns.filter(|_| self.timed)) {
+            (Some(s), Some(e)) => Some(e.saturating_sub(s)),
+            _ => None,
+        }
     }
 }
 

@@ -51,6 +51,7 @@ struct EventLine<'a> {
     user: Option<&'a str>,
     database: Option<&'a str>,
     latency_us: Option<f64>,
+    service_us: Option<f64>,
     ttfb_us: Option<f64>,
     bytes_in: u64,
     bytes_out: u64,
@@ -101,6 +102,7 @@ pub fn write_ndjson(
         user: ev.user.as_deref(),
         database: ev.database.as_deref(),
         latency_us: ev.latency_ns().map(us),
+        service_us: ev.service_ns().map(us),
         ttfb_us: ev
             .first_response_ns
             .filter(|_| ev.timed)

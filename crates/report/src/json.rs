@@ -6,7 +6,7 @@ use std::hash::Hash;
 use std::io::{self, Write};
 use std::sync::Arc;
 
-use aggregate::{Aggregator, DECADE_LABELS, DIM_SHOW, Stats, TopCounter};
+use aggregate::{Aggregator, DECADE_LABELS, DIM_SHOW, Latency, Stats, TopCounter};
 use serde::{Deserialize, Serialize};
 
 use crate::fmt::{rfc3339, us};
@@ -22,7 +22,8 @@ pub struct Report {
     pub version: u32,
     pub capture: Capture,
     pub totals: Totals,
-    /// The ranking of `queries[]`: "total", "count", "p99" or "errors".
+    /// The ranking of `queries[]`: "total" (service time), "count", "p99" (service time),
+    /// "errors" or "response" (response time).
     pub order_by: String,
     /// Most groups in `queries[]`; null when unlimited.
     pub limit: Option<usize>,
@@ -60,8 +61,12 @@ pub struct Totals {
     /// event).
     pub time_span_s: Option<f64>,
     pub qps: Option<f64>,
-    /// Sum of latencies / time span: average requests in flight.
+    /// Sum of service times / time span: average requests the servers worked on (at most the
+    /// number of connections).
     pub concurrency: Option<f64>,
+    /// Sum of response times / time span: average requests in flight, queued ones included.
+    #[serde(default)]
+    pub response_concurrency: Option<f64>,
 }
 
 /// One group.
@@ -78,8 +83,15 @@ pub struct Query {
     pub count: u64,
     /// This group's share of the total response time, percent.
     pub response_time_pct: f64,
+    /// This group's share of the total service time, percent (its share of the load).
+    #[serde(default)]
+    pub service_time_pct: f64,
     pub qps: Option<f64>,
+    /// Sum of this group's service times / time span.
     pub concurrency: Option<f64>,
+    /// Sum of this group's response times / time span.
+    #[serde(default)]
+    pub response_concurrency: Option<f64>,
     #[serde(flatten)]
     pub stats: StatsJson,
 }
@@ -92,7 +104,12 @@ pub struct StatsJson {
     pub no_response: u64,
     pub incomplete: u64,
     pub no_reply_expected: u64,
+    /// Response time: first request byte to last response byte, as the client saw it.
     pub latency_us: LatencyUs,
+    /// Service time: the response time without queueing behind earlier requests on the same
+    /// connection (from the later of the request's arrival and the previous response's end).
+    #[serde(default)]
+    pub service_us: LatencyUs,
     pub ttfb_us: SummaryUs,
     pub bytes_in: u64,
     pub bytes_out: u64,
@@ -113,13 +130,17 @@ pub struct StatsJson {
     pub databases: Dimension,
     pub users: Dimension,
     pub clients: Dimension,
+    /// Response times per log10 bucket.
     pub latency_distribution: Vec<DistBucket>,
+    /// Service times per log10 bucket.
+    #[serde(default)]
+    pub service_distribution: Vec<DistBucket>,
     pub example: Option<Example>,
 }
 
 /// Response time statistics in microseconds (floats, ns precision). Null when no event had a
 /// latency.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct LatencyUs {
     /// Events with a latency (unanswered requests have none).
     pub count: u64,
@@ -181,6 +202,9 @@ pub struct Example {
     pub ts: String,
     pub start_ns: u64,
     pub latency_us: Option<f64>,
+    /// Its service time.
+    #[serde(default)]
+    pub service_us: Option<f64>,
     pub client: String,
     pub server: String,
     pub database: Option<String>,
@@ -220,24 +244,25 @@ fn arc_name(k: &Option<Arc<str>>) -> Option<String> {
     k.as_deref().map(str::to_string)
 }
 
-/// Builds the shared statistics block.
-pub fn stats_json(s: &Stats) -> StatsJson {
-    let l = &s.latency;
+/// Count, sum, min, max, mean and percentiles of a histogram, in microseconds.
+fn latency_us(l: &Latency) -> LatencyUs {
     let [p50, p95, p99] = l.quantiles_ns([0.5, 0.95, 0.99]);
-    let errors_by_code: Vec<ErrorCode> = s
-        .errors_by_code
-        .sorted()
-        .into_iter()
-        .map(|e| ErrorCode {
-            code: e.code,
-            state: e.state.as_deref().map(str::to_string),
-            count: e.count,
-            message: e.message.to_string(),
-        })
-        .collect();
-    let coded: u64 = errors_by_code.iter().map(|e| e.count).sum();
+    LatencyUs {
+        count: l.count(),
+        sum: us(l.sum_ns() as f64),
+        min: opt_us(l.min_ns()),
+        max: opt_us(l.max_ns()),
+        mean: l.mean_ns().map(us),
+        p50: opt_us(p50),
+        p95: opt_us(p95),
+        p99: opt_us(p99),
+    }
+}
+
+/// A histogram's log10 buckets.
+fn distribution(l: &Latency) -> Vec<DistBucket> {
     let mut bound = 0.0;
-    let latency_distribution = DECADE_LABELS
+    DECADE_LABELS
         .iter()
         .zip(l.decades())
         .enumerate()
@@ -252,23 +277,31 @@ pub fn stats_json(s: &Stats) -> StatsJson {
             bound = lt.unwrap_or(bound);
             b
         })
+        .collect()
+}
+
+/// Builds the shared statistics block.
+pub fn stats_json(s: &Stats) -> StatsJson {
+    let errors_by_code: Vec<ErrorCode> = s
+        .errors_by_code
+        .sorted()
+        .into_iter()
+        .map(|e| ErrorCode {
+            code: e.code,
+            state: e.state.as_deref().map(str::to_string),
+            count: e.count,
+            message: e.message.to_string(),
+        })
         .collect();
+    let coded: u64 = errors_by_code.iter().map(|e| e.count).sum();
     StatsJson {
         errors: s.errors,
         ok: s.ok,
         no_response: s.no_response,
         incomplete: s.incomplete,
         no_reply_expected: s.no_reply_expected,
-        latency_us: LatencyUs {
-            count: l.count(),
-            sum: us(l.sum_ns() as f64),
-            min: opt_us(l.min_ns()),
-            max: opt_us(l.max_ns()),
-            mean: l.mean_ns().map(us),
-            p50: opt_us(p50),
-            p95: opt_us(p95),
-            p99: opt_us(p99),
-        },
+        latency_us: latency_us(&s.latency),
+        service_us: latency_us(&s.service),
         ttfb_us: SummaryUs {
             count: s.ttfb.count,
             sum: us(s.ttfb.sum as f64),
@@ -289,11 +322,13 @@ pub fn stats_json(s: &Stats) -> StatsJson {
         databases: dimension(&s.databases, arc_name),
         users: dimension(&s.users, arc_name),
         clients: dimension(&s.clients, |ip| Some(ip.to_string())),
-        latency_distribution,
+        latency_distribution: distribution(&s.latency),
+        service_distribution: distribution(&s.service),
         example: s.example.as_ref().map(|e| Example {
             ts: rfc3339(e.start_ns),
             start_ns: e.start_ns,
             latency_us: opt_us(e.latency_ns),
+            service_us: opt_us(e.service_ns),
             client: e.client.to_string(),
             server: e.server.to_string(),
             database: arc_name(&e.database),
@@ -309,11 +344,21 @@ fn round3(v: f64) -> f64 {
     (v * 1e3).round() / 1e3
 }
 
+/// `part` as a percentage of `whole`, 0 when `whole` is 0.
+fn pct(part: u128, whole: u128) -> f64 {
+    if whole > 0 {
+        round3(part as f64 * 100.0 / whole as f64)
+    } else {
+        0.0
+    }
+}
+
 /// Builds the document (what [`render`] writes).
 pub fn build(agg: &Aggregator, health: &CaptureHealth, opts: &ReportOptions) -> Report {
     let t = agg.totals();
     let span = span_ns(agg, health);
     let total_ns = t.stats.latency.sum_ns();
+    let total_service_ns = t.stats.service.sum_ns();
     let ranked = ranked(agg, opts.order_by);
     let groups_total = ranked.len() as u64;
     let shown = ranked.len().min(opts.limit);
@@ -330,13 +375,11 @@ pub fn build(agg: &Aggregator, health: &CaptureHealth, opts: &ReportOptions) -> 
             fingerprint: g.fingerprint.clone(),
             overflow: g.overflow,
             count: g.stats.count,
-            response_time_pct: if total_ns > 0 {
-                round3(g.stats.latency.sum_ns() as f64 * 100.0 / total_ns as f64)
-            } else {
-                0.0
-            },
+            response_time_pct: pct(g.stats.latency.sum_ns(), total_ns),
+            service_time_pct: pct(g.stats.service.sum_ns(), total_service_ns),
             qps: rate(g.stats.count, span).map(round3),
-            concurrency: concurrency(g.stats.latency.sum_ns(), span).map(round3),
+            concurrency: concurrency(g.stats.service.sum_ns(), span).map(round3),
+            response_concurrency: concurrency(g.stats.latency.sum_ns(), span).map(round3),
             stats: stats_json(&g.stats),
         })
         .collect();
@@ -355,7 +398,8 @@ pub fn build(agg: &Aggregator, health: &CaptureHealth, opts: &ReportOptions) -> 
             stats: stats_json(&t.stats),
             time_span_s: span.map(|s| s as f64 / 1e9),
             qps: rate(t.stats.count, span).map(round3),
-            concurrency: concurrency(total_ns, span).map(round3),
+            concurrency: concurrency(total_service_ns, span).map(round3),
+            response_concurrency: concurrency(total_ns, span).map(round3),
         },
         order_by: opts.order_by.name().to_string(),
         limit: (opts.limit != usize::MAX).then_some(opts.limit),

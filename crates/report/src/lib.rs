@@ -26,15 +26,18 @@ pub use health::{
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum OrderBy {
-    /// Total response time (sum of latencies), like pt-query-digest's default.
+    /// Total service time (sum of service times: the load each group put on the server, without
+    /// queueing behind earlier requests on the same connection), like pt-query-digest's default.
     #[default]
     Total,
     /// Number of calls.
     Count,
-    /// 99th percentile latency.
+    /// 99th percentile service time.
     P99,
     /// Number of errors.
     Errors,
+    /// Total response time as the client saw it (queueing included).
+    Response,
 }
 
 impl OrderBy {
@@ -44,6 +47,7 @@ impl OrderBy {
             OrderBy::Count => "count",
             OrderBy::P99 => "p99",
             OrderBy::Errors => "errors",
+            OrderBy::Response => "response",
         }
     }
 }
@@ -56,8 +60,9 @@ impl std::str::FromStr for OrderBy {
             "count" | "calls" => Ok(OrderBy::Count),
             "p99" => Ok(OrderBy::P99),
             "errors" => Ok(OrderBy::Errors),
+            "response" | "resp" => Ok(OrderBy::Response),
             _ => Err(format!(
-                "unknown order {s:?}: expected total, count, p99 or errors"
+                "unknown order {s:?}: expected total, count, p99, errors or response"
             )),
         }
     }
@@ -97,13 +102,14 @@ pub fn ranked(agg: &Aggregator, order: OrderBy) -> Vec<&Group> {
 fn compare(a: &Group, b: &Group, order: OrderBy) -> Ordering {
     let (sa, sb) = (&a.stats, &b.stats);
     let primary = match order {
-        OrderBy::Total => sb.latency.sum_ns().cmp(&sa.latency.sum_ns()),
+        OrderBy::Total => sb.service.sum_ns().cmp(&sa.service.sum_ns()),
         OrderBy::Count => sb.count.cmp(&sa.count),
         OrderBy::P99 => sb
-            .latency
+            .service
             .quantile_ns(0.99)
-            .cmp(&sa.latency.quantile_ns(0.99)),
+            .cmp(&sa.service.quantile_ns(0.99)),
         OrderBy::Errors => sb.errors.cmp(&sa.errors),
+        OrderBy::Response => sb.latency.sum_ns().cmp(&sa.latency.sum_ns()),
     };
     primary
         .then_with(|| sb.count.cmp(&sa.count))
@@ -130,7 +136,9 @@ pub fn rate(n: u64, span_ns: Option<u64>) -> Option<f64> {
         .map(|s| n as f64 / (s as f64 / 1e9))
 }
 
-/// Sum of latencies divided by the span: the average number of requests in flight.
+/// A sum of times divided by the span: with service times (the reports' concurrency), the
+/// average number of requests the server worked on, at most the number of connections; with
+/// response times, the average number of requests in flight, queued ones included.
 pub fn concurrency(sum_ns: u128, span_ns: Option<u64>) -> Option<f64> {
     span_ns.filter(|&s| s > 0).map(|s| sum_ns as f64 / s as f64)
 }

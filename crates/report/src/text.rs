@@ -5,7 +5,7 @@
 use std::io::{self, Write};
 use std::sync::Arc;
 
-use aggregate::{Aggregator, DECADE_LABELS, DIM_SHOW, Example, Group, Stats, TopCounter};
+use aggregate::{Aggregator, DECADE_LABELS, DIM_SHOW, Example, Group, Latency, Stats, TopCounter};
 
 use crate::fmt::{bytes, count, duration, rfc3339, sanitize, shorten, thousands};
 use crate::health::{COUNTERS, Kind, Unit, counter, note_names};
@@ -13,6 +13,9 @@ use crate::{CaptureHealth, ReportOptions, concurrency, ranked, rate, span_ns};
 
 const BAR_WIDTH: u64 = 64;
 const ATTR_WIDTH: usize = 13;
+/// What the report's times are, said once in the header.
+const TIMES_NOTE: &str = "# Exec = service time (excludes queueing behind earlier requests on the \
+                          same connection); Resp = response time as the client saw it";
 
 struct Painter {
     color: bool,
@@ -68,10 +71,11 @@ pub fn render(
     if let Some(qps) = rate(t.count, span) {
         overall.push_str(&format!(", {qps:.2} QPS"));
     }
-    if let Some(c) = concurrency(t.latency.sum_ns(), span) {
+    if let Some(c) = concurrency(t.service.sum_ns(), span) {
         overall.push_str(&format!(", {c:.2}x concurrency"));
     }
     writeln!(out, "{overall}")?;
+    writeln!(out, "{TIMES_NOTE}")?;
     let (first, last) = match (health.first_ts_ns, health.last_ts_ns) {
         (Some(a), Some(b)) => (Some(a), Some(b)),
         _ => (t.first_seen_ns, t.last_seen_ns),
@@ -180,17 +184,24 @@ fn attribute_row(
     writeln!(out, "{}", line.trim_end())
 }
 
-/// The rows of durations: execution time (with percentiles) and time to the first byte.
-fn time_rows(out: &mut impl Write, s: &Stats, whole: Option<&Stats>) -> io::Result<()> {
-    let with_pct = whole.is_some();
-    let l = &s.latency;
-    let d = |v: Option<u64>| v.map_or("-".to_string(), |n| duration(n as f64));
+/// A duration, or `-`.
+fn d(v: Option<u64>) -> String {
+    v.map_or("-".to_string(), |n| duration(n as f64))
+}
+
+/// One row of a time histogram: total, min, max, avg, p50, p95, p99 (`pct` of `whole`).
+fn latency_row(
+    out: &mut impl Write,
+    name: &str,
+    l: &Latency,
+    whole: Option<&Latency>,
+) -> io::Result<()> {
     let [p50, p95, p99] = l.quantiles_ns([0.5, 0.95, 0.99]);
     attribute_row(
         out,
-        with_pct,
-        "Exec time",
-        whole.map(|w| pct_of(l.sum_ns(), w.latency.sum_ns())),
+        whole.is_some(),
+        name,
+        whole.map(|w| pct_of(l.sum_ns(), w.sum_ns())),
         &[
             duration(l.sum_ns() as f64),
             d(l.min_ns()),
@@ -200,7 +211,15 @@ fn time_rows(out: &mut impl Write, s: &Stats, whole: Option<&Stats>) -> io::Resu
             d(p95),
             d(p99),
         ],
-    )?;
+    )
+}
+
+/// The rows of durations: service time ("Exec"), response time ("Resp"), both with
+/// percentiles, and time to the first byte.
+fn time_rows(out: &mut impl Write, s: &Stats, whole: Option<&Stats>) -> io::Result<()> {
+    let with_pct = whole.is_some();
+    latency_row(out, "Exec time", &s.service, whole.map(|w| &w.service))?;
+    latency_row(out, "Resp time", &s.latency, whole.map(|w| &w.latency))?;
     let f = &s.ttfb;
     attribute_row(
         out,
@@ -372,7 +391,7 @@ fn profile(
     ranked: &[&Group],
     opts: &ReportOptions,
 ) -> io::Result<()> {
-    let total = agg.totals().stats.latency.sum_ns();
+    let total = agg.totals().stats.service.sum_ns();
     let shown = &ranked[..ranked.len().min(opts.limit)];
     let rest = &ranked[shown.len()..];
     let cmd = |g: &Group| format!("{} {}", g.key.protocol.name(), g.key.command);
@@ -399,8 +418,8 @@ fn profile(
     };
     writeln!(out, "# Profile")?;
     let head = format!(
-        "# Rank {:<id_w$} {:<14} {:>calls_w$} {:>7} {:>7} {:>6} {:<cmd_w$} Fingerprint",
-        "Query ID", "Response time", "Calls", "R/Call", "p99", "Errors", "Command"
+        "# Rank {:<id_w$} {:<14} {:>calls_w$} {:>9} {:>7} {:>9} {:>6} {:<cmd_w$} Fingerprint",
+        "Query ID", "Exec time", "Calls", "Exec/Call", "p99", "Resp/Call", "Errors", "Command"
     );
     let prefix_len = head.chars().count() - "Fingerprint".len();
     let fp_w = if opts.width == 0 {
@@ -411,7 +430,7 @@ fn profile(
     writeln!(out, "{head}")?;
     writeln!(
         out,
-        "# ==== {} {} {} ======= ======= ====== {} ===========",
+        "# ==== {} {} {} ========= ======= ========= ====== {} ===========",
         "=".repeat(id_w),
         "=".repeat(14),
         "=".repeat(calls_w),
@@ -419,19 +438,18 @@ fn profile(
     )?;
     for (i, g) in shown.iter().enumerate() {
         let s = &g.stats;
+        let e_call = s.service.mean_ns().map_or("-".to_string(), duration);
         let r_call = s.latency.mean_ns().map_or("-".to_string(), duration);
-        let p99 = s
-            .latency
-            .quantile_ns(0.99)
-            .map_or("-".to_string(), |v| duration(v as f64));
+        let p99 = d(s.service.quantile_ns(0.99));
         let line = format!(
-            "# {:>4} {:<id_w$} {} {:>calls_w$} {:>7} {:>7} {:>6} {:<cmd_w$} {}",
+            "# {:>4} {:<id_w$} {} {:>calls_w$} {:>9} {:>7} {:>9} {:>6} {:<cmd_w$} {}",
             i + 1,
             sanitize(&g.id, false),
-            rt(s.latency.sum_ns()),
+            rt(s.service.sum_ns()),
             thousands(s.count),
-            r_call,
+            e_call,
             p99,
+            r_call,
             thousands(s.errors),
             cmd(g),
             shorten(&sanitize(&g.fingerprint, false), fp_w)
@@ -443,15 +461,17 @@ fn profile(
         for g in rest {
             misc.merge(&g.stats);
         }
+        let e_call = misc.service.mean_ns().map_or("-".to_string(), duration);
         let r_call = misc.latency.mean_ns().map_or("-".to_string(), duration);
         writeln!(
             out,
-            "# MISC {:<id_w$} {} {:>calls_w$} {:>7} {:>7} {:>6} {:<cmd_w$} <{} ITEMS>",
+            "# MISC {:<id_w$} {} {:>calls_w$} {:>9} {:>7} {:>9} {:>6} {:<cmd_w$} <{} ITEMS>",
             "MISC",
-            rt(misc.latency.sum_ns()),
+            rt(misc.service.sum_ns()),
             thousands(misc.count),
-            r_call,
+            e_call,
             "-",
+            r_call,
             thousands(misc.errors),
             "",
             rest.len()
@@ -549,7 +569,7 @@ fn details_heading(
     if let Some(q) = rate(s.count, span) {
         rates.push(format!("{q:.2} QPS"));
     }
-    if let Some(c) = concurrency(s.latency.sum_ns(), span) {
+    if let Some(c) = concurrency(s.service.sum_ns(), span) {
         rates.push(format!("{c:.2}x concurrency"));
     }
     if !rates.is_empty() {
@@ -608,10 +628,10 @@ fn errors_by_code(out: &mut impl Write, p: &Painter, s: &Stats) -> io::Result<()
     Ok(())
 }
 
-/// `# Exec time distribution`: a bar per decade of latency.
+/// `# Exec time distribution`: a bar per decade of service time.
 fn exec_time_distribution(out: &mut impl Write, s: &Stats) -> io::Result<()> {
     writeln!(out, "# Exec time distribution")?;
-    let dec = s.latency.decades();
+    let dec = s.service.decades();
     let max = dec.iter().copied().max().unwrap_or(0);
     for (label, &n) in DECADE_LABELS.iter().zip(dec) {
         let bar = if n == 0 || max == 0 {
@@ -640,9 +660,11 @@ fn slowest_example(out: &mut impl Write, ex: &Example) -> io::Result<()> {
     if let Some(id) = ex.statement_id {
         what.push(format!("statement {id}"));
     }
-    let lat = ex
-        .latency_ns
-        .map_or("no response".to_string(), |l| duration(l as f64));
+    let lat = match (ex.latency_ns, ex.service_ns) {
+        (Some(l), Some(e)) => format!("{} (exec {})", duration(l as f64), duration(e as f64)),
+        (Some(l), None) => duration(l as f64),
+        (None, _) => "no response".to_string(),
+    };
     writeln!(out, "# Slowest: {lat} {}", what.join(", "))?;
     match &ex.text {
         Some(text) => {

@@ -102,6 +102,12 @@ fn events() -> Vec<(usize, QueryEvent)> {
             start_ns: start,
             first_response_ns: Some(start + latency * 3 / 4),
             end_ns: Some(start + latency),
+            // Group 3 queues behind earlier requests for two thirds of its response time.
+            service_start_ns: Some(if which == 3 {
+                start + latency * 2 / 3
+            } else {
+                start
+            }),
             user: Some(Arc::from(if host == 2 { "batch" } else { "app" })),
             database: Some(Arc::from(if host == 1 { "shop_eu" } else { "shop" })),
             command: spec.command,
@@ -145,6 +151,7 @@ fn events() -> Vec<(usize, QueryEvent)> {
             ev.outcome = Outcome::NoResponse;
             ev.first_response_ns = None;
             ev.end_ns = None;
+            ev.service_start_ns = None;
             ev.bytes_out = 0;
             ev.rows_sent = 0;
         }
@@ -318,8 +325,16 @@ fn ndjson_events() {
             "client",
             "server",
             "outcome",
+            "latency_us",
+            "service_us",
         ] {
             assert!(v.get(k).is_some(), "{k} missing in {line}");
+        }
+        // Both times or neither (unanswered); service never above response.
+        match (v["latency_us"].as_f64(), v["service_us"].as_f64()) {
+            (Some(l), Some(svc)) => assert!(svc <= l, "{line}"),
+            (None, None) => {}
+            other => panic!("{other:?} in {line}"),
         }
     }
     golden("events.ndjson", &s);
@@ -407,7 +422,25 @@ fn json_round_trips_and_has_the_promised_fields() {
             q["latency_us"][k].as_f64().is_some(),
             "latency_us.{k} missing"
         );
+        assert!(
+            q["service_us"][k].as_f64().is_some(),
+            "service_us.{k} missing"
+        );
     }
+    for k in [
+        "service_time_pct",
+        "response_time_pct",
+        "concurrency",
+        "response_concurrency",
+    ] {
+        assert!(q[k].as_f64().is_some(), "queries[0].{k} missing");
+    }
+    // Service time never exceeds response time; concurrency is of service time.
+    for q in &back.queries {
+        assert!(q.stats.service_us.sum <= q.stats.latency_us.sum, "{}", q.id);
+        assert!(q.concurrency <= q.response_concurrency, "{}", q.id);
+    }
+    assert!(back.totals.concurrency < back.totals.response_concurrency);
     assert_eq!(q["protocol"], "mysql");
     for k in ["packets", "gaps", "unanswered", "files", "warnings"] {
         assert!(v["capture"].get(k).is_some(), "capture.{k} missing");
@@ -422,16 +455,18 @@ fn ranking_orders() {
         OrderBy::Count,
         OrderBy::P99,
         OrderBy::Errors,
+        OrderBy::Response,
     ] {
         let r = report::ranked(&agg, order);
         assert_eq!(r.len(), 5);
         for w in r.windows(2) {
             let (a, b) = (&w[0].stats, &w[1].stats);
             let ok = match order {
-                OrderBy::Total => a.latency.sum_ns() >= b.latency.sum_ns(),
+                OrderBy::Total => a.service.sum_ns() >= b.service.sum_ns(),
                 OrderBy::Count => a.count >= b.count,
-                OrderBy::P99 => a.latency.quantile_ns(0.99) >= b.latency.quantile_ns(0.99),
+                OrderBy::P99 => a.service.quantile_ns(0.99) >= b.service.quantile_ns(0.99),
                 OrderBy::Errors => a.errors >= b.errors,
+                OrderBy::Response => a.latency.sum_ns() >= b.latency.sum_ns(),
             };
             assert!(ok, "{order:?} out of order");
         }

@@ -38,6 +38,7 @@ fn event(i: u64, s: usize, t_ns: u64) -> QueryEvent {
         start_ns: t_ns,
         first_response_ns: Some(t_ns + lat / 2),
         end_ns: Some(t_ns + lat),
+        service_start_ns: Some(t_ns),
         user: Some(Arc::from(["app", "batch", "admin"][(i % 3) as usize])),
         database: Some(Arc::from("shop")),
         command: "query",

@@ -5,7 +5,11 @@
 //! [`run`] owns the terminal (raw mode, alternate screen, restored on every exit path); [`draw`]
 //! and [`on_key`] are pure, so the screen and the keys are tested with ratatui's `TestBackend`.
 //!
-//! Keys: `t` total time, `c` count, `p` p99, `e` errors (sort); `w` toggles the window (last
+//! Times are service times (without queueing behind earlier requests on the same connection;
+//! see ARCHITECTURE.md, "Service time and response time"), except the `Resp` column, the average
+//! response time as the client saw it.
+//!
+//! Keys: `t` total (service) time, `c` count, `p` p99, `e` errors, `r` total response time (sort); `w` toggles the window (last
 //! interval / since start); Up/Down/PgUp/PgDn/Home/End move the selection; Enter opens or closes
 //! the detail pane of the selected group; `?` shows the key help at the bottom; `q`, Esc or Ctrl-C
 //! quit.
@@ -40,14 +44,16 @@ pub struct Frame {
 /// The column the table is sorted by (descending).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum SortBy {
-    /// Total response time of the group.
+    /// Total service time of the group.
     Total,
     /// Number of queries.
     Count,
-    /// 99th percentile response time.
+    /// 99th percentile service time.
     P99,
     /// Number of errors.
     Errors,
+    /// Total response time of the group (queueing included).
+    Response,
 }
 
 impl SortBy {
@@ -58,6 +64,7 @@ impl SortBy {
             SortBy::Count => "count",
             SortBy::P99 => "p99",
             SortBy::Errors => "errors",
+            SortBy::Response => "total response time",
         }
     }
 }

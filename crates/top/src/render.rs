@@ -16,7 +16,7 @@ pub const SORT_MARK: &str = "▼";
 const FP_MIN: u16 = 20;
 /// Widest protocol/command column.
 const CMD_MAX: u16 = 16;
-const HELP: &str = "t/c/p/e sort  w window  Up/Down/PgUp/PgDn/Home/End select  Enter detail  \
+const HELP: &str = "t/c/p/e/r sort  w window  Up/Down/PgUp/PgDn/Home/End select  Enter detail  \
                     ? help  q quit";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -31,12 +31,14 @@ enum Col {
     P95,
     P99,
     Max,
+    /// Average response time.
+    Resp,
     Cmd,
     Fp,
 }
 
 /// Display order.
-const COLS: [Col; 12] = [
+const COLS: [Col; 13] = [
     Col::Rank,
     Col::Qps,
     Col::Count,
@@ -47,16 +49,18 @@ const COLS: [Col; 12] = [
     Col::P95,
     Col::P99,
     Col::Max,
+    Col::Resp,
     Col::Cmd,
     Col::Fp,
 ];
 
 /// Columns dropped, first to last, when the screen is too narrow (the sort column never is).
-const DROP_ORDER: [Col; 10] = [
+const DROP_ORDER: [Col; 11] = [
     Col::P50,
     Col::P95,
     Col::Max,
     Col::Avg,
+    Col::Resp,
     Col::Cmd,
     Col::Errs,
     Col::Qps,
@@ -78,6 +82,7 @@ impl Col {
             Col::P95 => "p95",
             Col::P99 => "p99",
             Col::Max => "Max",
+            Col::Resp => "Resp",
             Col::Cmd => "Cmd",
             Col::Fp => "Fingerprint",
         }
@@ -89,6 +94,7 @@ impl Col {
             Col::Count => Some(SortBy::Count),
             Col::P99 => Some(SortBy::P99),
             Col::Errs => Some(SortBy::Errors),
+            Col::Resp => Some(SortBy::Response),
             _ => None,
         }
     }
@@ -103,7 +109,14 @@ fn columns(width: u16, rows: usize, cmd_w: u16, sort: SortBy) -> Vec<(Col, u16)>
     let fixed = |c: Col| -> u16 {
         match c {
             Col::Rank => (rows.max(1).ilog10() as u16 + 1).max(2),
-            Col::Qps | Col::Count | Col::Avg | Col::P50 | Col::P95 | Col::P99 | Col::Max => 6,
+            Col::Qps
+            | Col::Count
+            | Col::Avg
+            | Col::P50
+            | Col::P95
+            | Col::P99
+            | Col::Max
+            | Col::Resp => 6,
             Col::Errs => 5,
             Col::Total => 11,
             Col::Cmd => cmd_w,
@@ -206,6 +219,7 @@ fn cell_text(c: Col, r: &RowData<'_>, rank: usize, secs: f64, total_ns: u128, w:
         Col::P95 => dur_u(r.q[1]),
         Col::P99 => dur_u(r.q[2]),
         Col::Max => dur_u(r.max_ns),
+        Col::Resp => dur(r.resp_mean_ns),
         Col::Cmd => {
             if r.group.overflow {
                 "other".to_string()
@@ -254,7 +268,7 @@ pub fn draw(f: &mut ratatui::Frame, view: &View) {
     }
 
     let title = format!(
-        " Window: {} ─ Sorted by: {} ─ ? help ",
+        " Window: {} ─ Sorted by: {} ─ ? help ─ times are service times; Resp: avg response time ",
         window_label(view),
         view.sort.label()
     );
@@ -267,7 +281,8 @@ pub fn draw(f: &mut ratatui::Frame, view: &View) {
 fn totals_line(agg: &aggregate::Aggregator, secs: f64) -> String {
     let t = agg.totals();
     let s = &t.stats;
-    let [p99] = s.latency.quantiles_ns([0.99]);
+    let [p99] = s.service.quantiles_ns([0.99]);
+    let [resp_p99] = s.latency.quantiles_ns([0.99]);
     let err_pct = if s.count > 0 {
         format!(" ({:.1}%)", s.errors as f64 * 100.0 / s.count as f64)
     } else {
@@ -279,14 +294,16 @@ fn totals_line(agg: &aggregate::Aggregator, secs: f64) -> String {
         ""
     };
     format!(
-        "Queries/s {}  errors {}{}  avg {}  p99 {}  groups {}{}",
+        "Queries/s {}  errors {}{}  avg {}  p99 {}  groups {}{}  response avg {}  p99 {}",
         per_sec(s.count, secs),
         fmt::thousands(s.errors),
         err_pct,
-        dur(s.latency.mean_ns()),
+        dur(s.service.mean_ns()),
         dur_u(p99),
         fmt::thousands(t.unique_groups),
-        other
+        other,
+        dur(s.latency.mean_ns()),
+        dur_u(resp_p99),
     )
 }
 
@@ -339,7 +356,7 @@ fn draw_body(f: &mut ratatui::Frame, view: &View, area: Rect) {
         .unwrap_or(0)
         .clamp(3, CMD_MAX);
     let cols = columns(table_area.width, rows.len(), cmd_w, view.sort);
-    let total_ns = agg.totals().stats.latency.sum_ns();
+    let total_ns = agg.totals().stats.service.sum_ns();
     let header = Row::new(cols.iter().map(|&(c, _)| {
         let mut t = c.title().to_string();
         if c.sort() == Some(view.sort) {
@@ -455,7 +472,8 @@ fn errors_line(s: &Stats) -> Line<'static> {
 fn draw_detail(f: &mut ratatui::Frame, r: &RowData<'_>, secs: f64, total_ns: u128, area: Rect) {
     let g = r.group;
     let s = &g.stats;
-    let lat = &s.latency;
+    let lat = &s.service;
+    let resp = &s.latency;
     let mut lines: Vec<Line<'static>> = Vec::new();
     lines.push(Line::from(vec![
         label("Id "),
@@ -471,7 +489,7 @@ fn draw_detail(f: &mut ratatui::Frame, r: &RowData<'_>, secs: f64, total_ns: u12
         )),
     ]));
     lines.push(Line::from(vec![
-        label("Latency "),
+        label("Service "),
         Span::raw(format!(
             "min {}  avg {}  p50 {}  p95 {}  p99 {}  max {}",
             dur_u(lat.min_ns()),
@@ -482,6 +500,7 @@ fn draw_detail(f: &mut ratatui::Frame, r: &RowData<'_>, secs: f64, total_ns: u12
             dur_u(r.max_ns)
         )),
     ]));
+    // Service time decades.
     let decades: Vec<String> = DECADE_LABELS
         .iter()
         .zip(lat.decades())
@@ -508,9 +527,17 @@ fn draw_detail(f: &mut ratatui::Frame, r: &RowData<'_>, secs: f64, total_ns: u12
         label("Fingerprint "),
         Span::raw(fingerprint_text(g)),
     ]));
-    let block = Block::new()
-        .borders(Borders::TOP)
-        .title(" Detail (Enter closes) ");
+    // The response time goes in the title, so the pane keeps its height.
+    let [rp50, rp99] = resp.quantiles_ns([0.50, 0.99]);
+    let title = format!(
+        " Detail (Enter closes) ─ Response: avg {}  p50 {}  p99 {}  max {}  total {} ",
+        dur(r.resp_mean_ns),
+        dur_u(rp50),
+        dur_u(rp99),
+        dur_u(resp.max_ns()),
+        fmt::duration(r.resp_sum_ns as f64)
+    );
+    let block = Block::new().borders(Borders::TOP).title(title);
     f.render_widget(
         Paragraph::new(Text::from(lines))
             .block(block)

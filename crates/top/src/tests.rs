@@ -42,6 +42,7 @@ fn event(x: &Q, start_ns: u64) -> QueryEvent {
         start_ns,
         first_response_ns: Some(start_ns + x.lat_ns / 2),
         end_ns: Some(start_ns + x.lat_ns),
+        service_start_ns: Some(start_ns),
         user: Some(Arc::from(x.user)),
         database: Some(Arc::from("shop")),
         command: "query",
@@ -246,11 +247,18 @@ fn header_status_totals_and_row_values() {
     ] {
         assert!(has(&s, col), "column {col} missing at 200 wide");
     }
+    assert!(has(&s, "Resp"), "column Resp missing at 200 wide");
+    assert!(
+        has(&s, "times are service times; Resp: avg response time"),
+        "{}",
+        s.join("\n")
+    );
     let b = line_of(&s, "SELECT bravo").expect("bravo row");
-    // rank 1, 2 qps, count 2, 0 errors, 100ms = 80% of 125ms, avg/p50/p95/p99/max 50ms.
+    // rank 1, 2 qps, count 2, 0 errors, 100ms = 80% of 125ms, avg/p50/p95/p99/max 50ms,
+    // average response 50ms.
     let cells: Vec<&str> = s[b].split_whitespace().collect();
     assert_eq!(
-        cells[..13],
+        cells[..14],
         [
             "1",
             "2",
@@ -258,6 +266,7 @@ fn header_status_totals_and_row_values() {
             "0",
             "100ms",
             "80%",
+            "50.0ms",
             "50.0ms",
             "50.0ms",
             "50.0ms",
@@ -447,7 +456,7 @@ fn quit_keys() {
     assert!(!on_key(&mut v, key(KeyCode::Char('?'))));
     assert!(v.help);
     let s = screen(&v, 80, 24);
-    assert!(s[23].starts_with("t/c/p/e sort  w window"), "{}", s[23]);
+    assert!(s[23].starts_with("t/c/p/e/r sort  w window"), "{}", s[23]);
 }
 
 fn many(n: usize) -> Aggregator {
@@ -606,4 +615,68 @@ proptest! {
             prop_assert!(pair[0].cmp_by(&pair[1], sort).is_lt());
         }
     }
+}
+
+/// "queued": 4 x 40ms response of which 36ms queued (4ms service); "slow": 2 x 10ms, no queue.
+fn queued_and_slow() -> Aggregator {
+    let mut a = Aggregator::new(AggConfig::default());
+    let mut add = |fp: &str, lat_ns: u64, queued_ns: u64, i: u64| {
+        let mut ev = event(&q(fp, lat_ns), 1_000_000_000 * i);
+        ev.service_start_ns = Some(ev.start_ns + queued_ns);
+        let key = GroupKey {
+            protocol: Protocol::Mysql,
+            command: "query",
+            fingerprint_hash: hash(fp),
+        };
+        a.add(&ev, key, || (fp.to_string(), id_of(fp)));
+    };
+    for i in 0..4 {
+        add("SELECT queued", 40_000_000, 36_000_000, i);
+    }
+    for i in 4..6 {
+        add("SELECT slow", 10_000_000, 0, i);
+    }
+    a
+}
+
+#[test]
+fn service_time_ranks_and_response_time_is_shown_beside_it() {
+    let mut v = view_of(queued_and_slow(), queued_and_slow(), SortBy::Total);
+    let s = screen(&v, 200, 50);
+    let at = |s: &[String], fp: &str| line_of(s, fp).unwrap_or(usize::MAX);
+    assert!(
+        at(&s, "SELECT slow") < at(&s, "SELECT queued"),
+        "{}",
+        s.join("\n")
+    );
+    // Service: 16ms total (44%), avg/p50/p95/p99/max 4ms; response avg 40ms.
+    let row = &s[at(&s, "SELECT queued")];
+    let cells: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(
+        cells[4..12],
+        [
+            "16.0ms", "44%", "4.00ms", "4.00ms", "4.00ms", "4.00ms", "4.00ms", "40.0ms"
+        ],
+        "{row}"
+    );
+    // Totals: service avg (16 + 20) / 6 = 6ms, response avg (160 + 20) / 6 = 30ms.
+    assert!(s[2].contains("avg 6.00ms"), "{}", s[2]);
+    assert!(s[2].contains("response avg 30.0ms"), "{}", s[2]);
+    // `r` ranks by total response time, the marker on Resp.
+    assert!(!on_key(&mut v, key(KeyCode::Char('r'))));
+    assert_eq!(v.sort, SortBy::Response);
+    let s = screen(&v, 200, 50);
+    assert!(
+        at(&s, "SELECT queued") < at(&s, "SELECT slow"),
+        "{}",
+        s.join("\n")
+    );
+    assert!(has(&s, "Resp▼"), "{}", s.join("\n"));
+    assert!(has(&s, "Sorted by: total response time"));
+    // The detail pane shows the response time in its title.
+    on_key(&mut v, key(KeyCode::Home));
+    on_key(&mut v, key(KeyCode::Enter));
+    let s = screen(&v, 200, 50);
+    assert!(has(&s, "Response: avg 40.0ms"), "{}", s.join("\n"));
+    assert!(has(&s, "Service min 4.00ms"), "{}", s.join("\n"));
 }

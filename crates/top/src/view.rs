@@ -114,16 +114,20 @@ pub(crate) struct RowData<'a> {
     pub key: RowKey,
     pub count: u64,
     pub errors: u64,
+    /// Service time: total, mean, p50/p95/p99, max.
     pub sum_ns: u128,
     pub mean_ns: Option<f64>,
     /// p50, p95, p99.
     pub q: [Option<u64>; 3],
     pub max_ns: Option<u64>,
+    /// Response time: total and mean.
+    pub resp_sum_ns: u128,
+    pub resp_mean_ns: Option<f64>,
 }
 
 impl<'a> RowData<'a> {
     fn new(g: &'a Group) -> Self {
-        let lat = &g.stats.latency;
+        let lat = &g.stats.service;
         RowData {
             group: g,
             key: (g.key, g.overflow),
@@ -133,6 +137,8 @@ impl<'a> RowData<'a> {
             mean_ns: lat.mean_ns(),
             q: lat.quantiles_ns([0.50, 0.95, 0.99]),
             max_ns: lat.max_ns(),
+            resp_sum_ns: g.stats.latency.sum_ns(),
+            resp_mean_ns: g.stats.latency.mean_ns(),
         }
     }
 
@@ -144,6 +150,7 @@ impl<'a> RowData<'a> {
             SortBy::Count => o.count.cmp(&self.count),
             SortBy::P99 => o.q[2].cmp(&self.q[2]),
             SortBy::Errors => o.errors.cmp(&self.errors),
+            SortBy::Response => o.resp_sum_ns.cmp(&self.resp_sum_ns),
         };
         primary
             .then(o.sum_ns.cmp(&self.sum_ns))
@@ -168,6 +175,7 @@ pub fn on_key(view: &mut View, key: KeyEvent) -> bool {
         KeyCode::Char('c') => set_sort(view, SortBy::Count),
         KeyCode::Char('p') => set_sort(view, SortBy::P99),
         KeyCode::Char('e') => set_sort(view, SortBy::Errors),
+        KeyCode::Char('r') => set_sort(view, SortBy::Response),
         KeyCode::Char('w') => {
             view.since_start = !view.since_start;
             view.resync();

@@ -27,6 +27,11 @@ fn field_header(f: Field, sampled: bool) -> &'static str {
         Field::P95 => "p95_us",
         Field::P99 => "p99_us",
         Field::Max => "max_us",
+        Field::SvcAvg => "svc_avg_us",
+        Field::SvcP50 => "svc_p50_us",
+        Field::SvcP95 => "svc_p95_us",
+        Field::SvcP99 => "svc_p99_us",
+        Field::SvcMax => "svc_max_us",
         Field::Errors if sampled => "~errors",
         Field::Errors => "errors",
         Field::PktsIn if sampled => "~pkts_in/s",
@@ -62,7 +67,7 @@ struct LineCtx<'a> {
 
 fn field_cell(f: Field, server: &SocketAddr, w: &ServerWindow, c: &LineCtx<'_>) -> String {
     let us = |v: Option<u64>| v.map_or("-".to_string(), |ns| format!("{}", ns / 1000));
-    let [p50, p95, p99] = w.latency.quantiles_ns([0.5, 0.95, 0.99]);
+    let quantile = |l: &aggregate::Latency, q: f64| us(l.quantile_ns(q));
     // Counts of the sampled connections, scaled to the estimate for all of them.
     let per_s = |v: u64| (v * c.sample) as f64 / c.secs.max(1e-9);
     match f {
@@ -73,10 +78,15 @@ fn field_cell(f: Field, server: &SocketAddr, w: &ServerWindow, c: &LineCtx<'_>) 
         Field::Count => (w.count * c.sample).to_string(),
         Field::Qps => format!("{:.1}", per_s(w.count)),
         Field::Avg => us(w.latency.mean_ns().map(|m| m as u64)),
-        Field::P50 => us(p50),
-        Field::P95 => us(p95),
-        Field::P99 => us(p99),
+        Field::P50 => quantile(&w.latency, 0.5),
+        Field::P95 => quantile(&w.latency, 0.95),
+        Field::P99 => quantile(&w.latency, 0.99),
         Field::Max => us(w.latency.max_ns()),
+        Field::SvcAvg => us(w.service.mean_ns().map(|m| m as u64)),
+        Field::SvcP50 => quantile(&w.service, 0.5),
+        Field::SvcP95 => quantile(&w.service, 0.95),
+        Field::SvcP99 => quantile(&w.service, 0.99),
+        Field::SvcMax => us(w.service.max_ns()),
         Field::Errors => (w.errors * c.sample).to_string(),
         Field::PktsIn => format!("{:.0}", per_s(w.pkts_in)),
         Field::PktsOut => format!("{:.0}", per_s(w.pkts_out)),
@@ -274,6 +284,8 @@ mod tests {
         };
         for us in [100u64, 200, 300] {
             w.latency.record(us * 1000);
+            // Pipelined: a tenth of each response time is the request's own service.
+            w.service.record(us * 100);
         }
         let ctx = LineCtx {
             time: "12:00:00",
@@ -290,6 +302,11 @@ mod tests {
         // Latencies are the sample's own, in µs; rates are per second, scaled.
         assert_eq!(field_cell(Field::P50, &srv, &w, &ctx), "200");
         assert_eq!(field_cell(Field::Max, &srv, &w, &ctx), "300");
+        assert_eq!(field_cell(Field::SvcP50, &srv, &w, &ctx), "20");
+        assert_eq!(field_cell(Field::SvcAvg, &srv, &w, &ctx), "20");
+        assert_eq!(field_cell(Field::SvcMax, &srv, &w, &ctx), "30");
+        assert_eq!(field_header(Field::SvcP99, false), "svc_p99_us");
+        assert_eq!(field_header(Field::P99, false), "p99_us");
         assert_eq!(field_cell(Field::PktsIn, &srv, &w, &ctx), "40");
         assert_eq!(field_header(Field::PktsIn, true), "~pkts_in/s");
         assert_eq!(field_header(Field::Count, true), "~count");

@@ -79,6 +79,7 @@ pub fn top(args: TopArgs) -> Result<()> {
         crate::cli::OrderBy::Count => top::SortBy::Count,
         crate::cli::OrderBy::P99 => top::SortBy::P99,
         crate::cli::OrderBy::Errors => top::SortBy::Errors,
+        crate::cli::OrderBy::Response => top::SortBy::Response,
     };
     run(&args.capture, Mode::Top(order))
 }

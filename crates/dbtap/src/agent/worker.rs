@@ -34,7 +34,10 @@ const POLL: Duration = Duration::from_millis(50);
 pub(super) struct ServerWindow {
     pub(super) count: u64,
     pub(super) errors: u64,
+    /// Response times.
     pub(super) latency: Latency,
+    /// Service times.
+    pub(super) service: Latency,
     pub(super) pkts_in: u64,
     pub(super) pkts_out: u64,
     pub(super) bytes_in: u64,
@@ -46,6 +49,7 @@ impl ServerWindow {
         self.count += o.count;
         self.errors += o.errors;
         self.latency.merge(&o.latency);
+        self.service.merge(&o.service);
         self.pkts_in += o.pkts_in;
         self.pkts_out += o.pkts_out;
         self.bytes_in += o.bytes_in;
@@ -107,6 +111,9 @@ impl Consumer for LiveConsumer {
         }
         if let Some(l) = ev.latency_ns() {
             s.latency.record(l);
+        }
+        if let Some(l) = ev.service_ns() {
+            s.service.record(l);
         }
         self.fp.add_to(&mut self.window, &ev);
     }

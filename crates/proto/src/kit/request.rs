@@ -121,6 +121,7 @@ impl RequestCore {
             start_ns: self.start_ns,
             first_response_ns: self.first_response_ns,
             end_ns: self.end_ns,
+            service_start_ns: None,
             user: tags.user,
             database: tags.database,
             command: tags.command,
