@@ -119,12 +119,15 @@ def _frame(src_port: int, dst_port: int, seq: int, ack: int, flags: int, payload
 class _Pcap:
     """A classic pcap of one TCP connection on 127.0.0.1, each record cut at `snaplen`."""
 
-    def __init__(self, snaplen: int) -> None:
+    def __init__(self, snaplen: int, port: int = PG_PORT, syn: bool = True) -> None:
         self.snaplen = snaplen
+        self.port = port
         self.out = bytearray(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1))
         self.t_us = 1_700_000_000_000_000
         self.seq = {True: 1000, False: 5000}  # client, server
         self.cport = 40000
+        if not syn:
+            return
         self._rec(True, 0x02, b"")          # SYN
         self.seq[True] += 1
         self._rec(False, 0x12, b"")         # SYN-ACK
@@ -132,7 +135,7 @@ class _Pcap:
         self._rec(True, 0x10, b"")          # ACK
 
     def _rec(self, client: bool, flags: int, payload: bytes) -> None:
-        sp, dp = (self.cport, PG_PORT) if client else (PG_PORT, self.cport)
+        sp, dp = (self.cport, self.port) if client else (self.port, self.cport)
         f = _frame(sp, dp, self.seq[client], self.seq[not client], flags, payload)
         cap = f[: self.snaplen]
         self.t_us += 100
@@ -214,3 +217,42 @@ def test_postgres_crafted_snaplen_capture(tmp_path, dbtap_events, dbtap_digest):
     whole_fp = next(k[2] for k, v in diff.items() if v == (1, 0))
     part_fp = next(k[2] for k, v in diff.items() if v == (0, 1))
     assert whole_fp.startswith(part_fp.rsplit(",", 1)[0]), part_fp[-60:]
+
+
+def _mysql_conversation(snaplen: int, big_insert: str) -> bytes:
+    """Picked up mid-stream (no handshake): the INSERT, then `SELECT 1`, each answered."""
+    p = _Pcap(snaplen, port=3306, syn=False)
+
+    def packet(seq: int, payload: bytes) -> bytes:
+        return struct.pack("<I", len(payload))[:3] + bytes([seq]) + payload
+
+    ok = b"\x00\x01\x00\x02\x00\x00\x00"
+    p.send(True, packet(0, b"\x03" + big_insert.encode()))
+    p.send(False, packet(1, ok))
+    p.send(True, packet(0, b"\x03SELECT 1 AS after_big"))
+    p.send(False, packet(1, ok))
+    return p.close()
+
+
+def test_mysql_crafted_multi_row_insert_keeps_its_group(tmp_path, dbtap_events, dbtap_digest):
+    """A 2 MB multi-row INSERT cut at 65535 bytes per record: counted in the same group as the
+    whole statement (its text is the bytes before the first hole joined to the last after the
+    last one, and the VALUES rows collapse in the fingerprint), marked partial, answered ok."""
+    values = ", ".join(f"({i}, 'value number {i}')" for i in range(80000))
+    insert = f"INSERT INTO t (a, b) VALUES {values}"
+    assert len(insert) > 2_000_000
+    full, cut = tmp_path / "my-full.pcap", tmp_path / "my-s65535.pcap"
+    full.write_bytes(_mysql_conversation(1 << 20, insert))
+    cut.write_bytes(_mysql_conversation(65535, insert))
+    n, _ = cut_records(cut)
+    assert n >= 30, n
+    ev = [e for e in dbtap_events(cut) if e["protocol"] == "mysql"]
+    whole = [e for e in dbtap_events(full) if e["protocol"] == "mysql"]
+    assert [e["fingerprint"] for e in ev] == [e["fingerprint"] for e in whole], \
+        [e["fingerprint"][:80] for e in ev]
+    assert ev[0]["fingerprint"].startswith("insert into t (a, b) values"), ev[0]["fingerprint"]
+    assert ev[0].get("text_partial") is True and ev[0]["outcome"] == "ok", ev[0]
+    assert ev[0]["bytes_in"] == len(insert) + 5
+    assert "text_partial" not in ev[1] and not any(e.get("text_partial") for e in whole)
+    assert group_counts(dbtap_digest(cut, server_flag=False)) == \
+        group_counts(dbtap_digest(full, server_flag=False))
