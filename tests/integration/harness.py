@@ -314,8 +314,10 @@ def delta(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
 class Tcpdump:
     """Real tcpdump writing a pcap; start() returns only once packets are really being written."""
 
-    def __init__(self, out: Path, port: int, iface: str = "lo", extra_filter: str = ""):
+    def __init__(self, out: Path, port: int, iface: str = "lo", extra_filter: str = "",
+                 snaplen: int = 0):
         self.out = Path(out).resolve()
+        self.snaplen = snaplen  # tcpdump -s: 0 keeps whole packets
         self.port = port
         self.iface = iface
         self.filter = f"tcp port {port}" + (f" and ({extra_filter})" if extra_filter else "")
@@ -333,7 +335,7 @@ class Tcpdump:
         if self.out.exists():
             self.out.unlink()
         self.proc = subprocess.Popen(
-            ["tcpdump", "-i", self.iface, "-w", str(self.out), "-s", "0", "-B", "65536", "-U",
+            ["tcpdump", "-i", self.iface, "-w", str(self.out), "-s", str(self.snaplen), "-B", "65536", "-U",
              "-n", self.filter],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
             text=True, start_new_session=True)

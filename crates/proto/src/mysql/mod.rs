@@ -65,10 +65,18 @@
 //! `COM_STMT_PREPARE` response: the trailing EOF is then awaited and the response is
 //! considered complete when the client sends its next command.
 //!
-//! After a gap the damaged message is dropped; a request whose response lost bytes is
-//! emitted with [`crate::Outcome::Incomplete`]; a request that lost its own bytes is not
-//! invented, and its response is skipped. The server side resynchronizes at the first byte it
-//! sends after the next recognised request.
+//! The flow layer says how many bytes a gap lost. When the hole lies inside the payload of the
+//! packet in progress, after its first payload byte and ending at its last byte at the latest
+//! (a long statement, a packet of a statement split over 16 MB packets, a result row), the
+//! framing holds: the bytes are skipped, a request that lost bytes keeps its event, pairing,
+//! time and size, with the text seen (the bytes before the hole joined to the last bytes after
+//! it) marked [`crate::QueryEvent::text_partial`]; a request whose response lost bytes is
+//! emitted with [`crate::Outcome::Incomplete`], its rows still counted. The compressed
+//! protocol, the login, and any other gap (one that reaches a packet header) lose sync: the
+//! damaged message is dropped; a request whose response lost bytes is emitted with
+//! [`crate::Outcome::Incomplete`]; a request that lost its own bytes is not invented, and its
+//! response is skipped. The server side resynchronizes at the first byte it sends after the
+//! next recognised request.
 
 pub mod message;
 pub mod session;

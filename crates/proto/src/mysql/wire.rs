@@ -195,6 +195,9 @@ pub struct Message<'a> {
     pub tail: &'a [u8],
     /// Timestamp of the bytes that carried the first header byte.
     pub start_ts: u64,
+    /// Payload bytes lost in capture gaps inside the message (its framing held): `head`
+    /// stops at the first of them and `tail` holds only bytes after the last.
+    pub lost: u64,
 }
 
 /// How many of the last payload bytes are kept of a message whose middle is dropped.
@@ -223,6 +226,8 @@ pub struct Assembler {
     first_len: u32,
     start_ts: u64,
     consumed: u64,
+    /// Payload bytes of the message in progress lost in gaps (see [`Message::lost`]).
+    lost: u64,
 }
 
 impl Assembler {
@@ -282,6 +287,7 @@ impl Assembler {
         self.len = 0;
         self.packets = 0;
         self.consumed = 0;
+        self.lost = 0;
         self.keep_set = false;
         self.keep = 0;
         self.head.clear();
@@ -302,7 +308,12 @@ impl Assembler {
             self.keep = keep(b);
         }
         let n = chunk.len();
-        let room = self.keep.saturating_sub(self.head.len()).min(n);
+        // After a gap the head is frozen: it holds only bytes before the first loss.
+        let room = if self.lost > 0 {
+            0
+        } else {
+            self.keep.saturating_sub(self.head.len()).min(n)
+        };
         self.head.extend_from_slice(&chunk[..room]);
         if self.keep >= TAIL_KEEP_MIN && room < n {
             let rest = &chunk[room..];
@@ -364,20 +375,55 @@ impl Assembler {
                 // Packet done: either the message continues with another header, or it ends.
                 self.hdr_have = 0;
                 if !self.more {
-                    self.active = false;
-                    let msg = Message {
-                        seq: self.seq,
-                        packets: self.packets,
-                        len: self.len,
-                        head: &self.head,
-                        tail: self.tail.make_contiguous(),
-                        start_ts: self.start_ts,
-                    };
-                    return (pos, Some(msg));
+                    return (pos, Some(self.finish()));
                 }
             }
         }
         (pos, None)
+    }
+
+    /// The message whose last payload byte was just consumed.
+    fn finish(&mut self) -> Message<'_> {
+        self.active = false;
+        Message {
+            seq: self.seq,
+            packets: self.packets,
+            len: self.len,
+            head: &self.head,
+            tail: self.tail.make_contiguous(),
+            start_ts: self.start_ts,
+            lost: self.lost,
+        }
+    }
+
+    /// `n` bytes were lost in a capture gap. When they fall inside the payload of the packet
+    /// in progress after its message's first payload byte (the command or response type was
+    /// seen), they are skipped and the framing holds: returns `Some` with the message if the
+    /// gap ended it. Otherwise (between packets, in a header, before the first payload byte,
+    /// or longer than what the packet has left) nothing changes and `None` is returned.
+    pub fn skip(&mut self, n: u64) -> Option<Option<Message<'_>>> {
+        let inside = self.active
+            && self.hdr_have == HEADER_LEN
+            && self.keep_set
+            && n <= u64::from(self.pkt_left);
+        if !inside {
+            return None;
+        }
+        // `n` fits in the packet's u32 length.
+        self.pkt_left -= n as u32;
+        self.len += n;
+        self.consumed += n;
+        self.lost += n;
+        // The tail holds only bytes after the last loss.
+        self.tail.clear();
+        if self.pkt_left > 0 {
+            return Some(None);
+        }
+        self.hdr_have = 0;
+        if self.more {
+            return Some(None);
+        }
+        Some(Some(self.finish()))
     }
 }
 
@@ -409,6 +455,7 @@ fn whole_packet<'a>(
         head: payload.get(..k).unwrap_or(&[]),
         tail,
         start_ts: ts,
+        lost: 0,
     };
     Some((HEADER_LEN + h.len as usize, msg))
 }

@@ -111,8 +111,10 @@
 //! tail of responses to requests we did not see and skipped.
 //!
 //! The flow layer says how many bytes a gap lost. When the hole lies inside one message whose
-//! end is known (typically a DataRow, CopyData or a long query text), the framing holds: that
-//! request is emitted with [`crate::Outcome::Incomplete`] and everything else stays exact.
+//! end is known, ending at its last byte at the latest (typically a DataRow, CopyData or a long
+//! query text), the framing holds: that request is emitted with [`crate::Outcome::Incomplete`]
+//! (counted, paired and timed; a request that lost its own bytes has the text seen before the
+//! hole, marked [`crate::QueryEvent::text_partial`]) and everything else stays exact.
 //! Otherwise the damaged direction resynchronizes as above: a server-side gap emits every
 //! request in flight as incomplete; a client-side gap marks the place where requests may have
 //! been lost, and responses that fit nothing we know are skipped until one fits the next

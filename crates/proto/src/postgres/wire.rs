@@ -202,10 +202,13 @@ impl Framer {
     }
 
     /// A capture gap of `n` bytes. When the gap falls inside the body of the message in
-    /// progress, the framing stays in sync: the body is marked damaged (nothing after the hole
-    /// is kept) and `true` is returned. Otherwise nothing changes and `false` is returned.
+    /// progress (ending at its last byte at the latest), the framing stays in sync: the body is
+    /// marked damaged (nothing after the hole is kept) and `true` is returned; if the gap took
+    /// the body's last bytes, [`Framer::body_done`] is then true and the next [`Framer::push`]
+    /// (even of no bytes) completes the message. Otherwise nothing changes and `false` is
+    /// returned.
     pub fn skip_lost(&mut self, n: u64) -> bool {
-        if self.active && u64::from(self.left) > n {
+        if self.active && u64::from(self.left) >= n {
             self.left -= n as u32;
             self.damaged = true;
             self.keep = self.head.len();
@@ -213,6 +216,11 @@ impl Framer {
         } else {
             false
         }
+    }
+
+    /// The whole body of the message in progress was consumed or lost: it is complete.
+    pub fn body_done(&self) -> bool {
+        self.active && self.left == 0
     }
 
     /// Consumes bytes from `input` until one message is complete. Returns how many bytes were

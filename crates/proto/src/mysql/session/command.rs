@@ -36,6 +36,7 @@ impl Conn {
         }
         let command = Command(m.head.first().copied().unwrap_or(0));
         let mut p = Pending::new(command, m.start_ts, wire);
+        p.core.text_partial = m.lost > 0;
         match Request::parse(m.head, self.caps) {
             Ok(Request::Query { sql }) => self.query(&mut p, m, sql),
             Ok(Request::Prepare { sql }) => self.prepare(&mut p, m, sql),
@@ -69,6 +70,8 @@ impl Conn {
                 p.effect = Effect::ClearStatements;
             }
             Ok(_) => {}
+            // A head cut by a capture gap may stop inside a field.
+            Err(_) if m.lost > 0 => {}
             Err(_) => sink.health().malformed += 1,
         }
         self.send(p, sink)
@@ -100,7 +103,8 @@ impl Conn {
     /// Several statements become one request each, the first one's now (see [`multi`]).
     fn query(&self, p: &mut Pending, m: &Message<'_>, sql: &[u8]) {
         let (t, tr) = make_text(sql, m.tail, sql_total(m, sql), self.cfg.max_text);
-        multi::query_text(p, t, tr, self.splits_statements());
+        // Statements cannot be told apart in a text with a hole: it stays one request.
+        multi::query_text(p, t, tr, self.splits_statements() && m.lost == 0);
     }
 
     /// COM_STMT_PREPARE: its text (remembered under the id its OK assigns).

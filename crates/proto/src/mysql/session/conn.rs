@@ -118,6 +118,13 @@ impl Conn {
         if d == CLIENT {
             self.on_client(m, wire, sink)
         } else {
+            if m.lost > 0
+                && self.phase == Phase::Command
+                && let Some(h) = self.inflight.front_mut()
+            {
+                // Part of the response was lost: paired and timed, but incomplete.
+                h.core.damaged = true;
+            }
             self.on_server(m, wire, ts, sink)
         }
     }

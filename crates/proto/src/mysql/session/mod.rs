@@ -358,8 +358,8 @@ impl Session for MysqlSession {
         }
     }
 
-    fn gap(&mut self, dir: Direction, _len: u64, _ts_ns: u64, sink: &mut dyn Sink) {
-        if self.stopped {
+    fn gap(&mut self, dir: Direction, len: u64, ts_ns: u64, sink: &mut dyn Sink) {
+        if self.stopped || self.skip_inside(dir, len, ts_ns, sink) {
             return;
         }
         if matches!(

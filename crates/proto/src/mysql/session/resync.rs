@@ -24,6 +24,33 @@ impl MysqlSession {
         self.dirs[d].skip_frame = u64::from(left);
     }
 
+    /// A gap of `len` bytes at `ts` in direction `d`: when it falls inside the payload of the
+    /// packet in progress (after the command was identified, uncompressed, past the login), the
+    /// bytes are skipped and the framing holds; the message is marked as having lost bytes and
+    /// delivered if the gap ended it. Returns whether the gap was absorbed so.
+    pub(super) fn skip_inside(
+        &mut self,
+        d: Direction,
+        len: u64,
+        ts: u64,
+        sink: &mut dyn Sink,
+    ) -> bool {
+        let dir = &mut self.dirs[d];
+        if self.conn.phase != Phase::Command || dir.compressed || !dir.framing.is_synced() {
+            return false;
+        }
+        let Some(done) = dir.asm.skip(len) else {
+            return false;
+        };
+        dir.credit += len;
+        if let Some(m) = done {
+            let wire = std::mem::take(&mut dir.credit);
+            let act = self.conn.on_message(d, &m, wire, ts, sink);
+            self.apply(act, sink);
+        }
+        true
+    }
+
     /// Marks direction `d` as out of sync.
     pub(super) fn lose(&mut self, d: Direction, health: &mut Health) {
         self.dirs[d].lose(health);

@@ -1080,7 +1080,9 @@ fn server_gap_marks_response_incomplete_and_resyncs() {
 #[test]
 fn client_gap_does_not_invent_the_request() {
     let b = gap_transcript();
-    let off = stream_offset(&b.t, C, 5) + 6;
+    // The gap takes the end of the packet header: the framing is gone. (A gap inside the
+    // payload keeps it: see tests/gap.rs.)
+    let off = stream_offset(&b.t, C, 5) + 2;
     let st = with_gap(&b.t, C, off, 5);
     let r = assert_chunking_invariant(|| session(true), &st);
     assert_eq!(cmds(&r.events), ["query", "query"]);
@@ -1392,4 +1394,5 @@ fn warnings_of_the_packets_that_end_each_result_set() {
     }
 }
 
+mod gap;
 mod multi;

@@ -316,6 +316,7 @@ impl Conn {
                 u.kind = Kind::Execute;
                 u.core.bytes_in += m.wire_len();
                 u.core.damaged |= m.damaged;
+                u.core.text_partial |= m.damaged;
             }
             unit
         } else {

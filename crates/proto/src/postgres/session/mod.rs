@@ -222,7 +222,7 @@ impl Session for PgSession {
         }
     }
 
-    fn gap(&mut self, dir: Direction, len: u64, _ts_ns: u64, sink: &mut dyn Sink) {
+    fn gap(&mut self, dir: Direction, len: u64, ts_ns: u64, sink: &mut dyn Sink) {
         if self.stopped {
             return;
         }
@@ -238,6 +238,10 @@ impl Session for PgSession {
                 if let Some(u) = self.conn.unit_mut(unit) {
                     u.core.damaged = true;
                 }
+            }
+            if self.dirs[dir].framer.body_done() {
+                // The gap ended the message: it is complete now.
+                self.feed_synced(dir, &[], ts_ns, sink);
             }
             return;
         }

@@ -171,6 +171,8 @@ impl Conn {
         self.next_id += 1;
         let mut u = Unit::new(id, kind, m.start_ts, m.wire_len());
         u.core.damaged = m.damaged;
+        // Bytes of the request were lost while its framing held.
+        u.core.text_partial = m.damaged;
         self.units.push_back(u);
         Some(id)
     }
@@ -223,6 +225,7 @@ impl Conn {
         if let Some(u) = self.unit_mut(unit) {
             u.core.bytes_in += wire;
             u.core.damaged |= damaged;
+            u.core.text_partial |= damaged;
         }
     }
 }

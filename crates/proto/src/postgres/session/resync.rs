@@ -37,7 +37,13 @@ impl PgSession {
 
     /// Feeds bytes to a direction that is in sync; returns how many were consumed (at most one
     /// message).
-    fn feed_synced(&mut self, d: Direction, data: &[u8], ts: u64, sink: &mut dyn Sink) -> usize {
+    pub(super) fn feed_synced(
+        &mut self,
+        d: Direction,
+        data: &[u8],
+        ts: u64,
+        sink: &mut dyn Sink,
+    ) -> usize {
         let conn = &self.conn;
         let dir = &mut self.dirs[d];
         let typed = dir.framer.typed();

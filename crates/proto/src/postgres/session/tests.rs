@@ -1751,3 +1751,5 @@ fn a_failed_parse_in_the_flight_keeps_the_time_of_the_execution_that_never_ran()
     assert_eq!(r.events[0].latency_ns(), Some(b.t[5].2 - b.t[4].2));
     assert_bytes_attributed(&b, &r.events);
 }
+
+mod gap;
