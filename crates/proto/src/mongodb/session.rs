@@ -300,7 +300,10 @@ impl MongoSession {
             .unwrap_or(usize::MAX)
             .min(input.len());
         let chunk = input.get(..n).unwrap_or(&[]);
-        if let Some(p) = m.parser.as_mut()
+        // After a gap the bytes are not the continuation of what the parser read: it keeps
+        // what it read before the gap.
+        if m.gap_bytes == 0
+            && let Some(p) = m.parser.as_mut()
             && p.push(chunk).is_err()
             && !m.parse_failed
         {
