@@ -447,7 +447,9 @@ impl Session for MongoSession {
                 }
             }
             Some(m) => {
+                // The hole ends past this message: its end was lost, then the framing.
                 m.damaged = true;
+                m.gap_bytes += m.left;
                 m.left = 0;
                 self.complete(d, ts_ns, sink);
                 self.lose(d, sink.health());
