@@ -1183,3 +1183,47 @@ fn reply_gap_inside_an_element_keeps_the_array() {
     assert_eq!(e[1].outcome, Outcome::Ok);
     assert_eq!(r.health, Health::default());
 }
+
+#[test]
+fn bytes_lost_in_a_held_gap_are_never_unparsed() {
+    let (t, at, rat) = big_value_conversation();
+    let set = &t[0].1;
+    let at = at as usize;
+    // A gap inside the value, then one that runs past its end: only the captured bytes of
+    // the command are unparsed; the next command is read.
+    let s: Vec<Step> = vec![
+        Step::Data(C, set[..at + 100].to_vec(), 1),
+        Step::Gap(C, 500, 2),
+        Step::Data(C, set[at + 600..at + 700].to_vec(), 3),
+        Step::Gap(C, (set.len() - at - 700) as u64, 4),
+        Step::Data(C, c("GET a"), 5),
+        Step::Data(S, b"+OK\r\n$1\r\nx\r\n".to_vec(), 6),
+    ];
+    let r = assert_chunking_invariant(|| session(true), &s);
+    assert_eq!(texts(&r.events), ["GET a"]);
+    assert_eq!(r.health.resyncs, 1);
+    // GET a takes the SET's `+OK` (not trusted: incomplete); its own reply comes with nothing
+    // in flight.
+    assert_eq!(r.events[0].outcome, Outcome::Incomplete);
+    assert_eq!(r.health.unparsed_bytes, (at + 200 + 7) as u64);
+    // The capture ends after a held gap: the same.
+    let s: Vec<Step> = vec![
+        Step::Data(C, set[..at + 100].to_vec(), 1),
+        Step::Gap(C, 500, 2),
+    ];
+    let r = assert_chunking_invariant(|| session(true), &s);
+    assert_eq!(r.health.unparsed_bytes, (at + 100) as u64);
+    // A reply cut by a held gap and then by the end of the capture: its bytes go to its
+    // command, lost ones included (they were on the wire).
+    let rep = &t[3].1;
+    let rat = rat as usize - 5;
+    let s: Vec<Step> = vec![
+        Step::Data(C, c("GET big:1"), 1),
+        Step::Data(S, rep[..rat + 100].to_vec(), 2),
+        Step::Gap(S, 500, 3),
+    ];
+    let r = assert_chunking_invariant(|| session(true), &s);
+    assert_eq!(r.events[0].outcome, Outcome::Incomplete);
+    assert_eq!(r.events[0].bytes_out, (rat + 600) as u64);
+    assert_eq!(r.health, Health::default());
+}

@@ -400,6 +400,11 @@ impl ReplyReader {
         })
     }
 
+    /// Bytes of the unfinished top-level value lost in gaps (counted in its wire bytes).
+    pub fn partial_lost(&self) -> u64 {
+        if self.top_open { self.top.lost } else { 0 }
+    }
+
     /// Bytes of the unfinished top-level value consumed so far.
     pub fn partial_bytes(&self) -> u64 {
         if self.top_open { self.top.wire } else { 0 }

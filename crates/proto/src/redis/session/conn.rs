@@ -607,7 +607,8 @@ impl Conn {
                 h.core.first_response_ns.get_or_insert(start);
                 h.core.bytes_out += wire;
             }
-            _ => health.unparsed_bytes += wire,
+            // Bytes lost in gaps were never captured: not unparsed.
+            _ => health.unparsed_bytes += wire.saturating_sub(reader.partial_lost()),
         }
     }
 

@@ -65,8 +65,8 @@ pub struct RequestReader {
     inline: Vec<Vec<u8>>,
     /// The last argument was reported; the end of the command is reported next.
     end_pending: bool,
-    /// Bytes of the command in progress were lost in a gap inside an argument.
-    lost: bool,
+    /// Bytes of the command in progress lost in gaps inside its arguments (counted in `wire`).
+    lost: u64,
 }
 
 impl Default for RequestReader {
@@ -90,7 +90,7 @@ impl RequestReader {
             active: false,
             inline: Vec::new(),
             end_pending: false,
-            lost: false,
+            lost: 0,
         }
     }
 
@@ -117,9 +117,10 @@ impl RequestReader {
             + self.inline.capacity() * std::mem::size_of::<Vec<u8>>()
     }
 
-    /// Drops the command in progress; returns the bytes it had consumed.
+    /// Drops the command in progress; returns the bytes it had consumed (those lost in gaps
+    /// excepted: they were never captured).
     pub fn reset(&mut self) -> u64 {
-        let n = self.partial_bytes();
+        let n = self.partial_bytes().saturating_sub(self.lost);
         self.st = RSt::Start;
         self.line.clear();
         if self.line.capacity() > 4096 {
@@ -128,7 +129,7 @@ impl RequestReader {
         self.inline = Vec::new();
         self.active = false;
         self.end_pending = false;
-        self.lost = false;
+        self.lost = 0;
         n
     }
 
@@ -140,7 +141,7 @@ impl RequestReader {
             argc: self.argc,
             wire: self.wire,
             start_ts: self.start_ts,
-            lost: std::mem::take(&mut self.lost),
+            lost: std::mem::take(&mut self.lost) > 0,
         }
     }
 
@@ -162,7 +163,7 @@ impl RequestReader {
         // What follows the gap is not the continuation of what was kept.
         self.keep = self.head.len().min(self.keep);
         self.wire += len;
-        self.lost = true;
+        self.lost += len;
         self.st = if left == len {
             RSt::ArgCr
         } else {
@@ -275,7 +276,7 @@ impl RequestReader {
         self.active = true;
         self.start_ts = ts;
         self.wire = 0;
-        self.lost = false;
+        self.lost = 0;
         self.line.clear();
         self.st = if b == b'*' {
             *pos += 1;
