@@ -98,6 +98,8 @@ struct Conns<C> {
     /// Connections picked up mid-stream that showed no recognizable request in
     /// [`SNIFF_TRIES`] deliveries: possibly database traffic, so a loss.
     unknown_midstream: u64,
+    /// The same, by server port (for the warning that names the port).
+    unknown_midstream_ports: std::collections::BTreeMap<u16, u64>,
 }
 
 /// What the sessions count ([`Health`]), plus what the pipeline counts about their events and
@@ -247,6 +249,10 @@ impl<C: Consumer> flow::Handler for Conns<C> {
                         self.unknown_protocol += 1;
                     } else {
                         self.unknown_midstream += 1;
+                        *self
+                            .unknown_midstream_ports
+                            .entry(meta.server.port())
+                            .or_default() += 1;
                     }
                     self.conns.remove(&id);
                     return false;
@@ -319,6 +325,7 @@ impl<C: Consumer> Engine<C> {
                 session_cfg: settings.session.clone(),
                 unknown_protocol: 0,
                 unknown_midstream: 0,
+                unknown_midstream_ports: Default::default(),
             },
             defrag: Defragmenter::new(),
             counts: FrameCounts::default(),
@@ -401,11 +408,12 @@ impl<C: Consumer> Engine<C> {
                 self.conns.unknown_protocol
             ));
         }
-        if self.conns.unknown_midstream > 0 {
+        for (port, n) in &self.conns.unknown_midstream_ports {
+            let conns = if *n == 1 { "connection" } else { "connections" };
             warnings.push(format!(
-                "{} connection(s) picked up mid-stream on the given ports or servers showed no \
-                 request dbtap recognizes in {SNIFF_TRIES} deliveries; they were not read",
-                self.conns.unknown_midstream
+                "{n} {conns} on port {port} spoke no protocol dbtap recognises (picked up \
+                 mid-stream, no request recognised in {SNIFF_TRIES} deliveries; not read): \
+                 add --port {port} if it is a database port, or they are not database traffic"
             ));
         }
         let counts = &self.counts;

@@ -352,4 +352,10 @@ fn unrecognized_opened_connections_are_not_a_loss_unrecognized_midstream_ones_ar
     assert_eq!(num(&j, "unrecognized_connections"), 0, "{j}");
     assert_eq!(field(&j, "complete"), "false", "{j}");
     assert!(j.contains("picked up mid-stream"), "{j}");
+    // The warning names the port and says what to do.
+    assert!(
+        j.contains("1 connection on port 8080 spoke no protocol dbtap recognises")
+            && j.contains("add --port 8080 if it is a database port"),
+        "{j}"
+    );
 }

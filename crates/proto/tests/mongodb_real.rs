@@ -267,3 +267,75 @@ fn gaps_in_real_conversations() {
         }
     }
 }
+
+/// The messages (offset, length) of one direction's stream, walked by their headers.
+fn messages(t: &Transcript, dir: Direction) -> Vec<(u64, u64)> {
+    let s: Vec<u8> = t
+        .iter()
+        .filter(|x| x.0 == dir)
+        .flat_map(|x| x.1.clone())
+        .collect();
+    let mut out = Vec::new();
+    let mut at = 0usize;
+    while at + 16 <= s.len() {
+        let len = u32::from_le_bytes(s[at..at + 4].try_into().unwrap()) as usize;
+        out.push((at as u64, len as u64));
+        at += len;
+    }
+    assert_eq!(at, s.len());
+    out
+}
+
+/// Gaps inside the bodies of the largest messages (as a snap length cuts large segments):
+/// the framing holds, every command is still counted, paired and timed as in the full run;
+/// only the command that lost bytes is marked partial, or the one whose reply lost bytes is
+/// incomplete.
+#[test]
+fn gaps_inside_messages_count_every_command() {
+    let mut tried = 0;
+    for (name, text) in ALL {
+        let t = transcript(text);
+        let full = run(&t, true);
+        for dir in [Direction::ToServer, Direction::ToClient] {
+            let mut msgs = messages(&t, dir);
+            msgs.sort_by_key(|m| std::cmp::Reverse(m.1));
+            for &(at, len) in msgs.iter().take(5) {
+                let body = len - 16;
+                let (from, lost) = (at + 16 + body / 4, body / 2);
+                let sink = assert_chunking_invariant(
+                    || new_session(meta(true), SessionConfig::default()),
+                    &with_gap(&t, dir, from, lost),
+                );
+                tried += 1;
+                let place = format!("{name} {dir:?} {from}+{lost}");
+                assert_eq!(sink.health, full.health, "{place}");
+                assert_eq!(sink.events.len(), full.events.len(), "{place}");
+                let mut changed = 0;
+                for (e, f) in sink.events.iter().zip(&full.events) {
+                    assert_eq!(
+                        (e.command, e.start_ns, e.end_ns, e.bytes_in, e.bytes_out),
+                        (f.command, f.start_ns, f.end_ns, f.bytes_in, f.bytes_out),
+                        "{place}"
+                    );
+                    if format!("{e:?}") == format!("{f:?}") {
+                        continue;
+                    }
+                    // A getMore's text is that of the command that opened its cursor, which
+                    // may be the one cut.
+                    let same_but_text = QueryEvent {
+                        text: f.text.clone(),
+                        ..e.clone()
+                    };
+                    if e.command == "getmore" && format!("{same_but_text:?}") == format!("{f:?}") {
+                        continue;
+                    }
+                    changed += 1;
+                    assert_eq!(e.outcome, Outcome::Incomplete, "{place}: {e:?}");
+                    assert_eq!(e.text_partial, dir == Direction::ToServer, "{place}");
+                }
+                assert_eq!(changed, 1, "{place}");
+            }
+        }
+    }
+    assert_eq!(tried, 20);
+}

@@ -343,6 +343,18 @@ pub fn counter(name: &str) -> Option<&'static Counter> {
     COUNTERS.iter().find(|c| c.name == name)
 }
 
+/// What the user can do about a loss, by counter name: the text report prints it under the
+/// counter's `!!` line when the counter is non-zero.
+pub static ADVICE: &[(&str, &str)] = &[(
+    "truncated_packets",
+    "re-capture with -s 0 (tcpdump's snap length cut packets)",
+)];
+
+/// The advice for a loss counter, if there is one.
+pub fn advice(name: &str) -> Option<&'static str> {
+    ADVICE.iter().find(|a| a.0 == name).map(|a| a.1)
+}
+
 impl CaptureHealth {
     /// Adds the counters of another part of the same capture (another capture thread): counts
     /// are summed, the time span widened, new file names and warnings appended.
@@ -509,6 +521,15 @@ pub fn note_names(note: &str) -> impl Iterator<Item = &str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn advice_is_for_loss_counters() {
+        for (name, _) in ADVICE {
+            assert_eq!(counter(name).map(|c| c.kind), Some(Kind::Loss), "{name}");
+        }
+        assert!(advice("truncated_packets").is_some_and(|a| a.contains("-s 0")));
+        assert_eq!(advice("gaps"), None);
+    }
 
     fn every_counter_set() -> CaptureHealth {
         let mut h = CaptureHealth {

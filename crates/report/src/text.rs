@@ -8,7 +8,7 @@ use std::sync::Arc;
 use aggregate::{Aggregator, DECADE_LABELS, DIM_SHOW, Example, Group, Latency, Stats, TopCounter};
 
 use crate::fmt::{bytes, count, duration, rfc3339, sanitize, shorten, thousands};
-use crate::health::{COUNTERS, Kind, Unit, counter, note_names};
+use crate::health::{COUNTERS, Kind, Unit, advice, counter, note_names};
 use crate::{CaptureHealth, ReportOptions, concurrency, ranked, rate, span_ns};
 
 const BAR_WIDTH: u64 = 64;
@@ -338,6 +338,9 @@ fn health_block(
     for (name, v, what) in &problems {
         let line = format!("#   !! {name:<w$} {:>n$}  {what}", thousands(*v));
         writeln!(out, "{}", p.yellow(&line))?;
+        if let Some(a) = advice(name) {
+            writeln!(out, "{}", p.yellow(&format!("#      advice: {a}")))?;
+        }
     }
     let t = agg.totals();
     if t.overflow_events > 0 {

@@ -491,3 +491,23 @@ fn color_and_empty_inputs_render() {
     assert!(t.contains("\x1b[1;31mINCOMPLETE"));
     assert!(!render_text(&agg, &lossy_health(), &ReportOptions::default()).contains('\x1b'));
 }
+
+#[test]
+fn truncated_packets_come_with_advice() {
+    let agg = aggregate(100);
+    let mut h = lossy_health();
+    let opts = ReportOptions::default();
+    let t = render_text(&agg, &h, &opts);
+    assert!(!t.contains("advice:"), "{t}");
+    h.frames.truncated_packets = 12;
+    let t = render_text(&agg, &h, &opts);
+    let lines: Vec<&str> = t.lines().collect();
+    let at = lines
+        .iter()
+        .position(|l| l.starts_with("#   !! truncated_packets"))
+        .unwrap_or_else(|| panic!("{t}"));
+    assert_eq!(
+        lines.get(at + 1).copied(),
+        Some("#      advice: re-capture with -s 0 (tcpdump's snap length cut packets)")
+    );
+}

@@ -99,7 +99,11 @@
 //! [`looks_like_message`] and [`wire::plausible_start`]: a length the opcode allows and at most
 //! 48 MB, an opcode that side sends, `responseTo` 0 for requests and not 0 for replies, and the
 //! first fields of the body sane). A gap inside a message whose end is known keeps the framing:
-//! that request or reply is marked damaged and its event is [`crate::Outcome::Incomplete`].
+//! that request or reply is marked damaged and its event is [`crate::Outcome::Incomplete`],
+//! still counted, paired and timed. The body is parsed up to the gap only, so a request that
+//! lost bytes has the shape of what was read before it (the command name alone, or `unknown`,
+//! when little was), and [`crate::QueryEvent::text_partial`] set. A gap that runs past the end
+//! of the message ends it the same way, then the direction loses sync.
 //! Replies to requests the session did not see are skipped (counted in
 //! [`crate::Health::responses_without_request`] only when no request can have been lost).
 //! A reply lost in a server-side gap leaves its request waiting: it is emitted as incomplete

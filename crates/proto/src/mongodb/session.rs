@@ -300,7 +300,10 @@ impl MongoSession {
             .unwrap_or(usize::MAX)
             .min(input.len());
         let chunk = input.get(..n).unwrap_or(&[]);
-        if let Some(p) = m.parser.as_mut()
+        // After a gap the bytes are not the continuation of what the parser read: it keeps
+        // what it read before the gap.
+        if m.gap_bytes == 0
+            && let Some(p) = m.parser.as_mut()
             && p.push(chunk).is_err()
             && !m.parse_failed
         {
@@ -444,7 +447,9 @@ impl Session for MongoSession {
                 }
             }
             Some(m) => {
+                // The hole ends past this message: its end was lost, then the framing.
                 m.damaged = true;
+                m.gap_bytes += m.left;
                 m.left = 0;
                 self.complete(d, ts_ns, sink);
                 self.lose(d, sink.health());

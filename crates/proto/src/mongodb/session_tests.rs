@@ -9,7 +9,7 @@ use crate::testing::{
     Chunking, Step, Transcript, assert_chunking_invariant, assert_chunkings, run_steps, steps,
     with_gap,
 };
-use crate::{ConnMeta, Direction, Outcome, QueryEvent, Session, SessionConfig, VecSink};
+use crate::{ConnMeta, Direction, Health, Outcome, QueryEvent, Session, SessionConfig, VecSink};
 
 const C: Direction = Direction::ToServer;
 const S: Direction = Direction::ToClient;
@@ -1321,4 +1321,162 @@ fn bytes_a_gap_took_from_an_unfinished_message_are_not_unparsed() {
     s.close(3, &mut sink);
     assert_eq!(sink.health.unparsed_bytes, head as u64, "{:?}", sink.health);
     assert_eq!(sink.events.len(), 0, "{:#?}", sink.events);
+}
+
+// ---- gaps inside announced lengths ---------------------------------------------------------
+
+/// An insert of 20 documents of 500 bytes (in a document sequence), a find with a 2,000-byte
+/// filter value, a ping; each answered.
+fn big_conversation() -> Transcript {
+    let blob = "b".repeat(500);
+    let rows: Vec<Doc> = (0..20)
+        .map(|i| Doc::new().i32("_id", i).str("blob", &blob))
+        .collect();
+    conv(vec![
+        (
+            C,
+            op_msg(
+                1,
+                0,
+                0,
+                &[
+                    Sec::Body(
+                        Doc::new()
+                            .str("insert", "users")
+                            .bool("ordered", true)
+                            .str("$db", "test"),
+                    ),
+                    Sec::Seq("documents", rows),
+                ],
+            ),
+        ),
+        (S, reply(2, 1, Doc::new().i32("n", 20).f64("ok", 1.0))),
+        (
+            C,
+            cmd(
+                3,
+                Doc::new()
+                    .str("find", "a")
+                    .doc("filter", Doc::new().str("name", &"x".repeat(2000)))
+                    .str("$db", "d"),
+            ),
+        ),
+        (S, cursor_reply(4, 3, 0, "d.a", true, 3)),
+        (C, cmd(5, Doc::new().i32("ping", 1).str("$db", "admin"))),
+        (S, ok(6, 5)),
+    ])
+}
+
+/// Outcome, text, text_partial of each event.
+fn summary(e: &[QueryEvent]) -> Vec<(Outcome, String, bool)> {
+    e.iter()
+        .map(|x| (x.outcome, text(x).to_string(), x.text_partial))
+        .collect()
+}
+
+#[test]
+fn request_gap_inside_a_message_is_counted_paired_and_timed() {
+    let t = big_conversation();
+    let insert = t[0].1.len() as u64;
+    // Into the documents of the insert (its body section is read whole), up to its last
+    // byte exactly, or into the filter of the find.
+    for (from, len) in [
+        (200, 3000),
+        (insert - 4000, 4000),
+        (insert - 1, 1),
+        (insert + 60, 1000),
+    ] {
+        let r = assert_chunking_invariant(|| session(true), &with_gap(&t, C, from, len));
+        let e = &r.events;
+        assert_eq!(e.len(), 3, "{from}+{len}: {e:#?}");
+        let cut = usize::from(from >= insert);
+        for (i, x) in e.iter().enumerate() {
+            // Paired with its reply and timed; the one with lost bytes is marked partial (and
+            // incomplete: what it carried is not all known).
+            assert_eq!(x.text_partial, i == cut, "{from}+{len}: {x:#?}");
+            let want = if i == cut {
+                Outcome::Incomplete
+            } else {
+                Outcome::Ok
+            };
+            assert_eq!(x.outcome, want, "{from}+{len}");
+            assert_eq!(x.end_ns, Some(2000 * (i as u64 + 1)));
+            assert_eq!(x.bytes_in, t[2 * i].1.len() as u64);
+        }
+        assert_eq!(r.health, Health::default(), "{from}+{len}");
+        if cut == 0 {
+            assert_eq!((text(&e[0]), e[0].rows_affected), ("insert test.users", 20));
+        } else {
+            // The shape of what was read before the gap: `$db` came after it.
+            assert_eq!(text(&e[1]), r#"find ?.a {"filter":{"name":"?"}}"#);
+            assert_eq!(e[1].rows_sent, 3);
+        }
+    }
+    // The whole body lost: the event is still there, named by what could be read (nothing).
+    let r = assert_chunking_invariant(|| session(true), &with_gap(&t, C, 16, insert - 16));
+    let e = &r.events;
+    assert_eq!(e.len(), 3);
+    assert_eq!(
+        (e[0].command, e[0].outcome, e[0].text_partial, e[0].end_ns),
+        ("unknown", Outcome::Incomplete, true, Some(2000))
+    );
+    assert_eq!(
+        summary(&e[1..])[1],
+        (Outcome::Ok, "ping admin".into(), false)
+    );
+    assert_eq!(r.health, Health::default());
+}
+
+#[test]
+fn reply_gap_inside_a_message_pairs_as_incomplete() {
+    let t = big_conversation();
+    let cursor = t[3].1.len() as u64;
+    let before = t[1].1.len() as u64;
+    // Inside the cursor reply, up to its last byte exactly, all the body of the first reply.
+    for (from, len) in [
+        (before + 40, 50),
+        (before + 30, cursor - 30),
+        (16, before - 16),
+    ] {
+        let r = assert_chunking_invariant(|| session(true), &with_gap(&t, S, from, len));
+        let e = &r.events;
+        assert_eq!(e.len(), 3, "{from}+{len}: {e:#?}");
+        let cut = usize::from(from >= before);
+        for (i, x) in e.iter().enumerate() {
+            let want = if i == cut {
+                Outcome::Incomplete
+            } else {
+                Outcome::Ok
+            };
+            assert_eq!((x.outcome, x.text_partial), (want, false), "{from}+{len}");
+            assert_eq!(x.end_ns, Some(2000 * (i as u64 + 1)));
+            assert_eq!(x.bytes_out, t[2 * i + 1].1.len() as u64);
+        }
+        assert_eq!(r.health, Health::default());
+    }
+}
+
+#[test]
+fn gap_across_a_message_boundary_still_resyncs() {
+    let t = big_conversation();
+    let insert = t[0].1.len() as u64;
+    // From inside the insert into the find; from the start of the find; longer than the
+    // find and the ping together.
+    let total: u64 = t
+        .iter()
+        .filter(|x| x.0 == C)
+        .map(|x| x.1.len() as u64)
+        .sum();
+    for (from, len) in [(insert - 10, 20), (insert, 30), (200, total - 200)] {
+        let r = assert_chunking_invariant(|| session(true), &with_gap(&t, C, from, len));
+        assert_eq!(r.health.resyncs, 1, "{from}+{len}");
+        // A message the gap cut before crossing its end is still emitted, marked partial.
+        if from < insert {
+            let e = &r.events[0];
+            assert_eq!((e.command, e.text_partial), ("insert", true), "{e:#?}");
+            assert_eq!(e.outcome, Outcome::Incomplete);
+        } else {
+            assert!(r.events.iter().all(|e| !e.text_partial));
+        }
+    }
 }

@@ -83,6 +83,16 @@
 //! sync. Server bytes are skipped (counted as unparsed) until the first byte after the first
 //! recognised command; that byte must be able to start a value.
 //!
+//! A gap that falls inside the announced length of a bulk string (an argument of a command,
+//! or a bulk string, blob error or verbatim string anywhere in a reply) keeps the framing:
+//! exactly the lost bytes are skipped and counted in the wire bytes, and parsing goes on. A
+//! command that lost bytes is counted, paired and timed as usual, with
+//! [`crate::QueryEvent::text_partial`] set; its text is built from what was seen (an argument
+//! keeps only its bytes before the gap, so a cut key reads as truncated and a cut command name
+//! gives `unknown`). A reply that lost bytes pairs with its command, which is then
+//! [`crate::Outcome::Incomplete`]. Any other gap (in a header line, a CRLF, an inline command,
+//! or one that runs past the end of the bulk string) loses sync as follows.
+//!
 //! After a gap in the client direction the command in progress is dropped and the client side
 //! resynchronizes the same way. After a gap in the server direction (or bytes that do not
 //! parse) every command in flight is emitted with [`crate::Outcome::Incomplete`] and server

@@ -114,10 +114,15 @@ impl RedisSession {
             ReqEvent::Begin { argc } => self.builder.begin(argc),
             ReqEvent::Arg { index, len } => self.builder.arg(index, self.req.arg_head(), len),
             ReqEvent::Empty { wire } => self.credit += wire,
-            ReqEvent::End { wire, start_ts, .. } => {
+            ReqEvent::End {
+                wire,
+                start_ts,
+                lost,
+                ..
+            } => {
                 let r = self.builder.finish(self.conn.cfg.max_text);
                 let wire = wire + std::mem::take(&mut self.credit);
-                let act = self.conn.on_request(r, wire, start_ts, sink);
+                let act = self.conn.on_request(r, wire, start_ts, lost, sink);
                 self.apply(act);
             }
         }
@@ -265,8 +270,16 @@ impl Session for RedisSession {
         }
     }
 
-    fn gap(&mut self, dir: Direction, _len: u64, _ts_ns: u64, sink: &mut dyn Sink) {
+    fn gap(&mut self, dir: Direction, len: u64, _ts_ns: u64, sink: &mut dyn Sink) {
         if self.stopped {
+            return;
+        }
+        // A gap inside the announced length of a bulk string keeps the framing.
+        let held = match dir {
+            Direction::ToServer => self.framing.client.is_synced() && self.req.gap(len),
+            Direction::ToClient => self.framing.server.is_synced() && self.reply.gap(len),
+        };
+        if held {
             return;
         }
         match dir {

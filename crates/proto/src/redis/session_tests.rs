@@ -808,8 +808,10 @@ fn server_gap_abandons_what_is_in_flight() {
         .filter(|x| x.0 == S)
         .map(|x| x.1.len() as u64)
         .sum();
-    // Lose the middle of the 6th reply (GET user:2:profile, a bulk string).
-    let r = assert_chunking_invariant(|| session(true), &with_gap(&t, S, off + 6, 4));
+    // Lose the middle and the end of the 6th reply (GET user:2:profile, a bulk string of 15
+    // bytes, 21 on the wire): past its payload, so the framing cannot hold. (A gap inside the
+    // payload keeps it: `reply_gap_inside_a_bulk_string_keeps_the_framing`.)
+    let r = assert_chunking_invariant(|| session(true), &with_gap(&t, S, off + 6, 15));
     assert_eq!(r.events.len(), 40);
     assert_eq!(r.events[5].outcome, Outcome::Incomplete);
     assert_eq!(r.events[5].bytes_out, 6);
@@ -968,12 +970,13 @@ fn step_gap_is_counted_once() {
 
 #[test]
 fn confirmations_of_a_lost_subscribe_pair_with_nothing() {
-    // SUBSCRIBE and PSUBSCRIBE sent together; the capture lost part of SUBSCRIBE.
+    // SUBSCRIBE and PSUBSCRIBE sent together; the capture lost part of SUBSCRIBE, across the
+    // end of its name (a gap inside the name alone would keep the framing).
     let sub = c("SUBSCRIBE news sport");
     let s: Vec<Step> = vec![
-        Step::Data(C, sub[..10].to_vec(), 1),
+        Step::Data(C, sub[..15].to_vec(), 1),
         Step::Gap(C, 5, 1),
-        Step::Data(C, sub[15..].to_vec(), 1),
+        Step::Data(C, sub[20..].to_vec(), 1),
         Step::Data(C, c("PSUBSCRIBE n*"), 2),
         Step::Data(
             S,
@@ -994,4 +997,233 @@ fn confirmations_of_a_lost_subscribe_pair_with_nothing() {
     assert_eq!(r.events[0].rows_sent, 0);
     assert_eq!(r.events[0].bytes_out, 33);
     assert_eq!(r.health.responses_without_request, 0);
+}
+
+// ---- gaps inside announced lengths ---------------------------------------------------------
+
+/// A SET of a 1,000-byte value, a GET of it, a small SET; `(transcript, offset of the SET's
+/// value in the client stream, offset of the GET reply's payload in the server stream)`.
+fn big_value_conversation() -> (Transcript, u64, u64) {
+    let value = vec![b'v'; 1000];
+    let set = cmd(&[b"SET", b"big:1", &value]);
+    let value_at = (set.len() - 1002) as u64;
+    let t = tr(&[
+        (C, &set),
+        (S, b"+OK\r\n"),
+        (C, &c("GET big:1")),
+        (S, &bulk(&value)),
+        (C, &c("SET k2 v")),
+        (S, b"+OK\r\n"),
+    ]);
+    // "+OK\r\n", then "$1000\r\n".
+    (t, value_at, 5 + 7)
+}
+
+fn stream_len(t: &Transcript, d: Direction) -> u64 {
+    t.iter()
+        .filter(|x| x.0 == d)
+        .map(|x| x.1.len() as u64)
+        .sum()
+}
+
+#[test]
+fn request_gap_inside_a_bulk_string_keeps_the_framing() {
+    let (t, at, _) = big_value_conversation();
+    let set_len = t[0].1.len() as u64;
+    // Inside the value: its first byte, the middle, up to its last byte exactly, all of it.
+    for (from, len) in [
+        (0, 1),
+        (100, 500),
+        (1, 999),
+        (999, 1),
+        (0, 1000),
+        (400, 600),
+    ] {
+        let r = assert_chunking_invariant(|| session(true), &with_gap(&t, C, at + from, len));
+        let e = &r.events;
+        assert_eq!(
+            texts(e),
+            ["SET big:1", "GET big:1", "SET k2"],
+            "{from}+{len}"
+        );
+        assert!(e.iter().all(|x| x.outcome == Outcome::Ok), "{e:#?}");
+        assert_eq!(
+            e.iter().map(|x| x.text_partial).collect::<Vec<_>>(),
+            [true, false, false]
+        );
+        // Counted, paired and timed as if nothing was lost: the lost bytes were on the wire.
+        assert_eq!(e[0].bytes_in, set_len);
+        assert_eq!((e[0].end_ns, e[0].bytes_out), (Some(2000), 5));
+        assert!(!e[0].text_truncated);
+        assert_eq!(r.health, Health::default(), "{from}+{len}");
+    }
+}
+
+#[test]
+fn request_gap_inside_the_key_keeps_what_was_seen() {
+    let t = tr(&[
+        (C, &c("SET user:1234:profile v")),
+        (S, b"+OK\r\n"),
+        (C, &c("GET a")),
+        (S, b"$1\r\nx\r\n"),
+    ]);
+    // "*3\r\n$3\r\nSET\r\n$17\r\n" is 18 bytes: lose "1234" of the key.
+    let r = assert_chunking_invariant(|| session(true), &with_gap(&t, C, 23, 4));
+    let e = &r.events;
+    assert_eq!(texts(e), ["SET user:", "GET a"]);
+    assert_eq!((e[0].text_partial, e[0].text_truncated), (true, true));
+    assert!(e.iter().all(|x| x.outcome == Outcome::Ok));
+    assert_eq!(e[0].bytes_in, t[0].1.len() as u64);
+    assert_eq!(r.health, Health::default());
+    // Inside the command name: the text is the part of the name that was seen.
+    let r = assert_chunking_invariant(|| session(true), &with_gap(&t, C, 9, 1));
+    let e = &r.events;
+    assert_eq!(
+        (e[0].command, texts(e)[0].as_str(), e[0].text_partial),
+        ("unknown", "S", true)
+    );
+    assert_eq!(e[0].outcome, Outcome::Ok);
+    assert_eq!(texts(e)[1], "GET a");
+    assert_eq!(r.health, Health::default());
+}
+
+#[test]
+fn request_gap_inside_a_pipeline_loses_nothing_else() {
+    let mut req = Vec::new();
+    let mut rep = Vec::new();
+    for i in 0..6 {
+        req.extend(cmd(&[b"SET", format!("k{i}").as_bytes(), &[b'x'; 300]]));
+        rep.extend(b"+OK\r\n");
+    }
+    let t = tr(&[(C, &req), (S, &rep), (C, &c("GET z")), (S, b"$1\r\nz\r\n")]);
+    let one = req.len() as u64 / 6;
+    for k in 0..6 {
+        let r = assert_chunking_invariant(|| session(true), &with_gap(&t, C, k * one + 100, 200));
+        let e = &r.events;
+        assert_eq!(e.len(), 7);
+        assert!(e.iter().all(|x| x.outcome == Outcome::Ok), "{e:#?}");
+        let partial: Vec<usize> = (0..7).filter(|&i| e[i].text_partial).collect();
+        assert_eq!(partial, [k as usize]);
+        assert_eq!(r.health, Health::default());
+    }
+}
+
+#[test]
+fn request_gap_across_a_boundary_still_resyncs() {
+    let (t, at, _) = big_value_conversation();
+    let set_len = t[0].1.len() as u64;
+    let total = stream_len(&t, C);
+    // From inside the value into its CRLF; exactly the CRLF; from the end of the SET into the
+    // next command; from the start of a command; longer than the whole SET.
+    for (from, len) in [
+        (at + 990, 11),
+        (at + 1000, 2),
+        (set_len - 1, 3),
+        (set_len, 5),
+        (0, set_len + 3),
+        (at + 10, total - at - 10),
+    ] {
+        let r = assert_chunking_invariant(|| session(true), &with_gap(&t, C, from, len));
+        assert_eq!(r.health.resyncs, 1, "{from}+{len}: {:#?}", r.events);
+        assert!(r.events.iter().all(|e| !e.text_partial));
+    }
+    // An inline command announces no length: a gap in it resyncs.
+    let t = tr(&[(C, b"SET k somevalue\r\n"), (S, b"+OK\r\n")]);
+    let r = assert_chunking_invariant(|| session(true), &with_gap(&t, C, 8, 3));
+    assert_eq!((r.health.resyncs, r.events.len()), (1, 0));
+}
+
+#[test]
+fn reply_gap_inside_a_bulk_string_keeps_the_framing() {
+    let (t, _, at) = big_value_conversation();
+    let reply_len = t[3].1.len() as u64;
+    for (from, len) in [(0, 1), (100, 500), (1, 999), (999, 1), (0, 1000)] {
+        let r = assert_chunking_invariant(|| session(true), &with_gap(&t, S, at + from, len));
+        let e = &r.events;
+        assert_eq!(
+            texts(e),
+            ["SET big:1", "GET big:1", "SET k2"],
+            "{from}+{len}"
+        );
+        // The reply lost bytes: paired and timed, incomplete.
+        assert_eq!(
+            e.iter().map(|x| x.outcome).collect::<Vec<_>>(),
+            [Outcome::Ok, Outcome::Incomplete, Outcome::Ok]
+        );
+        assert_eq!((e[1].bytes_out, e[1].rows_sent), (reply_len, 1));
+        assert_eq!(e[1].end_ns, Some(4000));
+        assert!(e.iter().all(|x| !x.text_partial));
+        assert_eq!(r.health, Health::default(), "{from}+{len}");
+    }
+    // Across the end of the payload: the framing is lost, as before.
+    let r = assert_chunking_invariant(|| session(true), &with_gap(&t, S, at + 990, 11));
+    assert_eq!(r.health.resyncs, 1);
+    assert_eq!(r.events[1].outcome, Outcome::Incomplete);
+    assert_eq!(r.events[1].bytes_out, 7 + 990);
+}
+
+#[test]
+fn reply_gap_inside_an_element_keeps_the_array() {
+    let mut rep = b"*3\r\n".to_vec();
+    for v in [&b"a"[..], &[b'x'; 500], b"c"] {
+        rep.extend(bulk(v));
+    }
+    let t = tr(&[
+        (C, &c("MGET a b c")),
+        (S, &rep),
+        (C, &c("GET z")),
+        (S, b"$1\r\nz\r\n"),
+    ]);
+    // "*3\r\n$1\r\na\r\n$500\r\n" is 17 bytes.
+    let r = assert_chunking_invariant(|| session(true), &with_gap(&t, S, 17 + 50, 400));
+    let e = &r.events;
+    assert_eq!(texts(e), ["MGET a", "GET z"]);
+    assert_eq!((e[0].outcome, e[0].rows_sent), (Outcome::Incomplete, 3));
+    assert_eq!(e[0].bytes_out, rep.len() as u64);
+    assert_eq!(e[1].outcome, Outcome::Ok);
+    assert_eq!(r.health, Health::default());
+}
+
+#[test]
+fn bytes_lost_in_a_held_gap_are_never_unparsed() {
+    let (t, at, rat) = big_value_conversation();
+    let set = &t[0].1;
+    let at = at as usize;
+    // A gap inside the value, then one that runs past its end: only the captured bytes of
+    // the command are unparsed; the next command is read.
+    let s: Vec<Step> = vec![
+        Step::Data(C, set[..at + 100].to_vec(), 1),
+        Step::Gap(C, 500, 2),
+        Step::Data(C, set[at + 600..at + 700].to_vec(), 3),
+        Step::Gap(C, (set.len() - at - 700) as u64, 4),
+        Step::Data(C, c("GET a"), 5),
+        Step::Data(S, b"+OK\r\n$1\r\nx\r\n".to_vec(), 6),
+    ];
+    let r = assert_chunking_invariant(|| session(true), &s);
+    assert_eq!(texts(&r.events), ["GET a"]);
+    assert_eq!(r.health.resyncs, 1);
+    // GET a takes the SET's `+OK` (not trusted: incomplete); its own reply comes with nothing
+    // in flight.
+    assert_eq!(r.events[0].outcome, Outcome::Incomplete);
+    assert_eq!(r.health.unparsed_bytes, (at + 200 + 7) as u64);
+    // The capture ends after a held gap: the same.
+    let s: Vec<Step> = vec![
+        Step::Data(C, set[..at + 100].to_vec(), 1),
+        Step::Gap(C, 500, 2),
+    ];
+    let r = assert_chunking_invariant(|| session(true), &s);
+    assert_eq!(r.health.unparsed_bytes, (at + 100) as u64);
+    // A reply cut by a held gap and then by the end of the capture: its bytes go to its
+    // command, lost ones included (they were on the wire).
+    let rep = &t[3].1;
+    let rat = rat as usize - 5;
+    let s: Vec<Step> = vec![
+        Step::Data(C, c("GET big:1"), 1),
+        Step::Data(S, rep[..rat + 100].to_vec(), 2),
+        Step::Gap(S, 500, 3),
+    ];
+    let r = assert_chunking_invariant(|| session(true), &s);
+    assert_eq!(r.events[0].outcome, Outcome::Incomplete);
+    assert_eq!(r.events[0].bytes_out, (rat + 600) as u64);
+    assert_eq!(r.health, Health::default());
 }

@@ -227,6 +227,9 @@ pub struct Value {
     pub end_ts: u64,
     /// An attribute (`|`) preceded it.
     pub attribute: bool,
+    /// Bytes of it lost in capture gaps inside its bulk strings (counted in `wire`: see
+    /// [`ReplyReader::gap`]).
+    pub lost: u64,
 }
 
 impl Value {
@@ -239,6 +242,7 @@ impl Value {
             start_ts: ts,
             end_ts: ts,
             attribute: false,
+            lost: 0,
         }
     }
 }
@@ -336,6 +340,8 @@ pub struct ReplyReader {
     firsts: [Kept; ELEMS_KEPT],
     firsts_len: usize,
     pending: Option<Event>,
+    /// A gap cut the blob being read: its content is no longer kept.
+    blob_cut: bool,
 }
 
 impl Default for ReplyReader {
@@ -362,6 +368,7 @@ impl ReplyReader {
             firsts: [Kept::EMPTY; ELEMS_KEPT],
             firsts_len: 0,
             pending: None,
+            blob_cut: false,
         }
     }
 
@@ -391,6 +398,11 @@ impl ReplyReader {
                 self.top.start_ts,
             )
         })
+    }
+
+    /// Bytes of the unfinished top-level value lost in gaps (counted in its wire bytes).
+    pub fn partial_lost(&self) -> u64 {
+        if self.top_open { self.top.lost } else { 0 }
     }
 
     /// Bytes of the unfinished top-level value consumed so far.
@@ -426,7 +438,44 @@ impl ReplyReader {
         self.top_open = false;
         self.elem_open = false;
         self.pending = None;
+        self.blob_cut = false;
         n
+    }
+
+    /// `len` bytes of the stream were lost (a capture gap). When they all fall inside the
+    /// announced length of the bulk string (or blob error, verbatim string) being read, the
+    /// framing holds: they are skipped and counted in the wire bytes and in `lost` of the
+    /// top-level value (and of the element) that holds them, and the blob's content is no
+    /// longer kept. Returns false (nothing changed) otherwise: the gap crosses a boundary and
+    /// the caller must resynchronize.
+    pub fn gap(&mut self, len: u64) -> bool {
+        let St::Blob { ty, left } = self.st else {
+            return false;
+        };
+        if self.pending.is_some() || len > left {
+            return false;
+        }
+        if len == 0 {
+            return true;
+        }
+        if self.top_open {
+            self.top.wire += len;
+            self.top.lost += len;
+        }
+        if self.elem_open {
+            self.elem.wire += len;
+            self.elem.lost += len;
+        }
+        self.blob_cut = true;
+        self.st = if left == len {
+            St::BlobCr { ty }
+        } else {
+            St::Blob {
+                ty,
+                left: left - len,
+            }
+        };
+        true
     }
 
     fn account(&mut self, n: usize) {
@@ -649,6 +698,7 @@ impl ReplyReader {
                 .ok_or(WireError::BadLength { what, len: n })?;
             self.header(ty, len, false);
             self.content.clear();
+            self.blob_cut = false;
             self.st = if len == 0 {
                 St::BlobCr { ty }
             } else {
@@ -806,7 +856,7 @@ impl ReplyReader {
     fn blob_bytes(&mut self, ty: Type, left: u64, input: &[u8], pos: &mut usize) {
         let avail = input.len() - *pos;
         let n = usize::try_from(left).map_or(avail, |l| l.min(avail));
-        if self.capturing() {
+        if self.capturing() && !self.blob_cut {
             let room = HEAD_KEEP.saturating_sub(self.content.len()).min(n);
             self.content
                 .extend_from_slice(input.get(*pos..*pos + room).unwrap_or(&[]));

@@ -329,6 +329,9 @@ impl Conn {
         };
         let wire = u64::from(m.h.len);
         let mut u = self.request(&m.h, m.start_ts, &req, m.damaged, wire);
+        // Bytes of it were lost in a gap inside its announced length: its text is the shape
+        // of what was read before the gap.
+        u.core.text_partial = m.gap_bytes > 0;
         // Sent while the server side is out of sync: its reply may be lost.
         u.gap_exposed = server_lost;
         if req.expects_no_reply() {

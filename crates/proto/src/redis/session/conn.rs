@@ -50,6 +50,10 @@ impl Pending {
 
     fn answered(&mut self, v: &Value) {
         self.core.response(v.start_ts, v.end_ts, v.wire);
+        if v.lost > 0 {
+            // Bytes of the reply were lost in a gap (the framing held): incomplete.
+            self.core.damaged = true;
+        }
     }
 
     fn text_len(&self) -> usize {
@@ -247,10 +251,13 @@ impl Conn {
         r: Request,
         wire: u64,
         start_ns: u64,
+        lost: bool,
         sink: &mut dyn Sink,
     ) -> Act {
         let mut act = Act::default();
         let mut p = Pending::new(r, start_ns, wire);
+        // Bytes of an argument were lost in a gap: the text is from what was seen.
+        p.core.text_partial = lost;
         let skipped = std::mem::take(&mut self.skip_next);
         let in_multi = self.client_multi;
         let silenced = if self.reply_off {
@@ -600,7 +607,8 @@ impl Conn {
                 h.core.first_response_ns.get_or_insert(start);
                 h.core.bytes_out += wire;
             }
-            _ => health.unparsed_bytes += wire,
+            // Bytes lost in gaps were never captured: not unparsed.
+            _ => health.unparsed_bytes += wire.saturating_sub(reader.partial_lost()),
         }
     }
 

@@ -10,8 +10,14 @@ pub enum ReqEvent {
     Begin { argc: u64 },
     /// Argument `index` is complete; its first bytes are in [`RequestReader::arg_head`].
     Arg { index: u64, len: u64 },
-    /// The command is complete.
-    End { argc: u64, wire: u64, start_ts: u64 },
+    /// The command is complete. `lost`: bytes of it were lost in a capture gap inside an
+    /// argument (see [`RequestReader::gap`]); `wire` counts them.
+    End {
+        argc: u64,
+        wire: u64,
+        start_ts: u64,
+        lost: bool,
+    },
     /// Bytes the server ignores: an empty inline line, or `*0`/`*-1`.
     Empty { wire: u64 },
 }
@@ -59,6 +65,8 @@ pub struct RequestReader {
     inline: Vec<Vec<u8>>,
     /// The last argument was reported; the end of the command is reported next.
     end_pending: bool,
+    /// Bytes of the command in progress lost in gaps inside its arguments (counted in `wire`).
+    lost: u64,
 }
 
 impl Default for RequestReader {
@@ -82,6 +90,7 @@ impl RequestReader {
             active: false,
             inline: Vec::new(),
             end_pending: false,
+            lost: 0,
         }
     }
 
@@ -108,9 +117,10 @@ impl RequestReader {
             + self.inline.capacity() * std::mem::size_of::<Vec<u8>>()
     }
 
-    /// Drops the command in progress; returns the bytes it had consumed.
+    /// Drops the command in progress; returns the bytes it had consumed (those lost in gaps
+    /// excepted: they were never captured).
     pub fn reset(&mut self) -> u64 {
-        let n = self.partial_bytes();
+        let n = self.partial_bytes().saturating_sub(self.lost);
         self.st = RSt::Start;
         self.line.clear();
         if self.line.capacity() > 4096 {
@@ -119,6 +129,7 @@ impl RequestReader {
         self.inline = Vec::new();
         self.active = false;
         self.end_pending = false;
+        self.lost = 0;
         n
     }
 
@@ -130,7 +141,35 @@ impl RequestReader {
             argc: self.argc,
             wire: self.wire,
             start_ts: self.start_ts,
+            lost: std::mem::take(&mut self.lost) > 0,
         }
+    }
+
+    /// `len` bytes of the stream were lost (a capture gap). When they all fall inside the
+    /// announced length of the argument being read, the framing holds: they are skipped (and
+    /// counted in the command's wire bytes), the argument keeps only the bytes seen before the
+    /// gap, and the command is marked `lost`. Returns false (nothing changed) otherwise: the
+    /// gap crosses a boundary and the caller must resynchronize.
+    pub fn gap(&mut self, len: u64) -> bool {
+        let RSt::Arg { left } = self.st else {
+            return false;
+        };
+        if !self.active || self.end_pending || len > left {
+            return false;
+        }
+        if len == 0 {
+            return true;
+        }
+        // What follows the gap is not the continuation of what was kept.
+        self.keep = self.head.len().min(self.keep);
+        self.wire += len;
+        self.lost += len;
+        self.st = if left == len {
+            RSt::ArgCr
+        } else {
+            RSt::Arg { left: left - len }
+        };
+        true
     }
 
     /// Reads a header line byte by byte into `self.line`; `Some(number)` when it ended.
@@ -237,6 +276,7 @@ impl RequestReader {
         self.active = true;
         self.start_ts = ts;
         self.wire = 0;
+        self.lost = 0;
         self.line.clear();
         self.st = if b == b'*' {
             *pos += 1;
