@@ -412,8 +412,9 @@ impl<C: Consumer> Engine<C> {
             let conns = if *n == 1 { "connection" } else { "connections" };
             warnings.push(format!(
                 "{n} {conns} on port {port} spoke no protocol dbtap recognises (picked up \
-                 mid-stream, no request recognised in {SNIFF_TRIES} deliveries; not read): \
-                 add --port {port} if it is a database port, or they are not database traffic"
+                 mid-stream, no request recognised in {SNIFF_TRIES} deliveries; not read): if \
+                 it is a database port, capture from the connections' start (their opening names \
+                 the protocol); otherwise they are not database traffic"
             ));
         }
         let counts = &self.counts;
