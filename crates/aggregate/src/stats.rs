@@ -319,6 +319,9 @@ pub struct Stats {
     pub warnings: Summary,
     /// Events with at least one warning.
     pub with_warnings: u64,
+    /// Requests that lost bytes of their own in a capture gap while their framing held
+    /// ([`QueryEvent::text_partial`]): counted and timed, their text is what was seen.
+    pub partial: u64,
     /// Earliest request start, ns since the epoch.
     pub first_seen_ns: Option<u64>,
     /// Latest event end (last response byte, or request start when unanswered), ns.
@@ -367,6 +370,7 @@ impl Stats {
         self.rows_affected.record(ev.rows_affected);
         self.warnings.record(ev.warnings);
         self.with_warnings += u64::from(ev.warnings > 0);
+        self.partial += u64::from(ev.text_partial);
         let end = ev.end_ns.unwrap_or(ev.start_ns).max(ev.start_ns);
         self.first_seen_ns = Some(
             self.first_seen_ns
@@ -408,6 +412,7 @@ impl Stats {
             rows_affected,
             warnings,
             with_warnings,
+            partial,
             first_seen_ns: _,
             last_seen_ns: _,
             databases,
@@ -423,6 +428,7 @@ impl Stats {
             incomplete,
             no_reply_expected,
             with_warnings,
+            partial,
         ] {
             *c = c.saturating_mul(n);
         }
@@ -463,6 +469,7 @@ impl Stats {
         self.rows_affected.merge(&o.rows_affected);
         self.warnings.merge(&o.warnings);
         self.with_warnings += o.with_warnings;
+        self.partial += o.partial;
         self.first_seen_ns = min_opt(self.first_seen_ns, o.first_seen_ns);
         self.last_seen_ns = self.last_seen_ns.max(o.last_seen_ns);
         self.databases.merge(&o.databases);

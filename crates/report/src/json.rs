@@ -122,6 +122,10 @@ pub struct StatsJson {
     /// Events with at least one warning.
     #[serde(default)]
     pub with_warnings: u64,
+    /// Requests that lost bytes of their own in a capture gap (counted and timed; their text
+    /// is what was seen).
+    #[serde(default)]
+    pub partial_requests: u64,
     pub errors_by_code: Vec<ErrorCode>,
     /// Errors not in `errors_by_code` (no code known, or beyond the per-group code bound).
     pub errors_uncoded: u64,
@@ -315,6 +319,7 @@ pub fn stats_json(s: &Stats) -> StatsJson {
         rows_affected: sat(s.rows_affected.sum),
         warnings: sat(s.warnings.sum),
         with_warnings: s.with_warnings,
+        partial_requests: s.partial,
         errors_uncoded: s.errors.saturating_sub(coded),
         errors_by_code,
         first_seen: s.first_seen_ns.map(rfc3339),

@@ -106,14 +106,22 @@ pub fn render(
 }
 
 fn outcomes(s: &Stats) -> String {
-    format!(
+    let mut line = format!(
         "# Outcomes: {} ok, {} error, {} no response, {} incomplete, {} no reply expected",
         thousands(s.ok),
         thousands(s.errors),
         thousands(s.no_response),
         thousands(s.incomplete),
         thousands(s.no_reply_expected)
-    )
+    );
+    if s.partial > 0 {
+        // Said only where there are some, so that clean captures read as before.
+        line.push_str(&format!(
+            "; {} partial (requests that lost bytes in capture gaps: counted and timed, text as seen)",
+            thousands(s.partial)
+        ));
+    }
+    line
 }
 
 fn pct_of(part: u128, whole: u128) -> String {

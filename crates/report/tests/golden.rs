@@ -511,3 +511,48 @@ fn truncated_packets_come_with_advice() {
         Some("#      advice: re-capture with -s 0 (tcpdump's snap length cut packets)")
     );
 }
+
+#[test]
+fn partial_requests_are_said_per_group_and_overall_only_when_there_are_some() {
+    // Mark two events of the first group as having lost bytes of their request.
+    let mut agg = Aggregator::new(AggConfig {
+        max_groups: 100,
+        keep_examples: true,
+    });
+    let mut marked = 0;
+    let mut marked_group = None;
+    for (which, mut ev) in events() {
+        let s = &SPECS[which];
+        if marked < 2 && marked_group.is_none_or(|g| g == which) {
+            ev.text_partial = true;
+            marked += 1;
+            marked_group = Some(which);
+        }
+        let key = GroupKey {
+            protocol: ev.protocol,
+            command: s.command,
+            fingerprint_hash: s.hash,
+        };
+        agg.add(&ev, key, || (s.fingerprint.to_string(), s.id.to_string()));
+    }
+    let o = ReportOptions::default();
+    let j: serde_json::Value = serde_json::from_str(&render_json(&agg, &complete_health(), &o))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let groups = j["queries"].as_array().unwrap_or_else(|| panic!("{j}"));
+    let with: Vec<_> = groups
+        .iter()
+        .filter(|g| g["partial_requests"].as_u64() != Some(0))
+        .collect();
+    assert_eq!(with.len(), 1, "{j}");
+    assert_eq!(with[0]["partial_requests"], 2);
+    assert_eq!(with[0]["id"], SPECS[marked_group.unwrap_or(0)].id);
+    let t = render_text(&agg, &complete_health(), &o);
+    assert_eq!(
+        t.matches("; 2 partial (requests that lost bytes in capture gaps").count(),
+        2,
+        "once in the header, once in the group:\n{t}"
+    );
+    // Without partial requests the line is as it always was.
+    let clean = render_text(&aggregate(100), &complete_health(), &o);
+    assert!(!clean.contains("partial"), "{clean}");
+}
