@@ -548,7 +548,8 @@ fn partial_requests_are_said_per_group_and_overall_only_when_there_are_some() {
     assert_eq!(with[0]["id"], SPECS[marked_group.unwrap_or(0)].id);
     let t = render_text(&agg, &complete_health(), &o);
     assert_eq!(
-        t.matches("; 2 partial (requests that lost bytes in capture gaps").count(),
+        t.matches("; 2 partial (requests that lost bytes in capture gaps")
+            .count(),
         2,
         "once in the header, once in the group:\n{t}"
     );
