@@ -119,7 +119,8 @@ pub struct FlowConfig {
     /// Out-of-order bytes held per direction (default 4 MiB). Each held piece is charged its bytes
     /// plus [`PIECE_OVERHEAD`].
     pub max_buffer_per_direction: usize,
-    /// Global cap on held out-of-order bytes (default 512 MiB). When a segment would exceed it, the
+    /// Global cap on held out-of-order bytes (default 128 MiB, so that with the other bounds a digest
+    /// stays under about 256 MB whatever the input). When a segment would exceed it, the
     /// direction receiving that segment gives up its holes first.
     pub max_buffer_total: usize,
     /// Connections idle longer than this (capture time) are closed by [`FlowTable::expire`]
@@ -145,7 +146,7 @@ impl Default for FlowConfig {
             servers: Vec::new(),
             track_unknown_with_syn: false,
             max_buffer_per_direction: 4 << 20,
-            max_buffer_total: 512 << 20,
+            max_buffer_total: 128 << 20,
             idle_timeout_ns: 600_000_000_000,
             max_flows: DEFAULT_MAX_FLOWS,
             closed_linger_ns: 10_000_000_000,
