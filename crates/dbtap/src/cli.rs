@@ -106,6 +106,17 @@ pub struct CaptureArgs {
     /// Keep at most this many pcap files; the oldest is deleted.
     #[arg(long = "write-files", default_value_t = 10, value_name = "N")]
     pub write_files: usize,
+
+    /// Request text kept at once across all connections (e.g. 64M, 1G). Beyond it a request
+    /// keeps only a prefix of its text (enough to group it; marked truncated), and is still
+    /// counted and timed; the capture health counts such requests (`text_cut_by_budget`).
+    #[arg(
+        long = "max-text-total",
+        value_name = "SIZE",
+        default_value = "64M",
+        value_parser = parse_size
+    )]
+    pub max_text_total: usize,
 }
 
 #[derive(Args, Debug)]
@@ -203,6 +214,29 @@ pub fn parse_positive(s: &str) -> Result<usize, String> {
     }
 }
 
+/// Parses a size in bytes: a whole number with an optional binary suffix (`K`, `M`, `G`,
+/// also `KiB`, `MiB`, `GiB`, any case), e.g. `64M`.
+pub fn parse_size(s: &str) -> Result<usize, String> {
+    let t = s.trim();
+    let digits = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(digits);
+    let shift = match unit.to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kib" | "kb" => 10,
+        "m" | "mib" | "mb" => 20,
+        "g" | "gib" | "gb" => 30,
+        _ => {
+            return Err(format!(
+                "invalid size '{s}' (expected e.g. 64M, 1G, 1048576)"
+            ));
+        }
+    };
+    num.parse::<usize>()
+        .ok()
+        .and_then(|n| n.checked_mul(1usize << shift))
+        .ok_or_else(|| format!("invalid size '{s}' (expected e.g. 64M, 1G, 1048576)"))
+}
+
 /// Parses a listen address; `:PORT` and a bare port mean loopback.
 pub fn parse_listen(s: &str) -> Result<SocketAddr, String> {
     let t = s.strip_prefix(':').unwrap_or(s);
@@ -242,6 +276,17 @@ pub struct InputArgs {
         value_parser = parse_positive
     )]
     pub max_connections: usize,
+
+    /// Request text kept at once across all connections (e.g. 64M, 1G). Beyond it a request
+    /// keeps only a prefix of its text (enough to group it; marked truncated), and is still
+    /// counted and timed; the capture health counts such requests (`text_cut_by_budget`).
+    #[arg(
+        long = "max-text-total",
+        value_name = "SIZE",
+        default_value = "64M",
+        value_parser = parse_size
+    )]
+    pub max_text_total: usize,
 
     /// Never show a progress bar.
     #[arg(long, short = 'q')]

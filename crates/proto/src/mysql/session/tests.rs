@@ -845,6 +845,7 @@ fn huge_packets_stream_through() {
     let cfg = SessionConfig {
         max_inflight: 16,
         max_text,
+        ..SessionConfig::default()
     };
     let mut b = B::new();
     b.handshake(BASE_CAPS | caps::CLIENT_DEPRECATE_EOF, "app", None);
@@ -885,6 +886,7 @@ fn statement_cut_in_the_middle_keeps_its_end() {
     let cfg = SessionConfig {
         max_inflight: 16,
         max_text,
+        ..SessionConfig::default()
     };
     let mut b = B::new();
     b.handshake(BASE_CAPS | caps::CLIENT_DEPRECATE_EOF, "app", None);
@@ -939,6 +941,7 @@ fn text_is_cut_at_a_char_boundary() {
     let cfg = SessionConfig {
         max_inflight: 16,
         max_text: 10,
+        ..SessionConfig::default()
     };
     let mut b = B::new();
     b.handshake(BASE_CAPS, "app", None);
@@ -1193,6 +1196,7 @@ fn pipelined_requests_and_overflow() {
     let cfg = SessionConfig {
         max_inflight: 2,
         max_text: 100,
+        ..SessionConfig::default()
     };
     let r = assert_chunking_invariant(
         || super::super::new_session(meta(true), cfg.clone()),

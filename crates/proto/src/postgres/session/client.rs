@@ -161,7 +161,9 @@ impl Conn {
         let id = self.new_unit(Kind::Query, m, sink);
         let max = self.cfg.max_text;
         let wire = m.wire_len();
+        let charge = self.pending_text.take();
         if let Some(u) = self.unit_mut(id) {
+            u.text_charge = charge;
             u.core.bytes_in = 0;
             u.query = Some(Box::new(query_state(
                 sql,
@@ -180,6 +182,10 @@ impl Conn {
         sink: &mut dyn Sink,
     ) -> Queued {
         let id = self.new_unit(Kind::Prepare, m, sink);
+        let charge = self.pending_text.take();
+        if let Some(u) = self.unit_mut(id) {
+            u.text_charge = charge;
+        }
         let Some(Frontend::Parse {
             name,
             sql,

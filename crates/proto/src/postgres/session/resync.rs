@@ -61,6 +61,7 @@ impl PgSession {
             }
         };
         self.apply(act, sink);
+        self.dirs[d].framer.release_large();
         n
     }
 

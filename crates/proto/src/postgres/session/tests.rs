@@ -1146,6 +1146,7 @@ fn long_text_is_cut_at_max_text() {
     let cfg = SessionConfig {
         max_inflight: 16,
         max_text: 109,
+        ..SessionConfig::default()
     };
     let r = assert_chunking_invariant(
         || super::super::new_session(meta(true), cfg.clone()),
@@ -1163,6 +1164,7 @@ fn too_many_in_flight_are_counted_and_pairing_stays_exact() {
     let cfg = SessionConfig {
         max_inflight: 2,
         max_text: 1 << 20,
+        ..SessionConfig::default()
     };
     let mut b = B::new();
     b.startup();
@@ -1499,6 +1501,7 @@ fn full_response_queue_drops_requests_and_recovers() {
     let cfg = SessionConfig {
         max_inflight: 1,
         max_text: 1 << 20,
+        ..SessionConfig::default()
     };
     let mut b = B::new();
     b.startup();
