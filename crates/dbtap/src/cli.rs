@@ -423,6 +423,41 @@ mod tests {
     }
 
     #[test]
+    fn sizes_and_the_text_budget_flag() {
+        assert_eq!(parse_size("1048576"), Ok(1 << 20));
+        assert_eq!(parse_size("64M"), Ok(64 << 20));
+        assert_eq!(parse_size("2KiB"), Ok(2048));
+        assert_eq!(parse_size("1g"), Ok(1 << 30));
+        assert!(parse_size("").is_err() && parse_size("M").is_err() && parse_size("5T").is_err());
+        assert!(parse_size("-1").is_err() && parse_size("99999999999999999999G").is_err());
+        let total = |args: &[&str]| {
+            Cli::try_parse_from(args).map(|c| match c.command {
+                Command::Digest(a) => a.input.max_text_total,
+                Command::Events(a) => a.input.max_text_total,
+                Command::Live(a) => a.capture.max_text_total,
+                Command::Top(a) => a.capture.max_text_total,
+                #[allow(unreachable_patterns)]
+                _ => 0,
+            })
+        };
+        assert_eq!(total(&["dbtap", "digest", "f.pcap"]).ok(), Some(64 << 20));
+        let set = ["--max-text-total", "1M"];
+        for cmd in [
+            &["dbtap", "digest", "f"][..],
+            &["dbtap", "events", "f"],
+            &["dbtap", "live"],
+            &["dbtap", "top"],
+        ] {
+            assert_eq!(
+                total(&[cmd, &set[..]].concat()).ok(),
+                Some(1 << 20),
+                "{cmd:?}"
+            );
+        }
+        assert!(total(&["dbtap", "digest", "f", "--max-text-total", "lots"]).is_err());
+    }
+
+    #[test]
     fn max_connections_is_a_positive_count() {
         let parse = |v: &str| {
             Cli::try_parse_from(["dbtap", "digest", "f.pcap", "--max-connections", v]).map(|c| {
