@@ -201,13 +201,15 @@ impl Conn {
             .prepared
             .zip(p.core.text.clone())
             .map(|(id, t)| (id, t, p.core.text_truncated));
+        // A prepared statement's text stays in the cache: the cache takes over its share.
+        let charge = std::mem::take(&mut p.text_charge);
         let effect = std::mem::take(&mut p.effect);
         let new_schema = p.new_schema.take();
         let ev = self.event(p, outcome);
         sink.event(ev);
         if apply {
             if let Some((id, t, tr)) = prepared {
-                self.stmts.insert(id, t, tr);
+                self.stmts.insert_charged(id, t, tr, charge);
                 self.last_prepared = Some(id);
             }
             self.apply_effect(effect);

@@ -1806,3 +1806,26 @@ fn the_global_text_budget_cuts_to_a_prefix_and_keeps_counting() {
     assert!(!r.events[0].text_truncated);
     assert_eq!(budget.used(), 0);
 }
+
+#[test]
+fn a_prepared_statement_holds_its_text_budget_while_cached() {
+    use crate::kit::TextBudget;
+    use crate::testing::{Chunking, run_steps};
+    let budget = TextBudget::new(1 << 20);
+    let cfg = SessionConfig {
+        text_budget: budget.clone(),
+        ..SessionConfig::default()
+    };
+    let big = format!("SELECT '{}'", "p".repeat(20_000));
+    let mut b = B::new();
+    b.startup()
+        .cli(&[parse("s", &big), sync()])
+        .srv(&[parse_complete(), ready(b'I')]);
+    let mut s = super::super::new_session(meta(true), cfg);
+    let r = run_steps(&mut s, &b.steps(), Chunking::Random(3));
+    assert_eq!(r.events[0].text.as_deref(), Some(big.as_str()));
+    // The statement is still cached after its event: its text still counts.
+    assert!(budget.used() > big.len(), "{}", budget.used());
+    drop(s);
+    assert_eq!(budget.used(), 0);
+}
