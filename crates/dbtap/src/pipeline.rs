@@ -546,6 +546,15 @@ pub fn run<C: Consumer>(
             health.tcp.connections_evicted, settings.max_connections
         ));
     }
+    if health.protocol.text_cut_by_budget > 0 {
+        health.warnings.push(format!(
+            "{} request(s)' text cut to a prefix by --max-text-total ({} bytes of statement text \
+             kept at once across all connections): they are counted and timed, and grouped by \
+             what was kept",
+            health.protocol.text_cut_by_budget,
+            settings.session.text_budget.limit()
+        ));
+    }
     Ok((consumer, health))
 }
 

@@ -180,6 +180,12 @@ fn thirty_forty_megabyte_queries_stay_within_the_text_budget() {
         u64::from(CONNS) - full as u64,
         "{j}"
     );
+    let warning = format!(
+        "{} request(s)' text cut to a prefix by --max-text-total ({} bytes",
+        CONNS - full as u16,
+        64 << 20
+    );
+    assert!(err.contains(&warning), "{err}");
     if timed {
         // Without the budget, 30 connections x 16 MiB (max_text) buffered = 480 MiB and more.
         assert!(kib < 200 << 10, "peak RSS {kib} KiB");
