@@ -1451,3 +1451,29 @@ fn the_global_text_budget_cuts_to_a_prefix_and_keeps_counting() {
     assert_eq!(text(&res.events[0]), big);
     assert_eq!(budget.used(), 0);
 }
+
+#[test]
+fn a_prepared_statement_holds_its_text_budget_while_cached() {
+    use crate::kit::TextBudget;
+    let budget = TextBudget::new(1 << 20);
+    let cfg = SessionConfig {
+        text_budget: budget.clone(),
+        ..SessionConfig::default()
+    };
+    let big = format!(
+        "SELECT a FROM t WHERE b = '{}' AND c = ?",
+        "m".repeat(20_000)
+    );
+    let mut b = B::new();
+    b.handshake(BASE_CAPS | caps::CLIENT_DEPRECATE_EOF, "app", None);
+    b.cmd([vec![0x16], big.clone().into_bytes()].concat());
+    b.srv(vec![prepare_ok(5, 1, 1), coldef("?"), coldef("a")]);
+    let mut s = super::super::new_session(meta(true), cfg);
+    let r = run_steps(&mut s, &b.steps(), Chunking::Random(3));
+    assert_eq!(cmds(&r.events), ["prepare"]);
+    assert_eq!(text(&r.events[0]), big);
+    // The statement is still cached after its event: its text still counts.
+    assert!(budget.used() > big.len(), "{}", budget.used());
+    drop(s);
+    assert_eq!(budget.used(), 0);
+}
