@@ -226,6 +226,10 @@ impl MysqlSession {
             let wire = std::mem::take(&mut dir.credit);
             let act = self.conn.on_message(d, &m, wire, ts, sink);
             self.dirs[d].asm.release_large();
+            if d == CLIENT {
+                // A share the message's request did not take (none was made) is given back.
+                self.conn.pending_text.take();
+            }
             self.apply(act, sink);
         }
         n
