@@ -43,6 +43,14 @@ impl Sparse {
         self.at += bytes.len() as u64 + hole;
     }
 
+    /// A packet of `len` bytes of which `bytes` are the first; the rest (zeros) is a hole.
+    fn record_prefix(&mut self, bytes: &[u8], len: usize) {
+        self.ts += 10;
+        let mut r = record_header(self.ts, len);
+        r.extend_from_slice(bytes);
+        self.put(&r, (len - bytes.len()) as u64);
+    }
+
     /// One packet; its trailing zeros (after `keep` bytes, at least) become a hole.
     fn record(&mut self, pkt: &[u8], keep: usize) {
         self.ts += 10;
@@ -104,10 +112,21 @@ fn write_capture(path: &Path) {
         if sent + n == total {
             p[n - 2] = b'\'';
         }
+        let visible = head.get(sent..).map_or(0, |h| h.len().min(n));
         for (c, _) in sides.iter_mut() {
-            let pkt = c.send(PSH_ACK, &p);
-            // The IP and TCP headers are always written.
-            w.record(&pkt, pkt.len() - n);
+            if sent + n == total {
+                let pkt = c.send(PSH_ACK, &p);
+                // The IP and TCP headers are always written.
+                w.record(&pkt, pkt.len() - n);
+                continue;
+            }
+            // The headers and the visible bytes, without building the zeros.
+            let mut pkt = ipv4_header(c.src, c.dst, IP_TCP, (1, 0, false), 20 + n);
+            pkt.extend(tcp(c.sport, c.dport, c.seq, 1, PSH_ACK, &[]));
+            c.seq = c.seq.wrapping_add(n as u32);
+            let len = pkt.len() + n;
+            pkt.extend_from_slice(&p[..visible]);
+            w.record_prefix(&pkt, len);
         }
         sent += n;
     }
