@@ -106,6 +106,17 @@ pub struct CaptureArgs {
     /// Keep at most this many pcap files; the oldest is deleted.
     #[arg(long = "write-files", default_value_t = 10, value_name = "N")]
     pub write_files: usize,
+
+    /// Request text kept at once across all connections (e.g. 64M, 1G). Beyond it a request
+    /// keeps only a prefix of its text (enough to group it; marked truncated), and is still
+    /// counted and timed; the capture health counts such requests (`text_cut_by_budget`).
+    #[arg(
+        long = "max-text-total",
+        value_name = "SIZE",
+        default_value = "64M",
+        value_parser = parse_size
+    )]
+    pub max_text_total: usize,
 }
 
 #[derive(Args, Debug)]
@@ -203,6 +214,29 @@ pub fn parse_positive(s: &str) -> Result<usize, String> {
     }
 }
 
+/// Parses a size in bytes: a whole number with an optional binary suffix (`K`, `M`, `G`,
+/// also `KiB`, `MiB`, `GiB`, any case), e.g. `64M`.
+pub fn parse_size(s: &str) -> Result<usize, String> {
+    let t = s.trim();
+    let digits = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(digits);
+    let shift = match unit.to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kib" | "kb" => 10,
+        "m" | "mib" | "mb" => 20,
+        "g" | "gib" | "gb" => 30,
+        _ => {
+            return Err(format!(
+                "invalid size '{s}' (expected e.g. 64M, 1G, 1048576)"
+            ));
+        }
+    };
+    num.parse::<usize>()
+        .ok()
+        .and_then(|n| n.checked_mul(1usize << shift))
+        .ok_or_else(|| format!("invalid size '{s}' (expected e.g. 64M, 1G, 1048576)"))
+}
+
 /// Parses a listen address; `:PORT` and a bare port mean loopback.
 pub fn parse_listen(s: &str) -> Result<SocketAddr, String> {
     let t = s.strip_prefix(':').unwrap_or(s);
@@ -242,6 +276,17 @@ pub struct InputArgs {
         value_parser = parse_positive
     )]
     pub max_connections: usize,
+
+    /// Request text kept at once across all connections (e.g. 64M, 1G). Beyond it a request
+    /// keeps only a prefix of its text (enough to group it; marked truncated), and is still
+    /// counted and timed; the capture health counts such requests (`text_cut_by_budget`).
+    #[arg(
+        long = "max-text-total",
+        value_name = "SIZE",
+        default_value = "64M",
+        value_parser = parse_size
+    )]
+    pub max_text_total: usize,
 
     /// Never show a progress bar.
     #[arg(long, short = 'q')]
@@ -375,6 +420,41 @@ mod tests {
         assert_eq!(parse_duration("1h30m"), Ok(Duration::from_secs(5400)));
         assert!(parse_duration("-1").is_err());
         assert!(parse_duration("soon").is_err_and(|e| e.contains("'soon'")));
+    }
+
+    #[test]
+    fn sizes_and_the_text_budget_flag() {
+        assert_eq!(parse_size("1048576"), Ok(1 << 20));
+        assert_eq!(parse_size("64M"), Ok(64 << 20));
+        assert_eq!(parse_size("2KiB"), Ok(2048));
+        assert_eq!(parse_size("1g"), Ok(1 << 30));
+        assert!(parse_size("").is_err() && parse_size("M").is_err() && parse_size("5T").is_err());
+        assert!(parse_size("-1").is_err() && parse_size("99999999999999999999G").is_err());
+        let total = |args: &[&str]| {
+            Cli::try_parse_from(args).map(|c| match c.command {
+                Command::Digest(a) => a.input.max_text_total,
+                Command::Events(a) => a.input.max_text_total,
+                Command::Live(a) => a.capture.max_text_total,
+                Command::Top(a) => a.capture.max_text_total,
+                #[allow(unreachable_patterns)]
+                _ => 0,
+            })
+        };
+        assert_eq!(total(&["dbtap", "digest", "f.pcap"]).ok(), Some(64 << 20));
+        let set = ["--max-text-total", "1M"];
+        for cmd in [
+            &["dbtap", "digest", "f"][..],
+            &["dbtap", "events", "f"],
+            &["dbtap", "live"],
+            &["dbtap", "top"],
+        ] {
+            assert_eq!(
+                total(&[cmd, &set[..]].concat()).ok(),
+                Some(1 << 20),
+                "{cmd:?}"
+            );
+        }
+        assert!(total(&["dbtap", "digest", "f", "--max-text-total", "lots"]).is_err());
     }
 
     #[test]

@@ -60,10 +60,12 @@ fn main() -> ExitCode {
 
 fn settings(input: &InputArgs) -> Settings {
     // A port named on the command line is sniffed, unless it is a default port.
-    Settings {
+    let mut s = Settings {
         max_connections: input.max_connections,
         ..Settings::new(&input.ports, &input.servers, !input.quiet)
-    }
+    };
+    s.session.text_budget = proto::kit::TextBudget::new(input.max_text_total);
+    s
 }
 
 fn warn(health: &CaptureHealth) {

@@ -322,7 +322,12 @@ impl<C: Consumer> Engine<C> {
                 consumer,
                 health: SessionLedger::default(),
                 ports: settings.ports.clone(),
-                session_cfg: settings.session.clone(),
+                // The budget is shared; its cuts are counted per engine, so that the health
+                // of several capture threads adds up.
+                session_cfg: SessionConfig {
+                    text_budget: settings.session.text_budget.counting_apart(),
+                    ..settings.session.clone()
+                },
                 unknown_protocol: 0,
                 unknown_midstream: 0,
                 unknown_midstream_ports: Default::default(),
@@ -465,6 +470,7 @@ impl<C: Consumer> Engine<C> {
                 negative_latencies: l.negative_latencies,
                 server_pushes: h.server_pushes,
                 server_push_bytes: h.server_push_bytes,
+                text_cut_by_budget: self.conns.session_cfg.text_budget.cut(),
             },
             live: None,
             first_ts_ns: counts.first_ts,
@@ -538,6 +544,15 @@ pub fn run<C: Consumer>(
              flight count as unanswered and what they sent later was picked up mid-stream; \
              --max-connections raises the cap (each connection costs about 3 KB)",
             health.tcp.connections_evicted, settings.max_connections
+        ));
+    }
+    if health.protocol.text_cut_by_budget > 0 {
+        health.warnings.push(format!(
+            "{} request(s)' text cut to a prefix by --max-text-total ({} bytes of statement text \
+             kept at once across all connections): they are counted and timed, and grouped by \
+             what was kept",
+            health.protocol.text_cut_by_budget,
+            settings.session.text_budget.limit()
         ));
     }
     Ok((consumer, health))

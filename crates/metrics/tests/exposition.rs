@@ -436,6 +436,7 @@ fn every_family_present_with_expected_values() {
     health.protocol.server_pushes = 9;
     health.protocol.negative_latencies = 10;
     health.frames.read_errors = 11;
+    health.protocol.text_cut_by_budget = 12;
     let mut ex = Exporter::new(10);
     let x = render(&mut ex, &agg, &health);
 
@@ -461,6 +462,7 @@ fn every_family_present_with_expected_values() {
         ("dbtap_responses_without_request_total", "counter"),
         ("dbtap_encrypted_connections_total", "counter"),
         ("dbtap_server_pushes_total", "counter"),
+        ("dbtap_text_cut_by_budget_total", "counter"),
         ("dbtap_capture_non_tcp_total", "counter"),
         ("dbtap_capture_truncated_packets_total", "counter"),
         ("dbtap_capture_ip_fragments_total", "counter"),
@@ -579,6 +581,7 @@ fn every_family_present_with_expected_values() {
         ("dbtap_server_pushes_total", 9.0),
         ("dbtap_negative_latencies_total", 10.0),
         ("dbtap_capture_read_errors_total", 11.0),
+        ("dbtap_text_cut_by_budget_total", 12.0),
         ("dbtap_sampling_one_in", 4.0),
         ("dbtap_agent_cpu_seconds_total", 1.25),
         ("dbtap_agent_resident_memory_bytes", 1048576.0),

@@ -51,6 +51,9 @@ pub struct SessionConfig {
     /// The longest request text kept for fingerprinting, in bytes. Longer text is cut at a char
     /// boundary (and the event says so); the byte counts stay exact.
     pub max_text: usize,
+    /// The request-text budget shared by every session of a run (clones share it): beyond
+    /// it, a request keeps only a prefix of its text (marked truncated); it is still counted.
+    pub text_budget: kit::TextBudget,
 }
 
 impl Default for SessionConfig {
@@ -58,6 +61,7 @@ impl Default for SessionConfig {
         SessionConfig {
             max_inflight: 1024,
             max_text: 16 << 20,
+            text_budget: kit::TextBudget::default(),
         }
     }
 }

@@ -27,6 +27,7 @@ fn session(saw_open: bool) -> MongoSession {
         SessionConfig {
             max_inflight: 16,
             max_text: MAX_TEXT,
+            ..SessionConfig::default()
         },
     )
 }

@@ -25,6 +25,7 @@ fn session(saw_open: bool) -> MysqlSession {
         SessionConfig {
             max_inflight: 16,
             max_text: MAX_TEXT,
+            ..SessionConfig::default()
         },
     )
 }

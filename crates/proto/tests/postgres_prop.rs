@@ -29,6 +29,7 @@ fn session(saw_open: bool) -> PgSession {
         SessionConfig {
             max_inflight: 16,
             max_text: MAX_TEXT,
+            ..SessionConfig::default()
         },
     )
 }

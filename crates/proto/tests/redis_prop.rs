@@ -51,6 +51,7 @@ fn session(saw_open: bool) -> RedisSession {
         SessionConfig {
             max_inflight: MAX_INFLIGHT,
             max_text: MAX_TEXT,
+            ..SessionConfig::default()
         },
     )
 }

@@ -78,6 +78,9 @@ pub struct ProtocolHealth {
     pub negative_latencies: u64,
     pub server_pushes: u64,
     pub server_push_bytes: u64,
+    /// Requests whose text was cut to a prefix by the global text budget (`--max-text-total`):
+    /// still counted, paired and timed.
+    pub text_cut_by_budget: u64,
 }
 
 /// A live capture.
@@ -331,6 +334,10 @@ pub static COUNTERS: &[Counter] = &[
         "bytes of those pushes",
         None,
         None),
+    row!(protocol.text_cut_by_budget, Protocol, Info, Count,
+        "requests whose text was cut to a prefix by the global text budget (still counted)",
+        Some("{text_cut_by_budget} requests' text cut to a prefix by the global text budget (--max-text-total; still counted and timed)"),
+        Some(("dbtap_text_cut_by_budget_total", "Requests whose text was cut to a prefix by the global text budget (--max-text-total): still counted and timed."))),
     // Live.
     row!(live.kernel_drops, Loss, Count,
         "packets the kernel dropped before dbtap read them",

@@ -113,7 +113,10 @@ pub(super) fn write_limits(c: &CaptureArgs) -> Limits {
 }
 
 fn settings(c: &CaptureArgs) -> Settings {
-    Settings::new(&c.ports, &c.servers, false)
+    let mut s = Settings::new(&c.ports, &c.servers, false);
+    // One budget for every capture thread (the settings are cloned into each).
+    s.session.text_budget = proto::kit::TextBudget::new(c.max_text_total);
+    s
 }
 
 /// The kernel filter: TCP to and from the server ports and addresses, 1 connection in

@@ -8,6 +8,7 @@
 //! - [`Framing`]: one direction's sync state ([`Sync`]: synced, or lost with a candidate flag)
 //!   and its resynchronization [`Probe`] (bytes with the timestamps of their packets).
 //! - [`NameCache`]: prepared statements and portals by name, bounded by count and bytes.
+//! - [`TextBudget`]: the global bound on request text kept across all connections.
 //! - [`PerDir`]: per-direction state indexed by [`Direction`].
 //!
 //! Resynchronization logic stays with each protocol (what a plausible message start is); the
@@ -17,11 +18,13 @@ use std::ops::{Index, IndexMut};
 
 use crate::Direction;
 
+mod budget;
 mod framing;
 mod names;
 mod reader;
 mod request;
 
+pub use budget::{Charge, DEFAULT_TEXT_BUDGET, TEXT_PREFIX, TextBudget};
 pub use framing::{Framing, Probe, Sync, timestamp_runs};
 pub use names::{NameCache, Named};
 pub use reader::{Be, ByteOrder, Cursor, Le, ReadResult, WireError};

@@ -7,6 +7,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::hash::Hash;
 use std::sync::Arc;
 
+use super::Charge;
+
 /// A statement's text and whether it was cut.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Named {
@@ -19,6 +21,8 @@ struct Entry {
     text: Arc<str>,
     truncated: bool,
     age: u64,
+    /// The share of the run's text budget the text holds, given back when it leaves.
+    _charge: Charge,
 }
 
 /// Texts by name, at most `max_count` of them holding at most `max_bytes` text bytes.
@@ -81,6 +85,18 @@ impl<K: Hash + Eq + Clone> NameCache<K> {
     /// Sets `name` to `text`, evicting the oldest entries while the cache is full (by count, or
     /// by bytes with the new text). Returns what `name` held before.
     pub fn insert(&mut self, name: K, text: Arc<str>, truncated: bool) -> Option<Named> {
+        self.insert_charged(name, text, truncated, Charge::default())
+    }
+
+    /// [`NameCache::insert`], the entry holding `charge` (its text's share of the run's text
+    /// budget) until it is replaced, removed or evicted.
+    pub fn insert_charged(
+        &mut self,
+        name: K,
+        text: Arc<str>,
+        truncated: bool,
+        charge: Charge,
+    ) -> Option<Named> {
         let prev = self.remove(&name);
         while !self.map.is_empty()
             && (self.map.len() >= self.max_count || self.bytes + text.len() > self.max_bytes)
@@ -101,6 +117,7 @@ impl<K: Hash + Eq + Clone> NameCache<K> {
                 text,
                 truncated,
                 age: self.age,
+                _charge: charge,
             },
         );
         prev
@@ -136,6 +153,23 @@ impl<K: Hash + Eq + Clone> NameCache<K> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_entry_holds_its_charge_until_it_leaves() {
+        let b = super::super::TextBudget::new(1000);
+        let mut c: NameCache<u32> = NameCache::new(2, 1000);
+        c.insert_charged(1, t("a"), false, b.charge(100));
+        c.insert_charged(2, t("b"), false, b.charge(200));
+        assert_eq!(b.used(), 300);
+        // Replaced: the old share goes back.
+        c.insert_charged(2, t("c"), false, b.charge(50));
+        assert_eq!(b.used(), 150);
+        // Evicted (count bound): the oldest's share goes back.
+        c.insert(3, t("d"), false);
+        assert_eq!(b.used(), 50);
+        c.remove(&2);
+        assert_eq!(b.used(), 0);
+    }
 
     fn t(s: &str) -> Arc<str> {
         Arc::from(s)

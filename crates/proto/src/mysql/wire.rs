@@ -266,6 +266,15 @@ impl Assembler {
         !self.active && self.hdr_have == 0
     }
 
+    /// Between messages, frees the buffers of a large message already handed out (so a
+    /// connection that sent one huge statement does not hold its memory until its next one).
+    pub fn release_large(&mut self) {
+        if !self.active && self.head.capacity() > 256 * 1024 {
+            self.head = Vec::new();
+            self.tail = Default::default();
+        }
+    }
+
     /// Drops the message in progress; returns the bytes it had consumed.
     pub fn reset(&mut self) -> u64 {
         let n = self.partial_bytes();
@@ -300,12 +309,18 @@ impl Assembler {
 
     /// Keeps what the caller wants of a piece of payload: the head up to `keep`, and for
     /// statement text the last bytes in the tail.
-    fn keep_payload(&mut self, chunk: &[u8], keep: &dyn Fn(u8) -> usize) {
+    fn keep_payload(&mut self, chunk: &[u8], keep: &dyn Fn(u8, u64) -> usize) {
         if !self.keep_set
             && let Some(&b) = chunk.first()
         {
             self.keep_set = true;
-            self.keep = keep(b);
+            // The payload length is known when the first packet is not a full one.
+            let len = if self.first_len < MAX_PACKET_PAYLOAD {
+                u64::from(self.first_len)
+            } else {
+                u64::MAX
+            };
+            self.keep = keep(b, len);
         }
         let n = chunk.len();
         // After a gap the head is frozen: it holds only bytes before the first loss.
@@ -325,13 +340,14 @@ impl Assembler {
     }
 
     /// Consumes bytes from `input` until one message is complete. Returns how many bytes were
-    /// consumed and the message, if one completed. `keep(first_payload_byte)` says how many
-    /// payload bytes of a new message to keep.
+    /// consumed and the message, if one completed. `keep(first_payload_byte, payload_len)` says
+    /// how many payload bytes of a new message to keep (`payload_len` is `u64::MAX` when the
+    /// message spans several packets, so its length is not known yet).
     pub fn push<'a>(
         &'a mut self,
         input: &'a [u8],
         ts: u64,
-        keep: &dyn Fn(u8) -> usize,
+        keep: &dyn Fn(u8, u64) -> usize,
     ) -> (usize, Option<Message<'a>>) {
         // Fast path: a whole single-packet message in the input, nothing buffered.
         if !self.active
@@ -432,14 +448,14 @@ impl Assembler {
 fn whole_packet<'a>(
     input: &'a [u8],
     ts: u64,
-    keep: &dyn Fn(u8) -> usize,
+    keep: &dyn Fn(u8, u64) -> usize,
 ) -> Option<(usize, Message<'a>)> {
     let h = PacketHeader::parse(input)?;
     if h.len >= MAX_PACKET_PAYLOAD {
         return None;
     }
     let payload = input.get(HEADER_LEN..HEADER_LEN + h.len as usize)?;
-    let want = payload.first().map_or(0, |&b| keep(b));
+    let want = payload.first().map_or(0, |&b| keep(b, u64::from(h.len)));
     let k = want.min(payload.len());
     let tail = if want >= TAIL_KEEP_MIN && payload.len() > k {
         payload
@@ -799,7 +815,7 @@ mod tests {
         let mut out = Vec::new();
         let mut rest = input;
         while !rest.is_empty() {
-            let (n, m) = asm.push(rest, 7, &|_| keep);
+            let (n, m) = asm.push(rest, 7, &|_, _| keep);
             if let Some(m) = m {
                 out.push((m.seq, m.packets, m.len, m.head.to_vec()));
             }
@@ -861,7 +877,7 @@ mod tests {
     #[test]
     fn assembler_reset_reports_partial() {
         let mut a = Assembler::new();
-        let (n, m) = a.push(&[10, 0, 0, 0, 1, 2], 1, &|_| 100);
+        let (n, m) = a.push(&[10, 0, 0, 0, 1, 2], 1, &|_, _| 100);
         assert_eq!(n, 6);
         assert!(m.is_none());
         assert_eq!(a.reset(), 6);

@@ -188,6 +188,14 @@ impl Framer {
         self.head.capacity()
     }
 
+    /// Between messages, frees the buffer of a large message already handed out (so a
+    /// connection that sent one huge statement does not hold its memory until its next one).
+    pub fn release_large(&mut self) {
+        if !self.active && self.head.capacity() > 256 * 1024 {
+            self.head = Vec::new();
+        }
+    }
+
     /// Drops the message in progress; returns the bytes it had consumed.
     pub fn reset(&mut self) -> u64 {
         let n = self.partial_bytes();

@@ -102,6 +102,7 @@ impl Conn {
     /// COM_QUERY: its text, and the schema a `USE` selects.
     /// Several statements become one request each, the first one's now (see [`multi`]).
     fn query(&self, p: &mut Pending, m: &Message<'_>, sql: &[u8]) {
+        p.text_charge = self.pending_text.take();
         let (t, tr) = make_text(sql, m.tail, sql_total(m, sql), self.cfg.max_text);
         // Statements cannot be told apart in a text with a hole: it stays one request.
         multi::query_text(p, t, tr, self.splits_statements() && m.lost == 0);
@@ -109,6 +110,7 @@ impl Conn {
 
     /// COM_STMT_PREPARE: its text (remembered under the id its OK assigns).
     fn prepare(&self, p: &mut Pending, m: &Message<'_>, sql: &[u8]) {
+        p.text_charge = self.pending_text.take();
         let (t, tr) = make_text(sql, m.tail, sql_total(m, sql), self.cfg.max_text);
         p.core.text = Some(t);
         p.core.text_truncated = tr;

@@ -1,6 +1,7 @@
 //! The conversation half of a MySQL session: what is known about the connection, the requests
 //! in flight, the prepared statements, and turning a finished request into an event.
 
+use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::sync::Arc;
 
@@ -9,7 +10,7 @@ use super::super::wire::Message;
 use super::multi::Rest;
 use super::result::{Prep, Resp, Rs};
 use super::{Act, CLIENT, Phase};
-use crate::kit::{NameCache, Origin, RequestCore, Tags};
+use crate::kit::{Charge, NameCache, Origin, RequestCore, Tags};
 use crate::{ConnMeta, Direction, Outcome, Protocol, QueryEvent, SessionConfig, Sink};
 
 /// Prepared statements remembered per connection, and the text bytes they may hold.
@@ -49,6 +50,8 @@ pub(super) struct Pending {
     pub(super) prepared: Option<u32>,
     /// A multi-statement query's statements after this one.
     pub(super) rest: Option<Box<Rest>>,
+    /// The share of the run's text budget this request's text holds (given back with it).
+    pub(super) text_charge: Charge,
 }
 
 impl Pending {
@@ -64,6 +67,7 @@ impl Pending {
             new_schema: None,
             prepared: None,
             rest: None,
+            text_charge: Charge::default(),
         }
     }
 
@@ -103,6 +107,9 @@ pub(super) struct Conn {
     pub(super) login: Option<RequestCore>,
     /// Multi-statements as last set by COM_SET_OPTION (else the capabilities say).
     pub(super) multi_statements: Option<bool>,
+    /// The text-budget share taken for the client message being read (by the keep policy),
+    /// moved to its request when the message completes.
+    pub(super) pending_text: RefCell<Charge>,
 }
 
 impl Conn {
@@ -194,13 +201,15 @@ impl Conn {
             .prepared
             .zip(p.core.text.clone())
             .map(|(id, t)| (id, t, p.core.text_truncated));
+        // A prepared statement's text stays in the cache: the cache takes over its share.
+        let charge = std::mem::take(&mut p.text_charge);
         let effect = std::mem::take(&mut p.effect);
         let new_schema = p.new_schema.take();
         let ev = self.event(p, outcome);
         sink.event(ev);
         if apply {
             if let Some((id, t, tr)) = prepared {
-                self.stmts.insert(id, t, tr);
+                self.stmts.insert_charged(id, t, tr, charge);
                 self.last_prepared = Some(id);
             }
             self.apply_effect(effect);

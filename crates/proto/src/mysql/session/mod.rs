@@ -153,6 +153,7 @@ impl MysqlSession {
                 orphans_expected: false,
                 login: None,
                 multi_statements: None,
+                pending_text: Default::default(),
             },
             dirs: PerDir::new(Dir::new(client), Dir::new(server)),
             framing_known: saw_open,
@@ -216,7 +217,7 @@ impl MysqlSession {
     fn push_packets(&mut self, d: Direction, data: &[u8], ts: u64, sink: &mut dyn Sink) -> usize {
         let conn = &self.conn;
         let dir = &mut self.dirs[d];
-        let keep = |b: u8| keep_for(conn, d, b);
+        let keep = |b: u8, len: u64| keep_for(conn, d, b, len);
         let (n, msg) = dir.asm.push(data, ts, &keep);
         if !dir.compressed {
             dir.credit += n as u64;
@@ -224,6 +225,11 @@ impl MysqlSession {
         if let Some(m) = msg {
             let wire = std::mem::take(&mut dir.credit);
             let act = self.conn.on_message(d, &m, wire, ts, sink);
+            self.dirs[d].asm.release_large();
+            if d == CLIENT {
+                // A share the message's request did not take (none was made) is given back.
+                self.conn.pending_text.take();
+            }
             self.apply(act, sink);
         }
         n
@@ -303,8 +309,10 @@ impl MysqlSession {
     }
 }
 
-/// Payload bytes kept of a message in direction `d` whose first payload byte is `first`.
-fn keep_for(conn: &Conn, d: Direction, first: u8) -> usize {
+/// Payload bytes kept of a message in direction `d` whose first payload byte is `first` and
+/// whose payload is `len` bytes long (`u64::MAX` when not known yet). Statement text is kept
+/// within the run's text budget: the share taken waits in `pending_text` for the request.
+fn keep_for(conn: &Conn, d: Direction, first: u8, len: u64) -> usize {
     if d == SERVER {
         return SERVER_KEEP;
     }
@@ -319,7 +327,13 @@ fn keep_for(conn: &Conn, d: Direction, first: u8) -> usize {
         return 16;
     }
     match first {
-        cmd::QUERY | cmd::STMT_PREPARE => conn.cfg.max_text.saturating_add(1 + 1024),
+        cmd::QUERY | cmd::STMT_PREPARE => {
+            let max = conn.cfg.max_text.saturating_add(1 + 1024);
+            let need = usize::try_from(len).unwrap_or(usize::MAX).min(max);
+            let (keep, charge) = conn.cfg.text_budget.keep(need);
+            *conn.pending_text.borrow_mut() = charge;
+            if keep < need { keep } else { max }
+        }
         _ => CLIENT_KEEP,
     }
 }

@@ -845,6 +845,7 @@ fn huge_packets_stream_through() {
     let cfg = SessionConfig {
         max_inflight: 16,
         max_text,
+        ..SessionConfig::default()
     };
     let mut b = B::new();
     b.handshake(BASE_CAPS | caps::CLIENT_DEPRECATE_EOF, "app", None);
@@ -885,6 +886,7 @@ fn statement_cut_in_the_middle_keeps_its_end() {
     let cfg = SessionConfig {
         max_inflight: 16,
         max_text,
+        ..SessionConfig::default()
     };
     let mut b = B::new();
     b.handshake(BASE_CAPS | caps::CLIENT_DEPRECATE_EOF, "app", None);
@@ -939,6 +941,7 @@ fn text_is_cut_at_a_char_boundary() {
     let cfg = SessionConfig {
         max_inflight: 16,
         max_text: 10,
+        ..SessionConfig::default()
     };
     let mut b = B::new();
     b.handshake(BASE_CAPS, "app", None);
@@ -1193,6 +1196,7 @@ fn pipelined_requests_and_overflow() {
     let cfg = SessionConfig {
         max_inflight: 2,
         max_text: 100,
+        ..SessionConfig::default()
     };
     let r = assert_chunking_invariant(
         || super::super::new_session(meta(true), cfg.clone()),
@@ -1396,3 +1400,80 @@ fn warnings_of_the_packets_that_end_each_result_set() {
 
 mod gap;
 mod multi;
+
+#[test]
+fn the_global_text_budget_cuts_to_a_prefix_and_keeps_counting() {
+    use crate::kit::{TEXT_PREFIX, TextBudget};
+    let budget = TextBudget::new(64 * 1024);
+    // Another connection holds the whole budget.
+    let hold = budget.charge(usize::MAX);
+    let cfg = SessionConfig {
+        text_budget: budget.clone(),
+        ..SessionConfig::default()
+    };
+    let big = format!("SELECT '{}' AS marker", "q".repeat(20_000));
+    let mut b = B::new();
+    b.handshake(BASE_CAPS | caps::CLIENT_DEPRECATE_EOF, "app", None);
+    b.cmd(query(&big));
+    b.srv(vec![count(1), coldef("marker"), row(&["x"]), ok_fe(2)]);
+    b.cmd(query("SELECT 1"));
+    b.srv(vec![count(1), coldef("1"), row(&["1"]), ok_fe(2)]);
+    let steps = b.steps();
+    let chunkings = [Chunking::Whole, Chunking::Random(1), Chunking::Random(2)];
+    let res = assert_chunkings(
+        || super::super::new_session(meta(true), cfg.clone()),
+        &steps,
+        &chunkings,
+    );
+    assert_eq!(res.events.len(), 2);
+    let e = &res.events[0];
+    assert!(e.text_truncated);
+    let t = text(e);
+    assert!(
+        t.len() <= TEXT_PREFIX && t.starts_with("SELECT 'qqq"),
+        "{}",
+        t.len()
+    );
+    assert_eq!(e.bytes_in, (big.len() + 1 + 4) as u64);
+    assert_eq!(e.rows_sent, 1);
+    assert!(e.latency_ns().is_some());
+    assert_eq!(text(&res.events[1]), "SELECT 1");
+    assert!(!res.events[1].text_truncated);
+    assert!(budget.cut() > 0);
+    drop(hold);
+    assert_eq!(budget.used(), 0);
+    // With room in the budget, the same text is kept whole (and given back after).
+    let res = assert_chunkings(
+        || super::super::new_session(meta(true), cfg.clone()),
+        &steps,
+        &chunkings,
+    );
+    assert_eq!(text(&res.events[0]), big);
+    assert_eq!(budget.used(), 0);
+}
+
+#[test]
+fn a_prepared_statement_holds_its_text_budget_while_cached() {
+    use crate::kit::TextBudget;
+    let budget = TextBudget::new(1 << 20);
+    let cfg = SessionConfig {
+        text_budget: budget.clone(),
+        ..SessionConfig::default()
+    };
+    let big = format!(
+        "SELECT a FROM t WHERE b = '{}' AND c = ?",
+        "m".repeat(20_000)
+    );
+    let mut b = B::new();
+    b.handshake(BASE_CAPS | caps::CLIENT_DEPRECATE_EOF, "app", None);
+    b.cmd([vec![0x16], big.clone().into_bytes()].concat());
+    b.srv(vec![prepare_ok(5, 1, 1), coldef("?"), coldef("a")]);
+    let mut s = super::super::new_session(meta(true), cfg);
+    let r = run_steps(&mut s, &b.steps(), Chunking::Random(3));
+    assert_eq!(cmds(&r.events), ["prepare"]);
+    assert_eq!(text(&r.events[0]), big);
+    // The statement is still cached after its event: its text still counts.
+    assert!(budget.used() > big.len(), "{}", budget.used());
+    drop(s);
+    assert_eq!(budget.used(), 0);
+}

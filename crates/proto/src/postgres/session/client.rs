@@ -161,7 +161,9 @@ impl Conn {
         let id = self.new_unit(Kind::Query, m, sink);
         let max = self.cfg.max_text;
         let wire = m.wire_len();
+        let charge = self.pending_text.take();
         if let Some(u) = self.unit_mut(id) {
+            u.text_charge = charge;
             u.core.bytes_in = 0;
             u.query = Some(Box::new(query_state(
                 sql,
@@ -180,6 +182,8 @@ impl Conn {
         sink: &mut dyn Sink,
     ) -> Queued {
         let id = self.new_unit(Kind::Prepare, m, sink);
+        // The statement's text stays in the cache after the event: the cache holds its share.
+        let charge = self.pending_text.take();
         let Some(Frontend::Parse {
             name,
             sql,
@@ -191,7 +195,9 @@ impl Conn {
         };
         let (t, tr) = cut_text(sql, !sql_complete || m.damaged, self.cfg.max_text);
         let text: Arc<str> = Arc::from(t.as_ref());
-        let prev = self.stmts.insert(name.into(), text.clone(), tr);
+        let prev = self
+            .stmts
+            .insert_charged(name.into(), text.clone(), tr, charge);
         self.open = Open {
             kind: OpenKind::Prepare,
             name: name_hash(name),

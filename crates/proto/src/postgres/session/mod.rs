@@ -147,6 +147,7 @@ impl PgSession {
                 fresh: !saw_open,
                 orphans_expected: !saw_open,
                 max_items,
+                pending_text: Default::default(),
             },
             dirs: PerDir::new(Dir::new(!saw_open, client), Dir::new(true, server)),
             stopped: false,

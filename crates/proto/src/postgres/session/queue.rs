@@ -35,8 +35,8 @@ impl Conn {
                 return None;
             }
             Some(match tag {
-                fe::QUERY => self.cfg.max_text.saturating_add(1),
-                fe::PARSE => name + self.cfg.max_text.saturating_add(1),
+                fe::QUERY => self.text_keep(len, self.cfg.max_text.saturating_add(1)),
+                fe::PARSE => self.text_keep(len, name + self.cfg.max_text.saturating_add(1)),
                 fe::BIND => 2 * name,
                 fe::DESCRIBE | fe::CLOSE | fe::EXECUTE => len as usize,
                 fe::FUNCTION_CALL => 4,
@@ -53,6 +53,16 @@ impl Conn {
                 _ => 0,
             })
         }
+    }
+
+    /// Body bytes to keep of a client message carrying statement text (`len`: its length
+    /// field), at most `max`, within the run's text budget: the share taken waits in
+    /// `pending_text` for the unit the message becomes.
+    fn text_keep(&self, len: u32, max: usize) -> usize {
+        let need = (len as usize).saturating_sub(4).min(max);
+        let (keep, charge) = self.cfg.text_budget.keep(need);
+        *self.pending_text.borrow_mut() = charge;
+        keep
     }
 
     /// The event of a unit, with the outcome its state implies.

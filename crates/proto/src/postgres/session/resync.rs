@@ -61,6 +61,11 @@ impl PgSession {
             }
         };
         self.apply(act, sink);
+        self.dirs[d].framer.release_large();
+        if d == CLIENT {
+            // A share the message's request did not take (none was made) is given back.
+            self.conn.pending_text.take();
+        }
         n
     }
 

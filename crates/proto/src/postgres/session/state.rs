@@ -2,13 +2,14 @@
 //! the server owes ([`Item`], [`Want`]), what later client messages may still join
 //! ([`Open`]), and the conversation itself ([`Conn`]).
 
+use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::sync::Arc;
 
 use super::super::message::{CommandTag, ErrorFields, be};
 use super::query::QueryState;
 use super::{Phase, TxStatus};
-use crate::kit::{NameCache, Named, RequestCore};
+use crate::kit::{Charge, NameCache, Named, RequestCore};
 use crate::{ConnMeta, DbError, SessionConfig};
 
 /// Where a result (an Execute, or one statement of a simple query) stands.
@@ -149,6 +150,8 @@ pub(super) struct Unit {
     /// False for a Parse folded into the execution it travels with (see
     /// `Conn::fold_parse`): its event is count-only.
     pub timed: bool,
+    /// The share of the run's text budget this request's text holds (given back on emit).
+    pub text_charge: Charge,
 }
 
 impl Unit {
@@ -165,6 +168,7 @@ impl Unit {
             query: None,
             stmt: None,
             timed: true,
+            text_charge: Charge::default(),
         }
     }
 
@@ -237,6 +241,9 @@ pub(super) struct Conn {
     /// Requests were lost: a response with nothing in flight is theirs, not a stray.
     pub orphans_expected: bool,
     pub max_items: usize,
+    /// The text-budget share taken for the client message being read (by the keep policy),
+    /// moved to its unit when the message completes.
+    pub pending_text: RefCell<Charge>,
 }
 
 /// Result of one server message against the item at the front.

@@ -1146,6 +1146,7 @@ fn long_text_is_cut_at_max_text() {
     let cfg = SessionConfig {
         max_inflight: 16,
         max_text: 109,
+        ..SessionConfig::default()
     };
     let r = assert_chunking_invariant(
         || super::super::new_session(meta(true), cfg.clone()),
@@ -1163,6 +1164,7 @@ fn too_many_in_flight_are_counted_and_pairing_stays_exact() {
     let cfg = SessionConfig {
         max_inflight: 2,
         max_text: 1 << 20,
+        ..SessionConfig::default()
     };
     let mut b = B::new();
     b.startup();
@@ -1499,6 +1501,7 @@ fn full_response_queue_drops_requests_and_recovers() {
     let cfg = SessionConfig {
         max_inflight: 1,
         max_text: 1 << 20,
+        ..SessionConfig::default()
     };
     let mut b = B::new();
     b.startup();
@@ -1753,3 +1756,76 @@ fn a_failed_parse_in_the_flight_keeps_the_time_of_the_execution_that_never_ran()
 }
 
 mod gap;
+
+#[test]
+fn the_global_text_budget_cuts_to_a_prefix_and_keeps_counting() {
+    use crate::kit::{TEXT_PREFIX, TextBudget};
+    let budget = TextBudget::new(64 * 1024);
+    // Another connection holds the whole budget.
+    let hold = budget.charge(usize::MAX);
+    let cfg = SessionConfig {
+        text_budget: budget.clone(),
+        ..SessionConfig::default()
+    };
+    let big = format!("SELECT '{}' AS marker", "q".repeat(20_000));
+    let mut b = B::new();
+    b.startup()
+        .cli(&[query(&big)])
+        .srv(&[row_desc(&["marker"]), complete("SELECT 1"), ready(b'I')])
+        .cli(&[query("SELECT 1")])
+        .srv(&[complete("SELECT 1"), ready(b'I')]);
+    let r = assert_chunking_invariant(
+        || super::super::new_session(meta(true), cfg.clone()),
+        &b.steps(),
+    );
+    assert_eq!(r.events.len(), 2);
+    let e = &r.events[0];
+    assert!(e.text_truncated);
+    let t = e.text.as_deref().unwrap();
+    assert!(
+        t.len() <= TEXT_PREFIX && t.starts_with("SELECT 'qqq"),
+        "{}",
+        t.len()
+    );
+    assert_eq!(e.bytes_in, query(&big).len() as u64);
+    assert_eq!(e.outcome, Outcome::Ok);
+    assert!(e.latency_ns().is_some());
+    assert_eq!(r.events[1].text.as_deref(), Some("SELECT 1"));
+    assert!(!r.events[1].text_truncated);
+    assert!(budget.cut() > 0);
+    assert_bytes_attributed(&b, &r.events);
+    drop(hold);
+    // Every share a session took was given back.
+    assert_eq!(budget.used(), 0);
+    // With room in the budget, the same text is kept whole (and given back after).
+    let r = assert_chunking_invariant(
+        || super::super::new_session(meta(true), cfg.clone()),
+        &b.steps(),
+    );
+    assert_eq!(r.events[0].text.as_deref(), Some(big.as_str()));
+    assert!(!r.events[0].text_truncated);
+    assert_eq!(budget.used(), 0);
+}
+
+#[test]
+fn a_prepared_statement_holds_its_text_budget_while_cached() {
+    use crate::kit::TextBudget;
+    use crate::testing::{Chunking, run_steps};
+    let budget = TextBudget::new(1 << 20);
+    let cfg = SessionConfig {
+        text_budget: budget.clone(),
+        ..SessionConfig::default()
+    };
+    let big = format!("SELECT '{}'", "p".repeat(20_000));
+    let mut b = B::new();
+    b.startup()
+        .cli(&[parse("s", &big), sync()])
+        .srv(&[parse_complete(), ready(b'I')]);
+    let mut s = super::super::new_session(meta(true), cfg);
+    let r = run_steps(&mut s, &b.steps(), Chunking::Random(3));
+    assert_eq!(r.events[0].text.as_deref(), Some(big.as_str()));
+    // The statement is still cached after its event: its text still counts.
+    assert!(budget.used() > big.len(), "{}", budget.used());
+    drop(s);
+    assert_eq!(budget.used(), 0);
+}
