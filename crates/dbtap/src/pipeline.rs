@@ -425,6 +425,14 @@ impl<C: Consumer> Engine<C> {
         let counts = &self.counts;
         let defrag = self.defrag.stats();
         let fs = self.table.stats();
+        for (port, n) in &fs.untracked_ports {
+            let segs = if *n == 1 { "segment" } else { "segments" };
+            warnings.push(format!(
+                "{n} {segs} with payload on port {port} belonged to no connection dbtap could \
+                 tie to a server (their start was not captured and the port is not a known \
+                 server port): add --port {port} if it is a database port"
+            ));
+        }
         let l = &self.conns.health;
         let h = &l.health;
         CaptureHealth {

@@ -359,3 +359,29 @@ fn unrecognized_opened_connections_are_not_a_loss_unrecognized_midstream_ones_ar
         "{j}"
     );
 }
+
+#[test]
+fn untracked_traffic_names_the_port_to_add() {
+    // A mid-stream Redis conversation on a port that is no default and was not given: dbtap
+    // cannot tell which end is the server, so nothing is read; the warning says which port to add.
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let (mut c, mut s) = Side::pair(40000, 6380);
+    let f = write(
+        dir.path(),
+        "p6380.pcap",
+        &pcap(&ping_pong(&mut c, &mut s, 1_000_000)),
+    );
+    let (j, _) = digest(&f);
+    assert_eq!(num(&j, "not_tracked_segments"), 2, "{j}");
+    assert_eq!(field(&j, "complete"), "false", "{j}");
+    assert!(
+        j.contains("2 segments with payload on port 6380")
+            && j.contains("add --port 6380 if it is a database port"),
+        "{j}"
+    );
+    // With the port given, the conversation is read and nothing is lost.
+    let j = digest_port(&f, "6380");
+    assert_eq!(num(&j, "not_tracked_segments"), 0, "{j}");
+    assert_eq!(num(&j, "queries"), 1, "{j}");
+    assert!(!j.contains("add --port"), "{j}");
+}

@@ -106,6 +106,9 @@ pub struct Segment<'a> {
 /// Redis), so 50,000 of them stay under 170 MB whatever the input.
 pub const DEFAULT_MAX_FLOWS: usize = 50_000;
 
+/// Ports [`FlowStats::untracked_ports`] remembers at most.
+pub const MAX_UNTRACKED_PORTS: usize = 16;
+
 /// What the flow table tracks and how much it may hold.
 #[derive(Clone, Debug)]
 pub struct FlowConfig {
@@ -197,6 +200,10 @@ pub struct FlowStats {
     /// Of `not_tracked`, the others: segments without payload or missing bytes (pure ACK, FIN,
     /// RST). Nothing was lost in them.
     pub not_tracked_empty: u64,
+    /// Of `not_tracked`, those with payload, by the lower port of their two endpoints (most
+    /// likely the server's): at most [`MAX_UNTRACKED_PORTS`] ports, the first seen, so that the
+    /// report can say which port to add with `--port`.
+    pub untracked_ports: std::collections::BTreeMap<u16, u64>,
     /// Segments of a connection already closed by FIN/RST (final ACKs, retransmissions).
     pub late: u64,
     /// Segments carrying payload entirely already seen.

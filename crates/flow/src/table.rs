@@ -452,6 +452,12 @@ impl Core {
             self.stats.not_tracked_stopped += 1;
         } else if seg.payload.is_empty() && seg.missing == 0 {
             self.stats.not_tracked_empty += 1;
+        } else {
+            let port = seg.src.port().min(seg.dst.port());
+            let ports = &mut self.stats.untracked_ports;
+            if ports.len() < crate::MAX_UNTRACKED_PORTS || ports.contains_key(&port) {
+                *ports.entry(port).or_default() += 1;
+            }
         }
     }
 
