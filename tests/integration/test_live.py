@@ -171,26 +171,39 @@ def test_mariadb_sysbench_prepared_counts(sbtest, threads):
     of every connection met in one worker (a request without its response would be
     `unanswered`, a response without its request `responses_without_request`)."""
     srv = sbtest
-    live = lh.Live("-i", "lo", "--port", MYSQL_PORT, "--threads", threads, "--duration", "60s",
-                   "--interval", "0", "--format", "json", "--limit", "0").start()
-    try:
-        before = srv.status()
-        sb = sysbench_run()
-        after = srv.status(threads=before["Threads_connected"])
-        time.sleep(STOP_WAIT_S)
-    finally:
-        live.stop()
-    assert live.rc == 0, live.stderr
-    assert f"{threads} thread" in live.stderr
-    d = live.json()
-    cnt = delta(before, after)
-    n = lh.by_command(d)
-    assert cnt["Com_stmt_execute"] == sb["total"] + sb["ignored_errors"] > 1000, (cnt, sb)
-    got = (n.get("execute"), n.get("prepare"), n.get("close"))
-    want = (cnt["Com_stmt_execute"], cnt["Com_stmt_prepare"], cnt["Com_stmt_close"])
-    print(f"\nsysbench, {threads} capture thread(s): dbtap (execute, prepare, close) {got}, "
-          f"Com_stmt_* {want}, kernel_drops {d['capture']['kernel_drops']}, "
-          f"packets {d['capture']['packets']}")
+    # Two capture threads share the machine's 2 cores with sysbench and mariadbd: the kernel
+    # can drop packets now and then (rarely; dbtap then says so). A run with drops must report
+    # them and count no more than the truth; the exact equality is then asked of the next run,
+    # and one of at most three runs must be drop-free.
+    drops_seen = []
+    for _attempt in range(3):
+        live = lh.Live("-i", "lo", "--port", MYSQL_PORT, "--threads", threads, "--duration",
+                       "60s", "--interval", "0", "--format", "json", "--limit", "0").start()
+        try:
+            before = srv.status()
+            sb = sysbench_run()
+            after = srv.status(threads=before["Threads_connected"])
+            time.sleep(STOP_WAIT_S)
+        finally:
+            live.stop()
+        assert live.rc == 0, live.stderr
+        assert f"{threads} thread" in live.stderr
+        d = live.json()
+        cnt = delta(before, after)
+        n = lh.by_command(d)
+        assert cnt["Com_stmt_execute"] == sb["total"] + sb["ignored_errors"] > 1000, (cnt, sb)
+        got = (n.get("execute"), n.get("prepare"), n.get("close"))
+        want = (cnt["Com_stmt_execute"], cnt["Com_stmt_prepare"], cnt["Com_stmt_close"])
+        drops = d["capture"]["kernel_drops"]
+        print(f"\nsysbench, {threads} capture thread(s): dbtap (execute, prepare, close) {got}, "
+              f"Com_stmt_* {want}, kernel_drops {drops}, packets {d['capture']['packets']}")
+        if drops == 0:
+            break
+        # Packets were lost before dbtap saw them: it must say so and never count more.
+        assert d["capture"]["complete"] is False, d["capture"]
+        assert all((g or 0) <= w for g, w in zip(got, want)), (got, want)
+        drops_seen.append(drops)
+    assert drops == 0, f"the kernel dropped packets in every run: {drops_seen}"
     assert got == want, f"dbtap (execute, prepare, close) {got} != Com_stmt_* deltas {want}"
     # nothing but sysbench: its statements and one COM_QUIT per thread
     assert n.get("quit") == SB_THREADS and set(n) == {"execute", "prepare", "close", "quit"}, n
