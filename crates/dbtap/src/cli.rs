@@ -107,16 +107,8 @@ pub struct CaptureArgs {
     #[arg(long = "write-files", default_value_t = 10, value_name = "N")]
     pub write_files: usize,
 
-    /// Request text kept at once across all connections (e.g. 64M, 1G). Beyond it a request
-    /// keeps only a prefix of its text (enough to group it; marked truncated), and is still
-    /// counted and timed; the capture health counts such requests (`text_cut_by_budget`).
-    #[arg(
-        long = "max-text-total",
-        value_name = "SIZE",
-        default_value = "64M",
-        value_parser = parse_size
-    )]
-    pub max_text_total: usize,
+    #[command(flatten)]
+    pub text: TextArgs,
 }
 
 #[derive(Args, Debug)]
@@ -277,16 +269,8 @@ pub struct InputArgs {
     )]
     pub max_connections: usize,
 
-    /// Request text kept at once across all connections (e.g. 64M, 1G). Beyond it a request
-    /// keeps only a prefix of its text (enough to group it; marked truncated), and is still
-    /// counted and timed; the capture health counts such requests (`text_cut_by_budget`).
-    #[arg(
-        long = "max-text-total",
-        value_name = "SIZE",
-        default_value = "64M",
-        value_parser = parse_size
-    )]
-    pub max_text_total: usize,
+    #[command(flatten)]
+    pub text: TextArgs,
 
     /// Never show a progress bar.
     #[arg(long, short = 'q')]
@@ -407,6 +391,21 @@ pub enum FingerprintMode {
     Pt,
 }
 
+/// The global request-text budget, shared by `digest`, `events`, `live` and `top`.
+#[derive(Args, Debug, Clone)]
+pub struct TextArgs {
+    /// Request text kept at once across all connections (e.g. 64M, 1G). Beyond it a request
+    /// keeps only a prefix of its text (enough to group it; marked truncated), and is still
+    /// counted and timed; the capture health counts such requests (`text_cut_by_budget`).
+    #[arg(
+        long = "max-text-total",
+        value_name = "SIZE",
+        default_value = "64M",
+        value_parser = parse_size
+    )]
+    pub max_text_total: usize,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -432,10 +431,10 @@ mod tests {
         assert!(parse_size("-1").is_err() && parse_size("99999999999999999999G").is_err());
         let total = |args: &[&str]| {
             Cli::try_parse_from(args).map(|c| match c.command {
-                Command::Digest(a) => a.input.max_text_total,
-                Command::Events(a) => a.input.max_text_total,
-                Command::Live(a) => a.capture.max_text_total,
-                Command::Top(a) => a.capture.max_text_total,
+                Command::Digest(a) => a.input.text.max_text_total,
+                Command::Events(a) => a.input.text.max_text_total,
+                Command::Live(a) => a.capture.text.max_text_total,
+                Command::Top(a) => a.capture.text.max_text_total,
                 #[allow(unreachable_patterns)]
                 _ => 0,
             })

@@ -64,7 +64,7 @@ fn settings(input: &InputArgs) -> Settings {
         max_connections: input.max_connections,
         ..Settings::new(&input.ports, &input.servers, !input.quiet)
     };
-    s.session.text_budget = proto::kit::TextBudget::new(input.max_text_total);
+    s.session.text_budget = proto::kit::TextBudget::new(input.text.max_text_total);
     s
 }
 

@@ -115,7 +115,7 @@ pub(super) fn write_limits(c: &CaptureArgs) -> Limits {
 fn settings(c: &CaptureArgs) -> Settings {
     let mut s = Settings::new(&c.ports, &c.servers, false);
     // One budget for every capture thread (the settings are cloned into each).
-    s.session.text_budget = proto::kit::TextBudget::new(c.max_text_total);
+    s.session.text_budget = proto::kit::TextBudget::new(c.text.max_text_total);
     s
 }
 
