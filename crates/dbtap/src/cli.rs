@@ -275,6 +275,8 @@ pub struct InputArgs {
     /// Never show a progress bar.
     #[arg(long, short = 'q')]
     pub quiet: bool,
+    #[command(flatten)]
+    pub time: TimeArgs,
 }
 
 /// How queries are grouped (digest, events, live, top).
@@ -347,6 +349,8 @@ pub struct DigestArgs {
 
     #[command(flatten)]
     pub report: ReportArgs,
+    #[command(flatten)]
+    pub timeline: TimelineArgs,
 }
 
 #[derive(Args, Debug)]
@@ -404,6 +408,73 @@ pub struct TextArgs {
         value_parser = parse_size
     )]
     pub max_text_total: usize,
+}
+
+/// The part of a capture read (`digest`, `events`): requests that started in `[since, until)`.
+#[derive(Args, Debug, Clone, Default)]
+pub struct TimeArgs {
+    /// Only requests that started at or after T: an RFC 3339 time (2026-11-25T10:00:00Z), a
+    /// time of day on the capture's first day (10:00, 10:00:05; UTC unless a zone is given:
+    /// 10:00+01:00), +D after the capture's start (+30s, +2m) or -D before its end (-30s: the
+    /// last 30 s).
+    #[arg(long, value_name = "T", allow_hyphen_values = true, value_parser = crate::timespec::parse_time)]
+    pub since: Option<crate::timespec::TimeSpec>,
+
+    /// Only requests that started before T (same forms as --since).
+    #[arg(long, value_name = "T", allow_hyphen_values = true, value_parser = crate::timespec::parse_time)]
+    pub until: Option<crate::timespec::TimeSpec>,
+}
+
+impl TimeArgs {
+    pub fn range(&self) -> crate::timespec::TimeRange {
+        crate::timespec::TimeRange {
+            since: self.since,
+            until: self.until,
+        }
+    }
+}
+
+/// `digest --timeline`: the per-interval lines of `dbtap live`, from a capture.
+#[derive(Args, Debug, Clone)]
+pub struct TimelineArgs {
+    /// Print a line per server (or group) for every interval of this length (1s, 10s, 1m) of
+    /// packet time, aligned to multiples of it like `dbtap live`, before the digest (JSON: a
+    /// `timeline` array).
+    #[arg(long, value_name = "DURATION", value_parser = parse_timeline_interval)]
+    pub timeline: Option<std::time::Duration>,
+
+    /// The rows of each interval: one per server, or the top query groups (`--timeline-top`).
+    #[arg(long = "timeline-by", value_enum, default_value_t = TimelineBy::Server)]
+    pub timeline_by: TimelineBy,
+
+    /// With `--timeline-by group`: the groups shown per interval (by total service time).
+    #[arg(long = "timeline-top", default_value_t = 5, value_name = "N", value_parser = parse_positive)]
+    pub timeline_top: usize,
+
+    /// Columns of the timeline lines (as `dbtap live --fields`; drops and conns are `-` in a
+    /// capture).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "time,server,count,avg,p50,p95,p99,max,errors,pkts_in,pkts_out,mbps_in,mbps_out"
+    )]
+    pub fields: Vec<Field>,
+}
+
+/// What the rows of a timeline interval are.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TimelineBy {
+    Server,
+    Group,
+}
+
+/// A timeline interval: at least 100 ms.
+fn parse_timeline_interval(s: &str) -> Result<std::time::Duration, String> {
+    let d = parse_duration(s)?;
+    if d < std::time::Duration::from_millis(100) {
+        return Err(format!("timeline interval '{s}' is shorter than 100ms"));
+    }
+    Ok(d)
 }
 
 #[cfg(test)]

@@ -7,7 +7,10 @@ mod cli;
 mod fp;
 mod pipeline;
 mod rotate;
+mod selection;
 mod service;
+mod timeline;
+mod timespec;
 
 use std::io::{BufWriter, Write};
 use std::process::ExitCode;
@@ -74,36 +77,101 @@ fn warn(health: &CaptureHealth) {
     }
 }
 
-/// Fingerprints and aggregates every event.
+/// Fingerprints and aggregates every event (of the requests that started in `window`), and
+/// feeds the timeline when there is one.
 struct DigestConsumer {
     fp: Fingerprinter,
     agg: Aggregator,
+    window: timespec::Window,
+    timeline: Option<timeline::Timeline<BufWriter<std::io::Stdout>>>,
 }
 
 impl Consumer for DigestConsumer {
     fn event(&mut self, ev: QueryEvent) {
+        if !self.window.contains(ev.start_ns) {
+            return;
+        }
+        if let Some(t) = &mut self.timeline {
+            t.event(&mut self.fp, &ev);
+        }
         self.fp.add_to(&mut self.agg, &ev);
+    }
+
+    fn segment(&mut self, src: std::net::SocketAddr, dst: std::net::SocketAddr, len: usize) {
+        if let Some(t) = &mut self.timeline {
+            t.segment(src, dst, len);
+        }
+    }
+
+    fn packet(&mut self, ts_ns: u64) {
+        if let Some(t) = &mut self.timeline {
+            t.packet(ts_ns);
+        }
     }
 }
 
 fn digest(args: DigestArgs) -> anyhow::Result<()> {
     let settings = settings(&args.input);
+    let sel = selection::Selection::resolve(args.input.time.range(), &args.input.files)?;
+    let window = sel.as_ref().map_or(timespec::Window::ALL, |s| s.window);
+    let text = args.report.format == DigestFormat::Text;
+    let timeline = args.timeline.timeline.map(|iv| {
+        timeline::Timeline::new(
+            &args.timeline,
+            iv,
+            window,
+            settings.ports.iter().map(|(p, _)| *p).collect(),
+            settings.servers.clone(),
+            text.then(|| BufWriter::new(std::io::stdout())),
+        )
+    });
     let consumer = DigestConsumer {
         fp: Fingerprinter::from_args(&args.input.grouping),
         agg: Aggregator::new(AggConfig {
             keep_examples: !args.report.no_examples,
             ..AggConfig::default()
         }),
+        window,
+        timeline,
     };
-    let (consumer, mut health) = pipeline::run(&args.input.files, &settings, consumer)?;
+    let (mut consumer, mut health) = pipeline::run(&args.input.files, &settings, consumer)?;
+    let series = consumer.timeline.take().map(|t| t.finish()).transpose()?;
     health.protocol.unanswered = consumer.agg.totals().stats.no_response;
+    if let Some(s) = &sel {
+        s.clip(&mut health);
+    }
     warn(&health);
     let opts = args.report.options();
     let stdout = std::io::stdout();
     let mut out = BufWriter::new(stdout.lock());
+    let agg = &consumer.agg;
     match args.report.format {
-        DigestFormat::Text => report::text::render(&consumer.agg, &health, &opts, &mut out)?,
-        DigestFormat::Json => report::json::render(&consumer.agg, &health, &opts, &mut out)?,
+        DigestFormat::Text if sel.is_none() && series.is_none() => {
+            report::text::render(agg, &health, &opts, &mut out)?
+        }
+        DigestFormat::Json if sel.is_none() && series.is_none() => {
+            report::json::render(agg, &health, &opts, &mut out)?
+        }
+        DigestFormat::Text => {
+            if series.is_some() {
+                writeln!(out)?;
+            }
+            let mut buf = Vec::new();
+            report::text::render(agg, &health, &opts, &mut buf)?;
+            match &sel {
+                Some(s) => out.write_all(&selection::insert_text_line(&buf, s))?,
+                None => out.write_all(&buf)?,
+            }
+        }
+        DigestFormat::Json => {
+            let doc = selection::Doc {
+                report: &report::json::build(agg, &health, &opts),
+                time_range: sel.as_ref().map(selection::Selection::json),
+                timeline: series,
+            };
+            serde_json::to_writer_pretty(&mut out, &doc)?;
+            out.write_all(b"\n")?;
+        }
     }
     out.flush()?;
     Ok(())
@@ -116,11 +184,12 @@ struct EventsConsumer<W: Write> {
     keep_text: bool,
     ids: std::collections::HashMap<(proto::Protocol, u64, &'static str), String>,
     error: Option<std::io::Error>,
+    window: timespec::Window,
 }
 
 impl<W: Write> Consumer for EventsConsumer<W> {
     fn event(&mut self, mut ev: QueryEvent) {
-        if self.error.is_some() {
+        if self.error.is_some() || !self.window.contains(ev.start_ns) {
             return;
         }
         // Disjoint fields: the group borrows the fingerprinter while the ids and the writer are
@@ -150,8 +219,10 @@ impl<W: Write> Consumer for EventsConsumer<W> {
 
 fn events(args: EventsArgs) -> anyhow::Result<()> {
     let settings = settings(&args.input);
+    let sel = selection::Selection::resolve(args.input.time.range(), &args.input.files)?;
     let stdout = std::io::stdout();
     let consumer = EventsConsumer {
+        window: sel.map_or(timespec::Window::ALL, |s| s.window),
         fp: Fingerprinter::from_args(&args.input.grouping),
         out: BufWriter::new(stdout.lock()),
         keep_text: args.text,

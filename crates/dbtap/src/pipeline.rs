@@ -21,6 +21,9 @@ pub trait Consumer {
     /// Every TCP segment decoded, before reassembly, with the length of the frame that carried
     /// it. For per-server packet and byte rates; nothing by default.
     fn segment(&mut self, _src: SocketAddr, _dst: SocketAddr, _frame_len: usize) {}
+    /// The capture time of every frame, before it is decoded (the packet clock, for consumers
+    /// that bin by time); nothing by default.
+    fn packet(&mut self, _ts_ns: u64) {}
 }
 
 /// Where the pipeline looks for servers.
@@ -347,6 +350,7 @@ impl<C: Consumer> Engine<C> {
         counts.bytes += data.len() as u64;
         counts.first_ts.get_or_insert(ts);
         counts.last_ts = Some(counts.last_ts.map_or(ts, |l| l.max(ts)));
+        self.conns.consumer.packet(ts);
         match wire::decode(linktype, data) {
             Decoded::Tcp(t) => feed_tcp(&mut self.table, &mut self.conns, &t, ts, data.len()),
             Decoded::Fragment(f) => {

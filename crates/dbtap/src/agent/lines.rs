@@ -14,7 +14,7 @@ use super::worker::{ServerWindow, other_server};
 use crate::cli::{CaptureArgs, DigestFormat, Field, LiveArgs};
 
 /// Column header and cell of an interval line field.
-fn field_header(f: Field, sampled: bool) -> &'static str {
+pub(crate) fn field_header(f: Field, sampled: bool) -> &'static str {
     match f {
         Field::Time => "time",
         Field::Server => "server",
@@ -47,7 +47,7 @@ fn field_header(f: Field, sampled: bool) -> &'static str {
     }
 }
 
-fn field_width(f: Field) -> usize {
+pub(crate) fn field_width(f: Field) -> usize {
     match f {
         Field::Time => 8,
         Field::Server => 21,
@@ -55,26 +55,57 @@ fn field_width(f: Field) -> usize {
     }
 }
 
-struct LineCtx<'a> {
-    time: &'a str,
-    secs: f64,
-    sample: u64,
-    drops: u64,
-    conns: usize,
+/// What the cells of one interval's lines share.
+pub(crate) struct LineCtx<'a> {
+    pub(crate) time: &'a str,
+    pub(crate) secs: f64,
+    pub(crate) sample: u64,
+    pub(crate) drops: u64,
+    pub(crate) conns: usize,
     /// No server has been seen yet: the one line shows "-" as its server.
-    no_servers: bool,
+    pub(crate) no_servers: bool,
+    /// Lines of a capture file (`digest --timeline`): no kernel drops and no connection count
+    /// are known (`-`), and per-group rows have no packet counts (`-`).
+    pub(crate) offline: Option<Offline>,
 }
 
+/// How the lines of a capture file differ from live's.
+#[derive(Clone, Copy)]
+pub(crate) struct Offline {
+    /// Rows are query groups, not servers.
+    pub(crate) per_group: bool,
+}
+
+/// How a line names its server.
+pub(crate) fn server_name(server: &SocketAddr, c: &LineCtx<'_>) -> String {
+    if c.no_servers {
+        "-".to_string()
+    } else if *server == other_server() {
+        "other".to_string()
+    } else {
+        server.to_string()
+    }
+}
+
+#[cfg(test)]
 fn field_cell(f: Field, server: &SocketAddr, w: &ServerWindow, c: &LineCtx<'_>) -> String {
+    cell(f, &server_name(server, c), w, c)
+}
+
+/// The cell of field `f` in the row called `name` (a server, or a query group).
+pub(crate) fn cell(f: Field, name: &str, w: &ServerWindow, c: &LineCtx<'_>) -> String {
     let us = |v: Option<u64>| v.map_or("-".to_string(), |ns| format!("{}", ns / 1000));
     let quantile = |l: &aggregate::Latency, q: f64| us(l.quantile_ns(q));
     // Counts of the sampled connections, scaled to the estimate for all of them.
     let per_s = |v: u64| (v * c.sample) as f64 / c.secs.max(1e-9);
+    let no_packets = c.offline.is_some_and(|o| o.per_group);
     match f {
         Field::Time => c.time.to_string(),
-        Field::Server if c.no_servers => "-".to_string(),
-        Field::Server if *server == other_server() => "other".to_string(),
-        Field::Server => server.to_string(),
+        Field::Server => name.to_string(),
+        Field::PktsIn | Field::PktsOut | Field::MbpsIn | Field::MbpsOut if no_packets => {
+            "-".to_string()
+        }
+        Field::Drops | Field::Conns if c.offline.is_some() => "-".to_string(),
         Field::Count => (w.count * c.sample).to_string(),
         Field::Qps => format!("{:.1}", per_s(w.count)),
         Field::Avg => us(w.latency.mean_ns().map(|m| m as u64)),
@@ -97,7 +128,40 @@ fn field_cell(f: Field, server: &SocketAddr, w: &ServerWindow, c: &LineCtx<'_>) 
     }
 }
 
-fn write_row(out: &mut impl Write, cells: &[(String, usize)]) -> std::io::Result<()> {
+/// The header row of the lines; the server column is called `name_header` when given.
+pub(crate) fn write_header(
+    out: &mut impl Write,
+    fields: &[Field],
+    sampled: bool,
+    name_header: Option<&str>,
+) -> std::io::Result<()> {
+    let cells: Vec<(String, usize)> = fields
+        .iter()
+        .map(|f| match (f, name_header) {
+            (Field::Server, Some(h)) => (h.to_string(), field_width(*f)),
+            _ => (field_header(*f, sampled).to_string(), field_width(*f)),
+        })
+        .collect();
+    write_row(out, &cells)
+}
+
+/// One line: the row called `name` with its counters `w`.
+pub(crate) fn write_line(
+    out: &mut impl Write,
+    fields: &[Field],
+    name: &str,
+    w: &ServerWindow,
+    ctx: &LineCtx<'_>,
+) -> std::io::Result<()> {
+    let cells: Vec<(String, usize)> = fields
+        .iter()
+        .map(|f| (cell(*f, name, w, ctx), field_width(*f)))
+        .collect();
+    write_row(out, &cells)
+}
+
+/// A line of cells: the first left-aligned, the others right-aligned to their widths.
+pub(crate) fn write_row(out: &mut impl Write, cells: &[(String, usize)]) -> std::io::Result<()> {
     let mut line = String::new();
     for (i, (c, w)) in cells.iter().enumerate() {
         if i > 0 {
@@ -113,7 +177,7 @@ fn write_row(out: &mut impl Write, cells: &[(String, usize)]) -> std::io::Result
 }
 
 /// `HH:MM:SS` in `tz` (the system's time zone for the lines) of a time in ns since the epoch.
-fn clock(ns: u64, tz: &jiff::tz::TimeZone) -> String {
+pub(crate) fn clock(ns: u64, tz: &jiff::tz::TimeZone) -> String {
     match jiff::Timestamp::from_nanosecond(i128::from(ns)) {
         Ok(t) => t.to_zoned(tz.clone()).strftime("%H:%M:%S").to_string(),
         Err(_) => "--:--:--".to_string(),
@@ -200,12 +264,7 @@ impl Lines {
                     "# 1 connection in {sample} is captured: ~ columns are estimates (x{sample})"
                 )?;
             }
-            let cells: Vec<(String, usize)> = args
-                .fields
-                .iter()
-                .map(|f| (field_header(*f, sampled).to_string(), field_width(*f)))
-                .collect();
-            write_row(out, &cells)?;
+            write_header(out, &args.fields, sampled, None)?;
         }
         for s in iv.servers.keys() {
             if !self.known_servers.contains(s) {
@@ -221,6 +280,7 @@ impl Lines {
             drops,
             conns: iv.open_connections,
             no_servers: self.known_servers.is_empty(),
+            offline: None,
         };
         let empty = ServerWindow::default();
         let rows: Vec<SocketAddr> = if self.known_servers.is_empty() {
@@ -230,12 +290,7 @@ impl Lines {
         };
         for s in &rows {
             let w = iv.servers.get(s).unwrap_or(&empty);
-            let cells: Vec<(String, usize)> = args
-                .fields
-                .iter()
-                .map(|f| (field_cell(*f, s, w, &ctx), field_width(*f)))
-                .collect();
-            write_row(out, &cells)?;
+            write_line(out, &args.fields, &server_name(s, &ctx), w, &ctx)?;
         }
         out.flush()
     }
@@ -294,6 +349,7 @@ mod tests {
             drops: 0,
             conns: 3,
             no_servers: false,
+            offline: None,
         };
         let srv: SocketAddr = "127.0.0.1:3306".parse().expect("addr");
         assert_eq!(field_cell(Field::Count, &srv, &w, &ctx), "28");

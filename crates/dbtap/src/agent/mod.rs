@@ -19,10 +19,10 @@
 //! prints the interval lines and the final digest, [`http`] serves the snapshot.
 
 mod http;
-mod lines;
+pub(crate) mod lines;
 mod merge;
 mod setup;
-mod worker;
+pub(crate) mod worker;
 
 use std::io::IsTerminal;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -24,28 +24,42 @@ use crate::rotate::{Rotator, SharedFiles};
 /// Link type of the frames the ring hands over: they start at the IP header.
 const LINKTYPE_RAW: u32 = 101;
 /// Most servers with their own interval line; the rest are summed under `other`.
-const MAX_SERVERS: usize = 256;
+pub(crate) const MAX_SERVERS: usize = 256;
 /// How long a worker waits in the kernel for packets before it looks at the clock and the
 /// epoch again.
 const POLL: Duration = Duration::from_millis(50);
 
 /// Per-server counters of one interval.
 #[derive(Default, Clone)]
-pub(super) struct ServerWindow {
-    pub(super) count: u64,
-    pub(super) errors: u64,
+pub(crate) struct ServerWindow {
+    pub(crate) count: u64,
+    pub(crate) errors: u64,
     /// Response times.
-    pub(super) latency: Latency,
+    pub(crate) latency: Latency,
     /// Service times.
-    pub(super) service: Latency,
-    pub(super) pkts_in: u64,
-    pub(super) pkts_out: u64,
-    pub(super) bytes_in: u64,
-    pub(super) bytes_out: u64,
+    pub(crate) service: Latency,
+    pub(crate) pkts_in: u64,
+    pub(crate) pkts_out: u64,
+    pub(crate) bytes_in: u64,
+    pub(crate) bytes_out: u64,
 }
 
 impl ServerWindow {
-    pub(super) fn merge(&mut self, o: &ServerWindow) {
+    /// Counts one request: its outcome, response time and service time.
+    pub(crate) fn record(&mut self, ev: &QueryEvent) {
+        self.count += 1;
+        if ev.outcome == Outcome::Error || ev.error.is_some() {
+            self.errors += 1;
+        }
+        if let Some(l) = ev.latency_ns() {
+            self.latency.record(l);
+        }
+        if let Some(l) = ev.service_ns() {
+            self.service.record(l);
+        }
+    }
+
+    pub(crate) fn merge(&mut self, o: &ServerWindow) {
         self.count += o.count;
         self.errors += o.errors;
         self.latency.merge(&o.latency);
@@ -58,7 +72,7 @@ impl ServerWindow {
 }
 
 /// The address interval lines sum servers under once [`MAX_SERVERS`] are tracked.
-pub(super) fn other_server() -> SocketAddr {
+pub(crate) fn other_server() -> SocketAddr {
     SocketAddr::from(([0, 0, 0, 0], 0))
 }
 
@@ -104,17 +118,7 @@ impl LiveConsumer {
 
 impl Consumer for LiveConsumer {
     fn event(&mut self, ev: QueryEvent) {
-        let s = self.server(ev.server);
-        s.count += 1;
-        if ev.outcome == Outcome::Error || ev.error.is_some() {
-            s.errors += 1;
-        }
-        if let Some(l) = ev.latency_ns() {
-            s.latency.record(l);
-        }
-        if let Some(l) = ev.service_ns() {
-            s.service.record(l);
-        }
+        self.server(ev.server).record(&ev);
         self.fp.add_to(&mut self.window, &ev);
     }
 

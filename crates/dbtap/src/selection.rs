@@ -1,0 +1,179 @@
+//! `--since`/`--until` applied to capture files: the capture's bounds when a time is relative
+//! to them (a first pass over the packet records' headers, no decoding), the window of
+//! request start times that is kept, and how reports state it.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Result, bail};
+use report::CaptureHealth;
+
+use crate::timespec::{Bounds, TimeRange, Window};
+
+/// The range given and the window it resolved to.
+#[derive(Clone, Debug)]
+pub struct Selection {
+    pub range: TimeRange,
+    pub window: Window,
+}
+
+impl Selection {
+    /// Resolves `range` for `files`: reads the first packet of the capture when a time is a
+    /// time of day or relative to the start, and every packet record's header when one is
+    /// relative to the end. `None` when no range is given.
+    pub fn resolve(range: TimeRange, files: &[PathBuf]) -> Result<Option<Selection>> {
+        if range.is_all() {
+            return Ok(None);
+        }
+        let bounds = if range.needs_start() || range.needs_end() {
+            if files.iter().any(|f| f.as_path() == Path::new("-")) {
+                bail!(
+                    "--since/--until {range}: a time of day or a time relative to the capture's \
+                     start or end needs the capture's bounds, which standard input cannot be \
+                     read twice for; give RFC 3339 times (2026-11-25T10:00:00Z)"
+                );
+            }
+            capture_bounds(files, range.needs_end())?
+        } else {
+            None
+        };
+        // An empty capture: any relative time resolves against nothing; keep nothing.
+        let window = match bounds {
+            Some(b) => range.resolve(b),
+            None if range.needs_start() || range.needs_end() => Window {
+                from_ns: 0,
+                to_ns: 0,
+            },
+            None => range.resolve(Bounds {
+                first_ns: 0,
+                last_ns: 0,
+            }),
+        };
+        Ok(Some(Selection { range, window }))
+    }
+
+    /// The header line's statement: `requests that started in [A, B) (--since X --until Y)`.
+    pub fn describe(&self) -> String {
+        let end = |ns: u64, open: bool| {
+            if open {
+                "…".to_string()
+            } else {
+                report::fmt::rfc3339(ns)
+            }
+        };
+        let mut given = Vec::new();
+        if let Some(s) = self.range.since {
+            given.push(format!("--since {s}"));
+        }
+        if let Some(u) = self.range.until {
+            given.push(format!("--until {u}"));
+        }
+        format!(
+            "requests that started in [{}, {}) ({})",
+            end(self.window.from_ns, self.range.since.is_none()),
+            end(self.window.to_ns, self.range.until.is_none()),
+            given.join(" ")
+        )
+    }
+
+    /// The capture's first and last times become those of the window, so that rates and the
+    /// header's time range are the selected part's.
+    pub fn clip(&self, health: &mut CaptureHealth) {
+        let w = self.window;
+        if let (Some(a), Some(b)) = (health.first_ts_ns, health.last_ts_ns) {
+            let (a, b) = (a.max(w.from_ns), b.min(w.to_ns.saturating_sub(1)));
+            if a <= b {
+                health.first_ts_ns = Some(a);
+                health.last_ts_ns = Some(b);
+            } else {
+                health.first_ts_ns = None;
+                health.last_ts_ns = None;
+            }
+        }
+    }
+}
+
+/// The first packet's time (of the first file that has one) and, when `to_end`, the latest
+/// packet time of all files; `None` for a capture without packets. Reads records only (the
+/// frames are not decoded); a read error ends a file as it does in the pipeline.
+pub fn capture_bounds(files: &[PathBuf], to_end: bool) -> Result<Option<Bounds>> {
+    let mut first: Option<u64> = None;
+    let mut last: Option<u64> = None;
+    for f in files {
+        let mut reader = capture::Input::check(f)?.open()?;
+        while let Ok(Some(frame)) = reader.next_frame() {
+            let ts = frame.ts_ns;
+            first.get_or_insert(ts);
+            last = Some(last.map_or(ts, |l| l.max(ts)));
+            if !to_end {
+                break;
+            }
+        }
+        if first.is_some() && !to_end {
+            break;
+        }
+    }
+    Ok(first.map(|first_ns| Bounds {
+        first_ns,
+        last_ns: last.unwrap_or(first_ns),
+    }))
+}
+
+/// Inserts the `# Selected:` line into a text report: after its `# Time range:` line (else
+/// after its first line).
+pub fn insert_text_line(report: &[u8], sel: &Selection) -> Vec<u8> {
+    let line = format!("# Selected: {}\n", sel.describe());
+    let text = String::from_utf8_lossy(report);
+    let start = text.find("\n# Time range: ").map_or(0, |i| i + 1);
+    let at = text
+        .get(start..)
+        .and_then(|t| t.find('\n'))
+        .map_or(text.len(), |j| start + j + 1);
+    let mut out = Vec::with_capacity(report.len() + line.len());
+    out.extend_from_slice(text.get(..at).unwrap_or_default().as_bytes());
+    out.extend_from_slice(line.as_bytes());
+    out.extend_from_slice(text.get(at..).unwrap_or_default().as_bytes());
+    out
+}
+
+/// `time_range` in the JSON digest.
+#[derive(serde::Serialize, Debug)]
+pub struct RangeJson {
+    /// As given (normalised).
+    pub since: Option<String>,
+    pub until: Option<String>,
+    /// The window applied, RFC 3339; `null` for an open end.
+    pub from: Option<String>,
+    pub to: Option<String>,
+    /// Which time of a request decides: its start.
+    pub by: &'static str,
+}
+
+/// The JSON digest with the time axis: the report's fields, then `time_range` and `timeline`
+/// when given.
+#[derive(serde::Serialize)]
+pub struct Doc<'a> {
+    #[serde(flatten)]
+    pub report: &'a report::json::Report,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub time_range: Option<RangeJson>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timeline: Option<crate::timeline::Series>,
+}
+
+impl Selection {
+    pub fn json(&self) -> RangeJson {
+        RangeJson {
+            since: self.range.since.map(|s| s.to_string()),
+            until: self.range.until.map(|s| s.to_string()),
+            from: self
+                .range
+                .since
+                .map(|_| report::fmt::rfc3339(self.window.from_ns)),
+            to: self
+                .range
+                .until
+                .map(|_| report::fmt::rfc3339(self.window.to_ns)),
+            by: "request_start",
+        }
+    }
+}

@@ -1,0 +1,444 @@
+//! `dbtap digest --timeline`: the per-interval lines of `dbtap live` from a capture, in packet
+//! time. Intervals are aligned to multiples of their length since the epoch (as live's are to
+//! the wall clock); a request counts in the interval in which it started, packets in the
+//! interval of their capture time. Every interval from the first to the last packet of the
+//! (selected part of the) capture gets its lines, with zeros where nothing happened.
+//!
+//! Events arrive when their response completes, so an interval is written once packet time is
+//! [`LAG_NS`] past its end; a request that completes later than that is counted in no line
+//! (`late`, stated). At most `(interval + LAG_NS) / interval` intervals are open at once, each
+//! with at most [`MAX_SERVERS`] servers (beyond them: `other`) or [`MAX_GROUPS`] groups.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::io::{self, Write};
+use std::net::SocketAddr;
+
+use proto::{Protocol, QueryEvent};
+use serde::Serialize;
+
+use crate::agent::lines::{
+    LineCtx, Offline, cell, clock, field_width, server_name, write_header, write_row,
+};
+use crate::agent::worker::{MAX_SERVERS, ServerWindow, other_server};
+use crate::cli::{Field, TimelineArgs, TimelineBy};
+use crate::fp::Fingerprinter;
+use crate::timespec::Window;
+
+/// How long past an interval's end (in packet time) its requests may still complete.
+pub const LAG_NS: u64 = 60_000_000_000;
+/// Most query groups per interval; the rest are summed as `other`.
+pub const MAX_GROUPS: usize = 1_000;
+/// Widest group label in the text lines.
+const LABEL_CHARS: usize = 72;
+
+type GroupKey = (Protocol, u64, &'static str);
+
+#[derive(Default)]
+struct Bucket {
+    servers: HashMap<SocketAddr, ServerWindow>,
+    groups: HashMap<GroupKey, (String, ServerWindow)>,
+}
+
+/// One row of the JSON series.
+#[derive(Serialize, Debug, Clone)]
+pub struct Row {
+    pub start: String,
+    pub end: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
+    pub count: u64,
+    pub errors: u64,
+    pub qps: f64,
+    pub avg_us: Option<u64>,
+    pub p50_us: Option<u64>,
+    pub p95_us: Option<u64>,
+    pub p99_us: Option<u64>,
+    pub max_us: Option<u64>,
+    pub svc_avg_us: Option<u64>,
+    pub svc_p50_us: Option<u64>,
+    pub svc_p95_us: Option<u64>,
+    pub svc_p99_us: Option<u64>,
+    pub svc_max_us: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pkts_in: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pkts_out: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bytes_in: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bytes_out: Option<u64>,
+}
+
+/// The JSON form of the series (`timeline` in the digest).
+#[derive(Serialize, Debug, Clone)]
+pub struct Series {
+    pub interval_s: f64,
+    pub by: &'static str,
+    /// Requests counted in no row: they completed more than [`LAG_NS`] after their interval.
+    pub late: u64,
+    pub rows: Vec<Row>,
+}
+
+/// The timeline being built: open intervals, and the lines written (text) or rows kept (JSON).
+pub struct Timeline<W: Write> {
+    interval_ns: u64,
+    by: TimelineBy,
+    top: usize,
+    fields: Vec<Field>,
+    window: Window,
+    ports: Vec<u16>,
+    addrs: Vec<SocketAddr>,
+    /// Text lines go here; `None` keeps JSON rows instead.
+    out: Option<W>,
+    error: Option<io::Error>,
+    /// Latest packet time, and the current packet's time and whether it is selected.
+    now_ns: u64,
+    cur_ns: u64,
+    cur_in: bool,
+    buckets: BTreeMap<u64, Bucket>,
+    /// Start of the first interval not yet written; the last interval with a selected packet.
+    next: Option<u64>,
+    last: u64,
+    known: HashSet<SocketAddr>,
+    printed_header: bool,
+    late: u64,
+    rows: Vec<Row>,
+}
+
+impl<W: Write> Timeline<W> {
+    /// `out`: where text lines go (`None`: JSON rows are kept for [`Timeline::finish`]).
+    /// `ports`/`addrs` say which endpoints are servers (for the packet columns).
+    pub fn new(
+        args: &TimelineArgs,
+        interval: std::time::Duration,
+        window: Window,
+        ports: Vec<u16>,
+        addrs: Vec<SocketAddr>,
+        out: Option<W>,
+    ) -> Self {
+        Timeline {
+            interval_ns: u64::try_from(interval.as_nanos())
+                .unwrap_or(u64::MAX)
+                .max(1),
+            by: args.timeline_by,
+            top: args.timeline_top,
+            fields: args.fields.clone(),
+            window,
+            ports,
+            addrs,
+            out,
+            error: None,
+            now_ns: 0,
+            cur_ns: 0,
+            cur_in: false,
+            buckets: BTreeMap::new(),
+            next: None,
+            last: 0,
+            known: HashSet::new(),
+            printed_header: false,
+            late: 0,
+            rows: Vec::new(),
+        }
+    }
+
+    fn floor(&self, ns: u64) -> u64 {
+        ns - ns % self.interval_ns
+    }
+
+    /// The packet clock: writes the intervals that can no longer change.
+    pub fn packet(&mut self, ts_ns: u64) {
+        self.cur_ns = ts_ns;
+        self.cur_in = self.window.contains(ts_ns);
+        if self.cur_in {
+            let b = self.floor(ts_ns);
+            self.next.get_or_insert(b);
+            self.last = self.last.max(b);
+        }
+        if ts_ns > self.now_ns {
+            self.now_ns = ts_ns;
+            while let Some(next) = self.next {
+                let due = next.saturating_add(self.interval_ns).saturating_add(LAG_NS);
+                if due > self.now_ns || next > self.last {
+                    break;
+                }
+                self.emit(next);
+            }
+        }
+    }
+
+    /// The open interval that starts at `b`, if it is still open.
+    fn bucket(&mut self, ns: u64) -> Option<&mut Bucket> {
+        let b = self.floor(ns);
+        if self.next.is_none_or(|n| b < n) {
+            return None;
+        }
+        Some(self.buckets.entry(b).or_default())
+    }
+
+    fn server_key(&mut self, a: SocketAddr) -> SocketAddr {
+        if self.known.contains(&a) || self.known.len() < MAX_SERVERS {
+            self.known.insert(a);
+            a
+        } else {
+            self.known.insert(other_server());
+            other_server()
+        }
+    }
+
+    pub fn segment(&mut self, src: SocketAddr, dst: SocketAddr, frame_len: usize) {
+        if !self.cur_in || self.by == TimelineBy::Group {
+            return;
+        }
+        // A server by port or address, or one that answered requests already.
+        let is_server = |a: &SocketAddr| {
+            self.ports.contains(&a.port()) || self.addrs.contains(a) || self.known.contains(a)
+        };
+        let (server, inbound) = if is_server(&dst) {
+            (dst, true)
+        } else if is_server(&src) {
+            (src, false)
+        } else {
+            return;
+        };
+        let key = self.server_key(server);
+        let ts = self.cur_ns;
+        if let Some(bk) = self.bucket(ts) {
+            let w = bk.servers.entry(key).or_default();
+            if inbound {
+                w.pkts_in += 1;
+                w.bytes_in += frame_len as u64;
+            } else {
+                w.pkts_out += 1;
+                w.bytes_out += frame_len as u64;
+            }
+        }
+    }
+
+    /// Counts a selected request in the interval it started in.
+    pub fn event(&mut self, fp: &mut Fingerprinter, ev: &QueryEvent) {
+        let start = ev.start_ns;
+        match self.by {
+            TimelineBy::Server => {
+                let key = self.server_key(ev.server);
+                match self.bucket(start) {
+                    Some(bk) => bk.servers.entry(key).or_default().record(ev),
+                    None => self.late += 1,
+                }
+            }
+            TimelineBy::Group => {
+                let Some(bk) = self.bucket(start) else {
+                    self.late += 1;
+                    return;
+                };
+                let mode = fp.mode();
+                let g = fp.group(ev);
+                let mut key = (ev.protocol, g.hash, g.command);
+                if !bk.groups.contains_key(&key) && bk.groups.len() >= MAX_GROUPS {
+                    key = (ev.protocol, 0, "other");
+                }
+                let (_, w) = bk.groups.entry(key).or_insert_with(|| {
+                    let label = if key.2 == "other" && key.1 == 0 {
+                        "other".to_string()
+                    } else {
+                        let id = crate::fp::query_id(mode, ev.protocol, g.command, g.text, g.hash);
+                        format!("{id} {}", report::fmt::sanitize(g.text, false))
+                    };
+                    (label, ServerWindow::default())
+                });
+                w.record(ev);
+            }
+        }
+    }
+
+    /// The rows of interval `b`: (name, counters), zero rows for the servers known so far.
+    fn rows_of(&self, bk: &Bucket) -> Vec<(String, ServerWindow)> {
+        match self.by {
+            TimelineBy::Server => {
+                let mut known: Vec<SocketAddr> = self.known.iter().copied().collect();
+                known.sort();
+                if known.is_empty() {
+                    return vec![("-".to_string(), ServerWindow::default())];
+                }
+                let ctx = ctx("", 1.0, false, self.by);
+                known
+                    .iter()
+                    .map(|s| {
+                        let w = bk.servers.get(s).cloned().unwrap_or_default();
+                        (server_name(s, &ctx), w)
+                    })
+                    .collect()
+            }
+            TimelineBy::Group => {
+                let mut g: Vec<&(String, ServerWindow)> = bk.groups.values().collect();
+                g.sort_by(|a, b| {
+                    b.1.service
+                        .sum_ns()
+                        .cmp(&a.1.service.sum_ns())
+                        .then(b.1.count.cmp(&a.1.count))
+                        .then(a.0.cmp(&b.0))
+                });
+                if g.is_empty() {
+                    return vec![("-".to_string(), ServerWindow::default())];
+                }
+                g.into_iter()
+                    .take(self.top)
+                    .map(|(l, w)| (l.clone(), w.clone()))
+                    .collect()
+            }
+        }
+    }
+
+    /// Writes interval `b` and closes it.
+    fn emit(&mut self, b: u64) {
+        let bk = self.buckets.remove(&b).unwrap_or_default();
+        self.next = Some(b.saturating_add(self.interval_ns));
+        let rows = self.rows_of(&bk);
+        let end = b.saturating_add(self.interval_ns);
+        let secs = self.interval_ns as f64 / 1e9;
+        if self.out.is_none() {
+            for (name, w) in rows {
+                let row = json_row(b, end, secs, &name, &w, self.by);
+                self.rows.push(row);
+            }
+            return;
+        }
+        if let Err(e) = self.write_text(end, secs, &rows) {
+            self.error.get_or_insert(e);
+        }
+    }
+
+    fn write_text(
+        &mut self,
+        end: u64,
+        secs: f64,
+        rows: &[(String, ServerWindow)],
+    ) -> io::Result<()> {
+        let Some(out) = self.out.as_mut() else {
+            return Ok(());
+        };
+        let group = self.by == TimelineBy::Group;
+        // Per group, the group's label ends the line instead of standing in the server column.
+        let fields: Vec<Field> = self
+            .fields
+            .iter()
+            .copied()
+            .filter(|f| !(group && *f == Field::Server))
+            .collect();
+        if !self.printed_header {
+            self.printed_header = true;
+            writeln!(
+                out,
+                "# timeline: {} intervals of packet time (UTC), a line's time is its interval's \
+                 end; a request counts in the interval it started in{}",
+                humantime::format_duration(std::time::Duration::from_nanos(self.interval_ns)),
+                if group {
+                    format!("; the top {} groups by service time", self.top)
+                } else {
+                    String::new()
+                }
+            )?;
+            let mut header = Vec::new();
+            write_header(&mut header, &fields, false, None)?;
+            let mut h = String::from_utf8_lossy(&header).trim_end().to_string();
+            if group {
+                h.push_str("  group");
+            }
+            writeln!(out, "{h}")?;
+        }
+        let time = clock(end, &jiff::tz::TimeZone::UTC);
+        let c = ctx(&time, secs, false, self.by);
+        for (name, w) in rows {
+            let mut cells: Vec<(String, usize)> = fields
+                .iter()
+                .map(|f| (cell(*f, name, w, &c), field_width(*f)))
+                .collect();
+            if group {
+                let label: String = name.chars().take(LABEL_CHARS).collect();
+                cells.push((label, 0));
+            }
+            write_row(out, &cells)?;
+        }
+        Ok(())
+    }
+
+    /// Writes the intervals still open (up to the last selected packet's) and returns the JSON
+    /// series (empty rows for text), or the first write error.
+    pub fn finish(mut self) -> io::Result<Series> {
+        while let Some(next) = self.next {
+            if next > self.last {
+                break;
+            }
+            self.emit(next);
+        }
+        if let Some(e) = self.error.take() {
+            return Err(e);
+        }
+        let (late, by) = (self.late, self.by);
+        if let Some(out) = self.out.as_mut() {
+            if late > 0 {
+                writeln!(
+                    out,
+                    "# {late} request(s) completed more than {}s after their interval ended: they \
+                     are in the digest but in no line",
+                    LAG_NS / 1_000_000_000
+                )?;
+            }
+            out.flush()?;
+        }
+        Ok(Series {
+            interval_s: self.interval_ns as f64 / 1e9,
+            by: match by {
+                TimelineBy::Server => "server",
+                TimelineBy::Group => "group",
+            },
+            late,
+            rows: std::mem::take(&mut self.rows),
+        })
+    }
+}
+
+fn ctx(time: &str, secs: f64, no_servers: bool, by: TimelineBy) -> LineCtx<'_> {
+    LineCtx {
+        time,
+        secs,
+        sample: 1,
+        drops: 0,
+        conns: 0,
+        no_servers,
+        offline: Some(Offline {
+            per_group: by == TimelineBy::Group,
+        }),
+    }
+}
+
+fn json_row(start: u64, end: u64, secs: f64, name: &str, w: &ServerWindow, by: TimelineBy) -> Row {
+    let us = |v: Option<u64>| v.map(|ns| ns / 1000);
+    let q = |l: &aggregate::Latency, p: f64| us(l.quantile_ns(p));
+    let per_server = by == TimelineBy::Server;
+    let packets = |v: u64| per_server.then_some(v);
+    Row {
+        start: report::fmt::rfc3339(start),
+        end: report::fmt::rfc3339(end),
+        server: per_server.then(|| name.to_string()),
+        group: (!per_server).then(|| name.to_string()),
+        count: w.count,
+        errors: w.errors,
+        qps: (w.count as f64 / secs.max(1e-9) * 1000.0).round() / 1000.0,
+        avg_us: us(w.latency.mean_ns().map(|m| m as u64)),
+        p50_us: q(&w.latency, 0.5),
+        p95_us: q(&w.latency, 0.95),
+        p99_us: q(&w.latency, 0.99),
+        max_us: us(w.latency.max_ns()),
+        svc_avg_us: us(w.service.mean_ns().map(|m| m as u64)),
+        svc_p50_us: q(&w.service, 0.5),
+        svc_p95_us: q(&w.service, 0.95),
+        svc_p99_us: q(&w.service, 0.99),
+        svc_max_us: us(w.service.max_ns()),
+        pkts_in: packets(w.pkts_in),
+        pkts_out: packets(w.pkts_out),
+        bytes_in: packets(w.bytes_in),
+        bytes_out: packets(w.bytes_out),
+    }
+}
