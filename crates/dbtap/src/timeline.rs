@@ -46,6 +46,10 @@ pub struct Row {
     pub end: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub server: Option<String>,
+    /// Per group: the group's Query ID (as in the digest's `queries[].id`) and fingerprint;
+    /// `other` sums groups beyond [`MAX_GROUPS`], `-` marks an interval without requests.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub group: Option<String>,
     pub count: u64,
@@ -418,11 +422,17 @@ fn json_row(start: u64, end: u64, secs: f64, name: &str, w: &ServerWindow, by: T
     let q = |l: &aggregate::Latency, p: f64| us(l.quantile_ns(p));
     let per_server = by == TimelineBy::Server;
     let packets = |v: u64| per_server.then_some(v);
+    // A group's label is `ID fingerprint` (`other` and `-` have no ID).
+    let (id, group) = match name.split_once(' ') {
+        Some((id, fp)) if !per_server => (Some(id.to_string()), Some(fp.to_string())),
+        _ => (None, (!per_server).then(|| name.to_string())),
+    };
     Row {
         start: report::fmt::rfc3339(start),
         end: report::fmt::rfc3339(end),
         server: per_server.then(|| name.to_string()),
-        group: (!per_server).then(|| name.to_string()),
+        id,
+        group,
         count: w.count,
         errors: w.errors,
         qps: (w.count as f64 / secs.max(1e-9) * 1000.0).round() / 1000.0,
