@@ -28,6 +28,8 @@ use crate::timespec::Window;
 pub const LAG_NS: u64 = 60_000_000_000;
 /// Most query groups per interval; the rest are summed as `other`.
 pub const MAX_GROUPS: usize = 1_000;
+/// Longest run of empty intervals written as zero rows.
+pub const MAX_EMPTY_RUN: u64 = 10_000;
 /// Widest group label in the text lines.
 const LABEL_CHARS: usize = 72;
 
@@ -162,12 +164,52 @@ impl<W: Write> Timeline<W> {
         }
         if ts_ns > self.now_ns {
             self.now_ns = ts_ns;
-            while let Some(next) = self.next {
-                let due = next.saturating_add(self.interval_ns).saturating_add(LAG_NS);
-                if due > self.now_ns || next > self.last {
-                    break;
+            // Intervals that ended LAG_NS ago or earlier are complete.
+            if let Some(done) = ts_ns.checked_sub(self.interval_ns.saturating_add(LAG_NS)) {
+                self.emit_through(done.min(self.last));
+            }
+        }
+    }
+
+    /// Writes every interval that starts at or before `upto`. A run of more than
+    /// [`MAX_EMPTY_RUN`] empty intervals (a long silence, or a bogus timestamp far ahead) is
+    /// one comment line in the text and no rows in JSON.
+    fn emit_through(&mut self, upto: u64) {
+        while let Some(next) = self.next {
+            if next > upto {
+                break;
+            }
+            if !self.buckets.contains_key(&next) {
+                let after = upto.saturating_add(self.interval_ns);
+                let run_end = self
+                    .buckets
+                    .keys()
+                    .next()
+                    .map_or(after, |k| (*k).min(after));
+                let n = (run_end - next) / self.interval_ns;
+                if n > MAX_EMPTY_RUN {
+                    self.skip(next, run_end, n);
+                    continue;
                 }
-                self.emit(next);
+            }
+            self.emit(next);
+            if self.next <= Some(next) {
+                break; // the end of time: no interval follows
+            }
+        }
+    }
+
+    /// Passes over the `n` empty intervals from `from` to `to`, saying so in the text.
+    fn skip(&mut self, from: u64, to: u64, n: u64) {
+        self.next = Some(to);
+        if let Some(out) = self.out.as_mut() {
+            let line = format!(
+                "# {n} empty intervals from {} to {}",
+                report::fmt::rfc3339(from),
+                report::fmt::rfc3339(to)
+            );
+            if let Err(e) = writeln!(out, "{line}") {
+                self.error.get_or_insert(e);
             }
         }
     }
@@ -370,12 +412,7 @@ impl<W: Write> Timeline<W> {
     /// Writes the intervals still open (up to the last selected packet's) and returns the JSON
     /// series (empty rows for text), or the first write error.
     pub fn finish(mut self) -> io::Result<Series> {
-        while let Some(next) = self.next {
-            if next > self.last {
-                break;
-            }
-            self.emit(next);
-        }
+        self.emit_through(self.last);
         if let Some(e) = self.error.take() {
             return Err(e);
         }
@@ -450,5 +487,202 @@ fn json_row(start: u64, end: u64, secs: f64, name: &str, w: &ServerWindow, by: T
         pkts_out: packets(w.pkts_out),
         bytes_in: packets(w.bytes_in),
         bytes_out: packets(w.bytes_out),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proto::Outcome;
+
+    const S: u64 = 1_000_000_000;
+    const T0: u64 = 1_795_600_800 * S;
+
+    fn ev(start: u64, latency: u64, server: u16) -> QueryEvent {
+        let addr = |p: u16| SocketAddr::from(([127, 0, 0, 1], p));
+        QueryEvent {
+            protocol: Protocol::Redis,
+            conn: 1,
+            client: addr(50_000),
+            server: addr(server),
+            start_ns: start,
+            first_response_ns: Some(start + latency),
+            end_ns: Some(start + latency),
+            service_start_ns: Some(start),
+            user: None,
+            database: None,
+            command: "get",
+            text: None,
+            text_truncated: false,
+            text_partial: false,
+            statement_id: None,
+            bytes_in: 0,
+            bytes_out: 0,
+            rows_sent: 0,
+            rows_affected: 0,
+            warnings: 0,
+            outcome: Outcome::Ok,
+            error: None,
+            timed: true,
+        }
+    }
+
+    /// A writer the test can read after the timeline is gone.
+    #[derive(Clone, Default)]
+    struct Shared(std::rc::Rc<std::cell::RefCell<Vec<u8>>>);
+
+    impl Write for Shared {
+        fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+            self.0.borrow_mut().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl Shared {
+        fn text(&self) -> String {
+            String::from_utf8_lossy(&self.0.borrow()).into_owned()
+        }
+    }
+
+    fn timeline(interval: u64, window: Window, text: Option<Shared>) -> Timeline<Shared> {
+        let args = TimelineArgs {
+            timeline: None,
+            timeline_by: TimelineBy::Server,
+            timeline_top: 5,
+            fields: vec![Field::Time, Field::Server, Field::Count, Field::PktsIn],
+        };
+        let iv = std::time::Duration::from_nanos(interval);
+        Timeline::new(&args, iv, window, vec![6379], vec![], text)
+    }
+
+    /// Drives a request as the pipeline does: its packets, then the event at its end.
+    fn request(t: &mut Timeline<Shared>, fp: &mut Fingerprinter, e: &QueryEvent) {
+        let (c, s) = (e.client, e.server);
+        t.packet(e.start_ns);
+        t.segment(c, s, 60);
+        let end = e.end_ns.unwrap_or(e.start_ns);
+        t.packet(end);
+        t.segment(s, c, 80);
+        t.event(fp, e);
+    }
+
+    fn counts(series: &Series) -> Vec<(u64, u64)> {
+        series
+            .rows
+            .iter()
+            .map(|r| {
+                let t = r.start.parse::<jiff::Timestamp>().expect("time");
+                (t.as_second() as u64 - T0 / S, r.count)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn requests_count_in_the_aligned_interval_they_started_in() {
+        let mut fp = Fingerprinter::new(crate::cli::FingerprintMode::Dbtap, false, false);
+        let mut t = timeline(S, Window::ALL, None);
+        // Starts at 0.5 s: the first interval is [0 s, 1 s), aligned to the second.
+        for start in [T0 + S / 2, T0 + S / 2 + 1, T0 + 2 * S - 1, T0 + 4 * S] {
+            // Completes in the next interval: still counted where it started.
+            request(&mut t, &mut fp, &ev(start, S / 2 + 7, 6379));
+        }
+        let series = t.finish().expect("finish");
+        // Second 3 is empty but inside the capture: a zero row. Second 4's packets of the
+        // response reach into second 4 (4.5 s): the last interval is second 4.
+        assert_eq!(
+            counts(&series),
+            vec![(0, 2), (1, 1), (2, 0), (3, 0), (4, 1)]
+        );
+        let r0 = &series.rows[0];
+        assert_eq!((r0.pkts_in, r0.pkts_out), (Some(2), Some(0)));
+        assert_eq!(series.rows[2].pkts_out, Some(1));
+        assert_eq!(series.rows[3].p50_us, None);
+        assert_eq!(series.late, 0);
+        assert_eq!(r0.server.as_deref(), Some("127.0.0.1:6379"));
+    }
+
+    #[test]
+    fn intervals_are_written_as_packet_time_passes_and_late_requests_are_counted() {
+        let mut fp = Fingerprinter::new(crate::cli::FingerprintMode::Dbtap, false, false);
+        let out = Shared::default();
+        let mut t = timeline(10 * S, Window::ALL, Some(out.clone()));
+        request(&mut t, &mut fp, &ev(T0 + S, 1000, 6379));
+        // A request that started in the first interval and runs 2 minutes.
+        let slow = ev(T0 + 2 * S, 120 * S, 6379);
+        t.packet(slow.start_ns);
+        for k in 1..20u64 {
+            t.packet(T0 + k * 5 * S);
+        }
+        // 95 s in: the first interval ([0, 10 s)) ended 85 s ago, so it is written; the open
+        // ones are those that ended less than LAG_NS ago.
+        assert!(t.buckets.len() as u64 <= LAG_NS / (10 * S) + 2);
+        let lines = out.text();
+        let lines: Vec<&str> = lines.lines().collect();
+        assert!(
+            lines[0].starts_with("# timeline: 10s intervals"),
+            "{lines:?}"
+        );
+        assert_eq!(
+            lines[1].split_whitespace().collect::<Vec<_>>(),
+            ["time", "server", "count", "pkts_in/s"]
+        );
+        assert_eq!(
+            lines[2].split_whitespace().collect::<Vec<_>>(),
+            ["10:00:10", "127.0.0.1:6379", "1", "0"]
+        );
+        assert_eq!(lines.len(), 2 + 3, "{lines:?}");
+        t.packet(slow.end_ns.unwrap_or_default());
+        t.event(&mut fp, &slow);
+        let series = t.finish().expect("finish");
+        assert_eq!(series.late, 1);
+        assert!(series.rows.is_empty(), "text lines, no JSON rows");
+        let text = out.text();
+        assert!(
+            text.contains("\n# 1 request(s) completed more than 60s"),
+            "{text}"
+        );
+        // Every interval to the last packet's (at 122 s) has its line.
+        assert_eq!(text.lines().filter(|l| !l.starts_with('#')).count(), 1 + 13);
+    }
+
+    #[test]
+    fn a_long_silence_is_one_line_and_the_window_bounds_the_intervals() {
+        let mut fp = Fingerprinter::new(crate::cli::FingerprintMode::Dbtap, false, false);
+        let window = Window {
+            from_ns: T0 + 2 * S,
+            to_ns: u64::MAX,
+        };
+        let mut t = timeline(S, window, None);
+        // Before the window: neither counted nor an interval.
+        request(&mut t, &mut fp, &ev(T0, 1000, 6379));
+        request(&mut t, &mut fp, &ev(T0 + 3 * S, 1000, 6379));
+        // A bogus timestamp a century later does not write billions of zero rows.
+        let far = T0 + 100 * 365 * 86_400 * S;
+        request(&mut t, &mut fp, &ev(far, 1000, 6379));
+        let series = t.finish().expect("finish");
+        let c = counts(&series);
+        assert_eq!(c.first(), Some(&(3, 1)));
+        assert_eq!(c.last(), Some(&((far - T0) / S, 1)));
+        assert!(series.rows.len() < 100, "{}", series.rows.len());
+    }
+
+    #[test]
+    fn servers_beyond_the_bound_are_summed_as_other() {
+        let mut fp = Fingerprinter::new(crate::cli::FingerprintMode::Dbtap, false, false);
+        let mut t = timeline(S, Window::ALL, None);
+        for p in 0..(MAX_SERVERS as u16 + 5) {
+            t.packet(T0);
+            t.event(&mut fp, &ev(T0, 10, 1000 + p));
+        }
+        let series = t.finish().expect("finish");
+        assert_eq!(series.rows.len(), MAX_SERVERS + 1);
+        let other = series
+            .rows
+            .iter()
+            .find(|r| r.server.as_deref() == Some("other"));
+        assert_eq!(other.map(|r| r.count), Some(5));
     }
 }
