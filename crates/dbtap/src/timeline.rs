@@ -57,16 +57,16 @@ pub struct Row {
     pub count: u64,
     pub errors: u64,
     pub qps: f64,
-    pub avg_us: Option<u64>,
-    pub p50_us: Option<u64>,
-    pub p95_us: Option<u64>,
-    pub p99_us: Option<u64>,
-    pub max_us: Option<u64>,
-    pub svc_avg_us: Option<u64>,
-    pub svc_p50_us: Option<u64>,
-    pub svc_p95_us: Option<u64>,
-    pub svc_p99_us: Option<u64>,
-    pub svc_max_us: Option<u64>,
+    pub avg_us: Option<f64>,
+    pub p50_us: Option<f64>,
+    pub p95_us: Option<f64>,
+    pub p99_us: Option<f64>,
+    pub max_us: Option<f64>,
+    pub svc_avg_us: Option<f64>,
+    pub svc_p50_us: Option<f64>,
+    pub svc_p95_us: Option<f64>,
+    pub svc_p99_us: Option<f64>,
+    pub svc_max_us: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pkts_in: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -455,8 +455,9 @@ fn ctx(time: &str, secs: f64, no_servers: bool, by: TimelineBy) -> LineCtx<'_> {
 }
 
 fn json_row(start: u64, end: u64, secs: f64, name: &str, w: &ServerWindow, by: TimelineBy) -> Row {
-    let us = |v: Option<u64>| v.map(|ns| ns / 1000);
-    let q = |l: &aggregate::Latency, p: f64| us(l.quantile_ns(p));
+    // Microseconds with nanosecond precision, as everywhere in the JSON.
+    let us = |v: Option<f64>| v.map(|ns| (ns).round() / 1000.0);
+    let q = |l: &aggregate::Latency, p: f64| us(l.quantile_ns(p).map(|ns| ns as f64));
     let per_server = by == TimelineBy::Server;
     let packets = |v: u64| per_server.then_some(v);
     // A group's label is `ID fingerprint` (`other` and `-` have no ID).
@@ -473,16 +474,16 @@ fn json_row(start: u64, end: u64, secs: f64, name: &str, w: &ServerWindow, by: T
         count: w.count,
         errors: w.errors,
         qps: (w.count as f64 / secs.max(1e-9) * 1000.0).round() / 1000.0,
-        avg_us: us(w.latency.mean_ns().map(|m| m as u64)),
+        avg_us: us(w.latency.mean_ns()),
         p50_us: q(&w.latency, 0.5),
         p95_us: q(&w.latency, 0.95),
         p99_us: q(&w.latency, 0.99),
-        max_us: us(w.latency.max_ns()),
-        svc_avg_us: us(w.service.mean_ns().map(|m| m as u64)),
+        max_us: us(w.latency.max_ns().map(|ns| ns as f64)),
+        svc_avg_us: us(w.service.mean_ns()),
         svc_p50_us: q(&w.service, 0.5),
         svc_p95_us: q(&w.service, 0.95),
         svc_p99_us: q(&w.service, 0.99),
-        svc_max_us: us(w.service.max_ns()),
+        svc_max_us: us(w.service.max_ns().map(|ns| ns as f64)),
         pkts_in: packets(w.pkts_in),
         pkts_out: packets(w.pkts_out),
         bytes_in: packets(w.bytes_in),

@@ -146,7 +146,7 @@ pub(crate) fn write_header(
 }
 
 /// One line: the row called `name` with its counters `w`.
-pub(crate) fn write_line(
+fn write_line(
     out: &mut impl Write,
     fields: &[Field],
     name: &str,
