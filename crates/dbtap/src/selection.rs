@@ -51,15 +51,13 @@ impl Selection {
         Ok(Some(Selection { range, window }))
     }
 
-    /// The header line's statement: `requests that started in [A, B) (--since X --until Y)`.
+    /// The header line's statement: `requests that started in [A, B) (--since X --until Y)`
+    /// (`at or after A`, `before B` for an open end).
     pub fn describe(&self) -> String {
-        let end = |ns: u64, open: bool| {
-            if open {
-                "…".to_string()
-            } else {
-                report::fmt::rfc3339(ns)
-            }
-        };
+        let (from, to) = (
+            report::fmt::rfc3339(self.window.from_ns),
+            report::fmt::rfc3339(self.window.to_ns),
+        );
         let mut given = Vec::new();
         if let Some(s) = self.range.since {
             given.push(format!("--since {s}"));
@@ -67,12 +65,12 @@ impl Selection {
         if let Some(u) = self.range.until {
             given.push(format!("--until {u}"));
         }
-        format!(
-            "requests that started in [{}, {}) ({})",
-            end(self.window.from_ns, self.range.since.is_none()),
-            end(self.window.to_ns, self.range.until.is_none()),
-            given.join(" ")
-        )
+        let which = match (self.range.since.is_some(), self.range.until.is_some()) {
+            (true, true) => format!("in [{from}, {to})"),
+            (true, false) => format!("at or after {from}"),
+            _ => format!("before {to}"),
+        };
+        format!("requests that started {which} ({})", given.join(" "))
     }
 
     /// The capture's first and last times become those of the window, so that rates and the
@@ -175,5 +173,104 @@ impl Selection {
                 .map(|_| report::fmt::rfc3339(self.window.to_ns)),
             by: "request_start",
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::timespec::TimeSpec;
+
+    const S: u64 = 1_000_000_000;
+    const T0: u64 = 1_795_600_800 * S; // 2026-11-25T10:00:00Z
+
+    fn sel(since: Option<TimeSpec>, until: Option<TimeSpec>, b: Bounds) -> Selection {
+        let range = TimeRange { since, until };
+        Selection {
+            range,
+            window: range.resolve(b),
+        }
+    }
+
+    #[test]
+    fn the_header_says_what_was_selected_and_the_span_is_clipped() {
+        let b = Bounds {
+            first_ns: T0,
+            last_ns: T0 + 60 * S,
+        };
+        let s = sel(
+            Some(TimeSpec::FromStart(10 * S)),
+            Some(TimeSpec::FromEnd(20 * S)),
+            b,
+        );
+        assert_eq!(
+            s.describe(),
+            "requests that started in [2026-11-25T10:00:10.000000Z, 2026-11-25T10:00:40.000000Z) \
+             (--since +10s --until -20s)"
+        );
+        let mut h = CaptureHealth {
+            first_ts_ns: Some(b.first_ns),
+            last_ts_ns: Some(b.last_ns),
+            ..CaptureHealth::default()
+        };
+        s.clip(&mut h);
+        assert_eq!(
+            (h.first_ts_ns, h.last_ts_ns),
+            (Some(T0 + 10 * S), Some(T0 + 40 * S))
+        );
+        let open = sel(Some(TimeSpec::At(T0 + 5 * S)), None, b);
+        assert_eq!(
+            open.describe(),
+            "requests that started at or after 2026-11-25T10:00:05.000000Z (--since 2026-11-25T10:00:05Z)"
+        );
+        // A window outside the capture: no span.
+        let none = sel(Some(TimeSpec::At(T0 + 100 * S)), None, b);
+        let mut h = CaptureHealth {
+            first_ts_ns: Some(b.first_ns),
+            last_ts_ns: Some(b.last_ns),
+            ..CaptureHealth::default()
+        };
+        none.clip(&mut h);
+        assert_eq!((h.first_ts_ns, h.last_ts_ns), (None, None));
+    }
+
+    #[test]
+    fn the_selected_line_follows_the_time_range_line() {
+        let b = Bounds {
+            first_ns: T0,
+            last_ns: T0,
+        };
+        let s = sel(None, Some(TimeSpec::At(T0)), b);
+        let report = b"# dbtap query digest\n# Overall: x\n# Time range: a to b\n# Attribute\n";
+        let out = String::from_utf8(insert_text_line(report, &s)).expect("utf8");
+        assert_eq!(
+            out,
+            "# dbtap query digest\n# Overall: x\n# Time range: a to b\n# Selected: requests that \
+             started before 2026-11-25T10:00:00.000000Z (--until 2026-11-25T10:00:00Z)\n# Attribute\n"
+        );
+        // No time range (nothing captured): after the first line.
+        let out = insert_text_line(b"# dbtap query digest\n# Overall\n", &s);
+        assert!(String::from_utf8_lossy(&out).starts_with("# dbtap query digest\n# Selected: "));
+    }
+
+    #[test]
+    fn relative_times_are_refused_on_standard_input() {
+        let range = TimeRange {
+            since: Some(TimeSpec::FromEnd(S)),
+            until: None,
+        };
+        let err = Selection::resolve(range, &[PathBuf::from("-")]).expect_err("stdin");
+        assert!(err.to_string().contains("standard input"), "{err}");
+        let abs = TimeRange {
+            since: Some(TimeSpec::At(T0)),
+            until: None,
+        };
+        let ok = Selection::resolve(abs, &[PathBuf::from("-")]).expect("absolute");
+        assert_eq!(ok.map(|s| s.window.from_ns), Some(T0));
+        assert!(
+            Selection::resolve(TimeRange::default(), &[])
+                .expect("all")
+                .is_none()
+        );
     }
 }
