@@ -438,8 +438,8 @@ impl TimeArgs {
 #[derive(Args, Debug, Clone)]
 pub struct TimelineArgs {
     /// Print a line per server (or group) for every interval of this length (1s, 10s, 1m) of
-    /// packet time, aligned to multiples of it like `dbtap live`, before the digest (JSON: a
-    /// `timeline` array).
+    /// packet time, aligned to multiples of it like `dbtap live`, before the digest (JSON:
+    /// `timeline`, see docs/json-format.md).
     #[arg(long, value_name = "DURATION", value_parser = parse_timeline_interval)]
     pub timeline: Option<std::time::Duration>,
 
