@@ -27,6 +27,10 @@ const EXIT_BAD_INPUT: u8 = 2;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Err(e) = cli.command.grouping().scope() {
+        eprintln!("dbtap: error: {e}");
+        return ExitCode::from(EXIT_BAD_INPUT);
+    }
     let result = match cli.command {
         Command::Digest(args) => digest(args),
         Command::Events(args) => events(args),
@@ -114,7 +118,8 @@ struct EventsConsumer<W: Write> {
     fp: Fingerprinter,
     out: W,
     keep_text: bool,
-    ids: std::collections::HashMap<(proto::Protocol, u64, &'static str), String>,
+    /// Query ID of each group, and the text lines name when it is not the fingerprint.
+    ids: std::collections::HashMap<aggregate::GroupKey, (String, Option<String>)>,
     error: Option<std::io::Error>,
 }
 
@@ -132,17 +137,20 @@ impl<W: Write> Consumer for EventsConsumer<W> {
             keep_text,
             ..
         } = self;
-        let mode = fp.mode();
-        let group = fp.group(&ev);
-        let id = ids
-            .entry((ev.protocol, group.hash, group.command))
-            .or_insert_with(|| {
-                crate::fp::query_id(mode, ev.protocol, group.command, group.text, group.hash)
-            });
+        let (mode, dims) = (fp.mode(), fp.dims());
+        let Some(c) = fp.classify(&ev) else {
+            return;
+        };
+        let (id, label) = ids.entry(c.key).or_insert_with(|| {
+            let (text, id, values) = crate::fp::describe(mode, dims, &ev, &c);
+            // Grouped without the fingerprint, the line names the group's dimension values.
+            (id, values.filter(|_| text != c.text).map(|_| text))
+        });
+        let (id, text) = (id.as_str(), label.as_deref().unwrap_or(c.text));
         if !*keep_text {
             ev.text = None;
         }
-        if let Err(e) = report::events::write_ndjson(&ev, group.text, id, out) {
+        if let Err(e) = report::events::write_ndjson(&ev, text, id, out) {
             self.error = Some(e);
         }
     }
