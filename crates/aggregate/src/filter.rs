@@ -14,6 +14,8 @@ use regex::Regex;
 
 /// Fingerprint hashes whose verdict is cached; past it the cache starts over.
 const FP_CACHE_MAX: usize = 1 << 16;
+/// (predicate, address) verdicts cached; past it the cache starts over.
+const ADDR_CACHE_MAX: usize = 1 << 14;
 /// Longest compiled regular expression, bytes (a pathological pattern is refused, not run).
 const REGEX_SIZE_LIMIT: usize = 1 << 20;
 
@@ -83,6 +85,9 @@ pub struct Filter {
     text: Vec<String>,
     /// Verdict of the fingerprint predicates per fingerprint hash.
     fp_cache: HashMap<u64, bool>,
+    /// Verdict of a regular expression on an address, per (predicate, address): the address
+    /// is formatted once, not per event.
+    addr_cache: HashMap<(usize, SocketAddr), bool>,
 }
 
 impl Filter {
@@ -112,10 +117,31 @@ impl Filter {
     /// expression.
     pub fn admits(&mut self, ev: &QueryEvent, fp_hash: u64, fp_text: &str) -> bool {
         let mut has_fp = false;
-        for p in &self.preds {
-            if p.field == Field::Fingerprint {
-                has_fp = true;
-            } else if !p.eval(ev) {
+        for (i, p) in self.preds.iter().enumerate() {
+            let pass = match (&p.test, p.field) {
+                (_, Field::Fingerprint) => {
+                    has_fp = true;
+                    true
+                }
+                (Test::Regex(_), Field::Server | Field::Client) => {
+                    let a = match p.field {
+                        Field::Server => ev.server,
+                        _ => SocketAddr::new(ev.client.ip(), 0),
+                    };
+                    if let Some(&v) = self.addr_cache.get(&(i, a)) {
+                        v
+                    } else {
+                        let v = p.eval(ev);
+                        if self.addr_cache.len() >= ADDR_CACHE_MAX {
+                            self.addr_cache.clear();
+                        }
+                        self.addr_cache.insert((i, a), v);
+                        v
+                    }
+                }
+                _ => p.eval(ev),
+            };
+            if !pass {
                 return false;
             }
         }

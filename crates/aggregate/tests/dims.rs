@@ -88,6 +88,16 @@ fn where_server_forms() {
     ] {
         assert_eq!(admits(&[e], &ev, "x"), want, "{e}");
     }
+    // One filter over events of two servers and two clients (verdicts cached per address).
+    let other = event("10.0.0.6:3306", "10.0.0.21:5000", None, None, 100);
+    let mut f = filter(&["server~^10\\.0\\.0\\.5:", "client!~\\.21$"]);
+    let verdicts: Vec<bool> = [&ev, &other, &ev, &other]
+        .iter()
+        .map(|e| f.admits(e, 1, "x"))
+        .collect();
+    assert_eq!(verdicts, [true, false, true, false]);
+    let crossed = event("10.0.0.5:3306", "10.0.0.21:5000", None, None, 100);
+    assert!(!f.admits(&crossed, 1, "x"));
     // IPv4-mapped IPv6 is the same host.
     let v6 = event("[::ffff:10.0.0.5]:3306", "[::1]:5000", None, None, 1);
     assert!(admits(&["server=10.0.0.5"], &v6, "x"));
