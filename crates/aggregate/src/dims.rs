@@ -274,13 +274,31 @@ struct Combo {
 
 /// How the load splits over the values of each dimension: bounded exact counts and service
 /// times per (protocol, server, client host, database, user) combination, from which each
-/// dimension's shares are summed. One hash lookup per event, no allocation once a combination
-/// is known. Mergeable exactly while under [`SHARES_CAP`].
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// dimension's shares are summed. One fixed-seed hash and one lookup per event, no allocation
+/// once a combination is known. Mergeable exactly while under [`SHARES_CAP`].
+#[derive(Clone, Debug, Default)]
 pub struct DimShares {
-    combos: HashMap<u64, Combo, foldhash::fast::FixedState>,
+    /// Combination hash to its place in `combos`.
+    index: HashMap<u64, usize, foldhash::fast::FixedState>,
+    combos: Vec<Combo>,
     other: Share,
 }
+
+impl PartialEq for DimShares {
+    /// The same combinations with the same shares (in whatever order they were first seen).
+    fn eq(&self, o: &DimShares) -> bool {
+        self.other == o.other
+            && self.index.len() == o.index.len()
+            && self.index.iter().all(|(h, &i)| {
+                o.index
+                    .get(h)
+                    .and_then(|&j| o.combos.get(j))
+                    .is_some_and(|c| self.combos.get(i) == Some(c))
+            })
+    }
+}
+
+impl Eq for DimShares {}
 
 /// The top values of one dimension.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -317,35 +335,41 @@ impl DimShares {
         };
         let (db, user) = (ev.database.as_deref(), ev.user.as_deref());
         let h = Self::combo_hash(ev.protocol, ev.server, ev.client.ip(), db, user);
-        if let Some(c) = self.combos.get_mut(&h) {
-            c.share.add(&share);
-        } else if self.combos.len() < SHARES_CAP {
-            self.combos.insert(
-                h,
-                Combo {
+        let i = match self.index.get(&h) {
+            Some(&i) => i,
+            None if self.combos.len() < SHARES_CAP => {
+                self.index.insert(h, self.combos.len());
+                self.combos.push(Combo {
                     protocol: ev.protocol,
                     server: ev.server,
                     client: ev.client.ip(),
                     database: ev.database.clone(),
                     user: ev.user.clone(),
-                    share,
-                },
-            );
-        } else {
-            self.other.add(&share);
+                    share: Share::default(),
+                });
+                self.combos.len() - 1
+            }
+            None => {
+                self.other.add(&share);
+                return;
+            }
+        };
+        if let Some(c) = self.combos.get_mut(i) {
+            c.share.add(&share);
         }
     }
 
     /// Adds everything `o` counted (its combinations in a deterministic order).
     pub fn merge(&mut self, o: &DimShares) {
-        let mut keys: Vec<&u64> = o.combos.keys().collect();
+        let mut keys: Vec<(&u64, &usize)> = o.index.iter().collect();
         keys.sort_unstable();
-        for k in keys {
-            let Some(oc) = o.combos.get(k) else { continue };
-            if let Some(c) = self.combos.get_mut(k) {
+        for (h, &j) in keys {
+            let Some(oc) = o.combos.get(j) else { continue };
+            if let Some(c) = self.index.get(h).and_then(|&i| self.combos.get_mut(i)) {
                 c.share.add(&oc.share);
             } else if self.combos.len() < SHARES_CAP {
-                self.combos.insert(*k, oc.clone());
+                self.index.insert(*h, self.combos.len());
+                self.combos.push(oc.clone());
             } else {
                 self.other.add(&oc.share);
             }
@@ -359,7 +383,7 @@ impl DimShares {
             s.count = s.count.saturating_mul(n);
             s.service_ns = s.service_ns.saturating_mul(u128::from(n));
         };
-        for c in self.combos.values_mut() {
+        for c in &mut self.combos {
             f(&mut c.share);
         }
         f(&mut self.other);
@@ -385,7 +409,7 @@ impl DimShares {
             })
         };
         let mut sums: HashMap<String, Share> = HashMap::new();
-        for c in self.combos.values() {
+        for c in &self.combos {
             sums.entry(value(c)?).or_default().add(&c.share);
         }
         let mut values: Vec<(String, Share)> = sums.into_iter().collect();
