@@ -113,6 +113,9 @@ fn digest(args: DigestArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Query IDs `dbtap events` remembers; past it the memo starts over.
+const EVENT_IDS_MAX: usize = 1 << 16;
+
 /// Writes one NDJSON line per event as it comes.
 struct EventsConsumer<W: Write> {
     fp: Fingerprinter,
@@ -141,6 +144,10 @@ impl<W: Write> Consumer for EventsConsumer<W> {
         let Some(c) = fp.classify(&ev) else {
             return;
         };
+        if ids.len() >= EVENT_IDS_MAX && !ids.contains_key(&c.key) {
+            // Grouped by client host (or another wide dimension): the ids are recomputed.
+            ids.clear();
+        }
         let (id, label) = ids.entry(c.key).or_insert_with(|| {
             let (text, id, values) = crate::fp::describe(mode, dims, &ev, &c);
             // Grouped without the fingerprint, the line names the group's dimension values.
