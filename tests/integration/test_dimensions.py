@@ -7,9 +7,10 @@ at the same time), files under tests/out/dims/:
   on both, in different numbers. One capture holds both. `--group-by server,fingerprint` gives
   one group per server and command shape whose counts equal that server's own `INFO
   commandstats` deltas (read over its UNIX socket, not captured).
-* PostgreSQL 15 on 127.0.0.1:38112 with two databases (`dbtap` and `dims_b`), captured in the
-  same file: `--where db=...` counts equal that database's statements in pg_stat_statements
-  (per dbid; the admin connection runs over the UNIX socket in the `postgres` database).
+* PostgreSQL 15 on 127.0.0.1:38112 with two databases (`dbtap` and `dims_b`) and two roles,
+  captured in the same file: `--where db=...`, `--where user=...` and `--group-by db,user`
+  counts equal the statements pg_stat_statements counted per dbid and userid (the admin
+  connection runs over the UNIX socket in the `postgres` database).
 * `dbtap live --listen` on lo: /metrics has one `CONFIG GET` series per Redis server, labelled
   `server`, each equal to that server's `config|get` calls.
 
@@ -46,6 +47,9 @@ PLAN_B = [(("CONFIG", "GET", "maxmemory"), 5), (("SET", "k", "v"), 20), (("INCR"
 # (statement, count) per database.
 SQL_A = [("SELECT 1", 40), ("SELECT count(*) FROM pg_class", 7)]
 SQL_B = [("SELECT 2", 25), ("SELECT now()", 9), ("SELECT 'x'", 3)]
+# Run in DB_B as a second role (pg_harness creates it; trust authentication).
+OTHER_USER = ph.SSL_USER
+SQL_B_OTHER = [("SELECT 2", 6), ("SELECT 3", 4)]
 
 
 @pytest.fixture(scope="module")
@@ -92,9 +96,9 @@ def redis_truth(srv: rh.RedisServer, before: dict) -> dict[str, int]:
     return {k: v["requests"] for k, v in got.items()}
 
 
-def sql_run(pg: ph.PgServer, db: str, plan) -> int:
+def sql_run(pg: ph.PgServer, db: str, plan, user: str = "postgres") -> int:
     import psycopg2
-    c = psycopg2.connect(pg.dsn(dbname=db))
+    c = psycopg2.connect(pg.dsn(dbname=db, user=user))
     c.autocommit = True
     n = 0
     with closing(c), c.cursor() as cur:
@@ -106,17 +110,24 @@ def sql_run(pg: ph.PgServer, db: str, plan) -> int:
     return n
 
 
-def pgss_calls(pg: ph.PgServer) -> dict[str, int]:
-    """pg_stat_statements calls per database (only the two workload databases)."""
+def pgss_calls(pg: ph.PgServer) -> dict[tuple[str, str], int]:
+    """pg_stat_statements calls per (database, user), for the two workload databases."""
     deadline = time.monotonic() + 30
     while pg.sql("SELECT count(*) FROM pg_stat_activity WHERE datname IN (%s, %s) AND "
                  "backend_type = 'client backend'", (DB_A, DB_B))[0][0]:
         assert time.monotonic() < deadline, "workload connections still open"
         time.sleep(0.05)
-    rows = pg.sql("SELECT d.datname, sum(s.calls)::bigint FROM pg_stat_statements s "
-                  "JOIN pg_database d ON d.oid = s.dbid WHERE d.datname IN (%s, %s) "
-                  "GROUP BY 1", (DB_A, DB_B))
-    return {name: int(n) for name, n in rows}
+    rows = pg.sql("SELECT d.datname, r.rolname, sum(s.calls)::bigint FROM pg_stat_statements s "
+                  "JOIN pg_database d ON d.oid = s.dbid JOIN pg_roles r ON r.oid = s.userid "
+                  "WHERE d.datname IN (%s, %s) GROUP BY 1, 2", (DB_A, DB_B))
+    return {(db, user): int(n) for db, user, n in rows}
+
+
+def per_db(pgss: dict) -> dict[str, int]:
+    out: collections.Counter = collections.Counter()
+    for (db, _), n in pgss.items():
+        out[db] += n
+    return dict(out)
 
 
 def ports() -> list[str]:
@@ -141,7 +152,9 @@ def capture(redis_pair, pg):
     before_a, before_b = a.snapshot(), b.snapshot()
     pg.pgss_reset()
     sent = {REDIS_A: resp_run(REDIS_A, PLAN_A), REDIS_B: resp_run(REDIS_B, PLAN_B)}
-    sql_sent = {DB_A: sql_run(pg, DB_A, SQL_A), DB_B: sql_run(pg, DB_B, SQL_B)}
+    sql_sent = {(DB_A, "postgres"): sql_run(pg, DB_A, SQL_A),
+                (DB_B, "postgres"): sql_run(pg, DB_B, SQL_B),
+                (DB_B, OTHER_USER): sql_run(pg, DB_B, SQL_B_OTHER, user=OTHER_USER)}
     truth = {REDIS_A: redis_truth(a, before_a), REDIS_B: redis_truth(b, before_b)}
     pgss = pgss_calls(pg)
     ph.check_dropped(td.stop())
@@ -191,7 +204,7 @@ def test_group_by_server_alone_one_group_per_server(capture):
     assert got[f"127.0.0.1:{REDIS_A}"] == sum(truth[REDIS_A].values())
     assert got[f"127.0.0.1:{REDIS_B}"] == sum(truth[REDIS_B].values())
     # PostgreSQL: every statement plus one Terminate per connection (not a statement)
-    assert got[f"127.0.0.1:{PG_PORT}"] == want_pg + 2
+    assert got[f"127.0.0.1:{PG_PORT}"] == want_pg + len(pgss)
     assert len(got) == 3
 
 
@@ -199,7 +212,7 @@ def test_group_by_server_alone_one_group_per_server(capture):
 def test_where_db_equals_pg_stat_statements(capture, db):
     pcap, _, pgss = capture
     d = harness.digest(pcap, extra=(*ports(), "--where", f"db={db}"))
-    assert statements(d) == pgss[db]
+    assert statements(d) == per_db(pgss)[db]
     assert d["scope"]["where"] == f"db={db}"
     # only that database's events are counted, in groups and in the totals
     assert d["totals"]["queries"] == sum(g["count"] for g in d["queries"])
@@ -216,7 +229,29 @@ def test_where_db_equals_pg_stat_statements(capture, db):
                                         "--where", "protocol=postgres"))
     n = sum(g["count"] for g in by_db["queries"]
             if g["command"] == "query" and g["dimensions"]["db"] == db)
-    assert n == pgss[db]
+    assert n == per_db(pgss)[db]
+
+
+def test_group_by_db_user_and_where_user_equal_pg_stat_statements(capture):
+    pcap, _, pgss = capture
+    d = harness.digest(pcap, extra=(*ports(), "--group-by", "db,user", "--where",
+                                    "protocol=postgres", "--where", "command=query"))
+    got = {(g["dimensions"]["db"], g["dimensions"]["user"]): g["count"] for g in d["queries"]}
+    assert got == pgss
+    assert all(g["fingerprint"] == f"db={g['dimensions']['db']} user={g['dimensions']['user']}"
+               for g in d["queries"])
+    other = harness.digest(pcap, extra=(*ports(), "--where", f"user={OTHER_USER}"))
+    assert statements(other) == pgss[(DB_B, OTHER_USER)]
+    rest = harness.digest(pcap, extra=(*ports(), "--where", f"user!={OTHER_USER}",
+                                       "--where", "protocol=postgres"))
+    assert statements(rest) == sum(n for (_, u), n in pgss.items() if u != OTHER_USER)
+    # the shares panel of the PostgreSQL traffic: each user's calls
+    pg_only = harness.digest(pcap, extra=(*ports(), "--where", "protocol=postgres",
+                                          "--where", "command=query"))
+    users = {s["dimension"]: s for s in pg_only["totals"]["dimensions"]}["user"]
+    assert {v["value"]: v["count"] for v in users["values"]} == {
+        "postgres": pgss[(DB_A, "postgres")] + pgss[(DB_B, "postgres")],
+        OTHER_USER: pgss[(DB_B, OTHER_USER)]}
 
 
 def test_where_text_header_and_bad_expression(capture):
