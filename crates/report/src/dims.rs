@@ -204,3 +204,87 @@ pub fn scope_json(agg: &Aggregator) -> Option<ScopeJson> {
         filtered_out: agg.totals().filtered_out,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use aggregate::{AggConfig, GroupKey};
+    use proto::{Outcome, Protocol, QueryEvent};
+    use std::net::SocketAddr;
+
+    fn event(client: u8, service_ns: u64) -> QueryEvent {
+        QueryEvent {
+            protocol: Protocol::Redis,
+            conn: u64::from(client),
+            client: SocketAddr::from(([10, 0, 0, client], 5000)),
+            server: SocketAddr::from(([10, 0, 0, 1], 6379)),
+            start_ns: 1_000,
+            first_response_ns: Some(1_000 + service_ns),
+            end_ns: Some(1_000 + service_ns),
+            service_start_ns: Some(1_000),
+            user: None,
+            database: None,
+            command: "get",
+            text: None,
+            text_truncated: false,
+            text_partial: false,
+            statement_id: None,
+            bytes_in: 1,
+            bytes_out: 1,
+            rows_sent: 0,
+            rows_affected: 0,
+            warnings: 0,
+            outcome: Outcome::Ok,
+            error: None,
+            timed: true,
+        }
+    }
+
+    fn aggregate(clients: u8) -> Aggregator {
+        let mut agg = Aggregator::new(AggConfig::default());
+        let key = GroupKey {
+            protocol: Protocol::Redis,
+            command: "get",
+            fingerprint_hash: 1,
+        };
+        for c in 1..=clients {
+            // client c: c events of c µs each
+            for _ in 0..c {
+                agg.add(&event(c, u64::from(c) * 1_000), key, || {
+                    ("GET".into(), "ID".into())
+                });
+            }
+        }
+        agg
+    }
+
+    #[test]
+    fn panel_lists_top_values_then_the_rest() {
+        let mut out = Vec::new();
+        panel(&mut out, &aggregate(7)).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        // 1+4+...+49 = 140 µs in all; client 7: 49 µs (35.0%), 7 of 28 calls (25.0%)
+        let want = "\
+# Load by dimension (share of exec time, of calls)
+#   client      35.0%   25.0%  10.0.0.7
+#   client      25.7%   21.4%  10.0.0.6
+#   client      17.9%   17.9%  10.0.0.5
+#   client      11.4%   14.3%  10.0.0.4
+#   client       6.4%   10.7%  10.0.0.3
+#   client       3.6%   10.7%  (2 other values)
+";
+        assert_eq!(text, want);
+        let j = shares_json(&aggregate(7)).unwrap();
+        assert_eq!(j.len(), 1);
+        assert_eq!(j[0].values.len(), 7);
+        assert_eq!(j[0].values.iter().map(|v| v.count).sum::<u64>(), 28);
+    }
+
+    #[test]
+    fn no_panel_for_one_value() {
+        let mut out = Vec::new();
+        panel(&mut out, &aggregate(1)).unwrap();
+        assert!(out.is_empty());
+        assert!(shares_json(&aggregate(1)).is_none());
+    }
+}
