@@ -8,11 +8,16 @@
 
 #![forbid(unsafe_code)]
 
+pub mod dims;
+pub mod filter;
 pub mod latency;
 pub mod stats;
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
+pub use dims::{Dim, DimSet, DimShares, DimValues, Scope};
+pub use filter::Filter;
 pub use latency::{DECADE_LABELS, Latency};
 pub use stats::{
     DIM_CAP, DIM_SHOW, ERROR_CAP, ErrorCounts, ErrorStat, Example, Stats, Summary, TopCounter,
@@ -24,7 +29,9 @@ pub struct GroupKey {
     pub protocol: proto::Protocol,
     /// The event's command kind ("query", "execute", ...).
     pub command: &'static str,
-    /// Hash of the normalized statement (from the fingerprint crate).
+    /// Hash of the normalized statement (from the fingerprint crate); when grouping by more
+    /// dimensions than the fingerprint, that hash combined with the dimension values
+    /// ([`DimSet::group_hash`]).
     pub fingerprint_hash: u64,
 }
 
@@ -62,6 +69,9 @@ pub struct Group {
     /// True for the overflow group that collects events beyond [`AggConfig::max_groups`].
     pub overflow: bool,
     pub stats: Stats,
+    /// The values of the dimensions the group is keyed by, when grouping by more than the
+    /// fingerprint (`--group-by`); `None` otherwise.
+    pub dims: Option<Box<DimValues>>,
 }
 
 /// Statistics over all events.
@@ -72,6 +82,10 @@ pub struct Totals {
     pub unique_groups: u64,
     /// Events counted in the overflow group.
     pub overflow_events: u64,
+    /// How the load splits over servers, databases, users, client hosts and protocols.
+    pub dims: DimShares,
+    /// Events a `--where` filter left out (counted nowhere else).
+    pub filtered_out: u64,
 }
 
 /// Per-fingerprint statistics over a stream of events.
@@ -82,6 +96,7 @@ pub struct Aggregator {
     groups: Vec<Group>,
     overflow: Option<Group>,
     totals: Totals,
+    scope: Option<Arc<Scope>>,
 }
 
 impl Aggregator {
@@ -92,6 +107,7 @@ impl Aggregator {
             groups: Vec::new(),
             overflow: None,
             totals: Totals::default(),
+            scope: None,
         }
     }
 
@@ -107,20 +123,36 @@ impl Aggregator {
         key: GroupKey,
         describe: impl FnOnce() -> (String, String),
     ) {
+        self.add_with_dims(ev, key, || {
+            let (fingerprint, id) = describe();
+            (fingerprint, id, None)
+        });
+    }
+
+    /// [`add`](Aggregator::add) for groups keyed by dimensions: `describe` also returns the
+    /// group's dimension values.
+    pub fn add_with_dims(
+        &mut self,
+        ev: &proto::QueryEvent,
+        key: GroupKey,
+        describe: impl FnOnce() -> (String, String, Option<Box<DimValues>>),
+    ) {
         let keep = self.cfg.keep_examples;
         self.totals.stats.record(ev, keep);
+        self.totals.dims.record(ev);
         if let Some(g) = self.index.get(&key).and_then(|&i| self.groups.get_mut(i)) {
             g.stats.record(ev, keep);
             return;
         }
         if self.groups.len() < self.cfg.max_groups {
-            let (fingerprint, id) = describe();
+            let (fingerprint, id, dims) = describe();
             let mut g = Group {
                 key,
                 fingerprint,
                 id,
                 overflow: false,
                 stats: Stats::default(),
+                dims,
             };
             g.stats.record(ev, keep);
             self.index.insert(key, self.groups.len());
@@ -143,6 +175,7 @@ impl Aggregator {
             id: OVERFLOW_NAME.to_string(),
             overflow: true,
             stats: Stats::default(),
+            dims: None,
         })
     }
 
@@ -152,6 +185,11 @@ impl Aggregator {
     /// `self`'s configuration applies.
     pub fn merge(&mut self, other: &Aggregator) {
         self.totals.stats.merge(&other.totals.stats);
+        self.totals.dims.merge(&other.totals.dims);
+        self.totals.filtered_out += other.totals.filtered_out;
+        if self.scope.is_none() {
+            self.scope.clone_from(&other.scope);
+        }
         for og in &other.groups {
             if let Some(g) = self
                 .index
@@ -200,9 +238,27 @@ impl Aggregator {
             return;
         }
         self.totals.stats.scale(n);
+        self.totals.dims.scale(n);
+        self.totals.filtered_out = self.totals.filtered_out.saturating_mul(n);
         self.totals.overflow_events = self.totals.overflow_events.saturating_mul(n);
         for g in self.groups.iter_mut().chain(self.overflow.iter_mut()) {
             g.stats.scale(n);
         }
+    }
+
+    /// Counts an event a `--where` filter left out.
+    pub fn filtered_out(&mut self) {
+        self.totals.filtered_out += 1;
+    }
+
+    /// The grouping and filter that shaped this aggregate, when not the default.
+    pub fn scope(&self) -> Option<&Scope> {
+        self.scope.as_deref()
+    }
+
+    /// Records the grouping and filter (kept through [`merge`](Aggregator::merge) into an
+    /// aggregator without one).
+    pub fn set_scope(&mut self, scope: Option<Arc<Scope>>) {
+        self.scope = scope;
     }
 }

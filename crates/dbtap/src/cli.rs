@@ -295,6 +295,41 @@ pub struct GroupingArgs {
     /// depend on it); by default keys are sorted so the same query in another order is one group.
     #[arg(long)]
     pub keep_key_order: bool,
+
+    /// Group by these dimensions, comma separated: fingerprint (default), server, db, user,
+    /// client (host IP), protocol, command; e.g. `server,fingerprint` or `db,user`.
+    #[arg(long = "group-by", value_name = "LIST")]
+    pub group_by: Option<String>,
+
+    /// Count only events where EXPR holds (repeatable: all must hold). FIELD OP VALUE with
+    /// fields server, db, user, client, protocol, command, fingerprint and ops = != ~ (regex)
+    /// !~; e.g. `db=shop`, `user!=monitor`, `server=10.0.0.5:3306` (or `10.0.0.5`, `:3306`),
+    /// `fingerprint~^select`. `db=` (empty) matches an unknown database.
+    #[arg(long = "where", value_name = "EXPR")]
+    pub where_: Vec<String>,
+}
+
+impl GroupingArgs {
+    /// The `--group-by` dimensions and the `--where` filter, or a one-line error.
+    pub fn scope(&self) -> Result<(aggregate::DimSet, aggregate::Filter), String> {
+        let dims = match &self.group_by {
+            Some(l) => aggregate::DimSet::parse_list(l).map_err(|e| format!("--group-by: {e}"))?,
+            None => aggregate::DimSet::default(),
+        };
+        Ok((dims, aggregate::Filter::parse(&self.where_)?))
+    }
+}
+
+impl Command {
+    /// The grouping options of the command.
+    pub fn grouping(&self) -> &GroupingArgs {
+        match self {
+            Command::Digest(a) => &a.input.grouping,
+            Command::Events(a) => &a.input.grouping,
+            Command::Live(a) => &a.capture.grouping,
+            Command::Top(a) => &a.capture.grouping,
+        }
+    }
 }
 
 /// The digest report's options (digest, and live's final digest).

@@ -10,6 +10,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use aggregate::{Dim, DimSet, Filter, Scope};
 use proto::{Protocol, QueryEvent, registry};
 
 use crate::cli::FingerprintMode;
@@ -29,6 +30,150 @@ struct Cached {
     fingerprint: Box<str>,
 }
 
+/// Files events under their groups: the fingerprint rules, the `--group-by` dimensions and the
+/// `--where` filter.
+pub struct Fingerprinter {
+    norm: Normalizer,
+    /// `--group-by`: the dimensions groups are keyed by.
+    dims: DimSet,
+    /// `--where`: the events counted.
+    filter: Filter,
+    /// What aggregates are told (set when not the default).
+    scope: Option<Arc<Scope>>,
+}
+
+/// The command of groups keyed by dimensions without the fingerprint (or command).
+pub const ALL_COMMANDS: &str = "all";
+
+impl Fingerprinter {
+    /// The fingerprinter of the command line's grouping options (`--group-by` and `--where`
+    /// were checked when the command line was parsed, see [`crate::cli::GroupingArgs::scope`]).
+    pub fn from_args(g: &crate::cli::GroupingArgs) -> Self {
+        let mut f = Self::new(g.fingerprint, g.key_patterns, g.keep_key_order);
+        if let Ok((dims, filter)) = g.scope() {
+            f.set_scope(dims, filter);
+        }
+        f
+    }
+
+    pub fn new(mode: FingerprintMode, key_patterns: bool, keep_key_order: bool) -> Self {
+        Fingerprinter {
+            norm: Normalizer::new(mode, key_patterns, keep_key_order),
+            dims: DimSet::default(),
+            filter: Filter::default(),
+            scope: None,
+        }
+    }
+
+    /// Groups by `dims` and counts only the events `filter` admits.
+    pub fn set_scope(&mut self, dims: DimSet, filter: Filter) {
+        let scope = Scope {
+            group_by: dims,
+            filter: filter.describe(),
+        };
+        self.scope = (!scope.is_default()).then(|| Arc::new(scope));
+        self.dims = dims;
+        self.filter = filter;
+    }
+
+    /// Adds the server to the grouping (for /metrics, whose group series carry a `server`
+    /// label).
+    pub fn group_by_server(&mut self) {
+        if !self.dims.contains(Dim::Server) {
+            let filter = std::mem::take(&mut self.filter);
+            self.set_scope(self.dims.with(Dim::Server), filter);
+        }
+    }
+
+    /// The dimensions groups are keyed by.
+    pub fn dims(&self) -> DimSet {
+        self.dims
+    }
+
+    pub fn mode(&self) -> FingerprintMode {
+        self.norm.mode
+    }
+
+    /// Files `ev` under its group in `agg`, or counts it as filtered out; returns whether it
+    /// passed the `--where` filter. The fingerprint text is copied and the Query ID computed
+    /// only when the group is new.
+    pub fn add_to(&mut self, agg: &mut aggregate::Aggregator, ev: &QueryEvent) -> bool {
+        if self.scope.is_some() && agg.scope().is_none() {
+            agg.set_scope(self.scope.clone());
+        }
+        let (mode, dims) = (self.norm.mode, self.dims);
+        match self.classify(ev) {
+            Some(c) => {
+                agg.add_with_dims(ev, c.key, || describe(mode, dims, ev, &c));
+                true
+            }
+            None => {
+                agg.filtered_out();
+                false
+            }
+        }
+    }
+
+    /// The group `ev` is filed under (its key under the `--group-by` dimensions and its
+    /// fingerprint text, borrowed from an internal buffer), or `None` when the `--where` filter
+    /// leaves it out.
+    pub fn classify(&mut self, ev: &QueryEvent) -> Option<Classified<'_>> {
+        let dims = self.dims;
+        let group = self.norm.group(ev);
+        if !self.filter.is_empty() && !self.filter.admits(ev, group.hash, group.text) {
+            return None;
+        }
+        let command = if dims.contains(Dim::Fingerprint) || dims.contains(Dim::Command) {
+            group.command
+        } else {
+            ALL_COMMANDS
+        };
+        Some(Classified {
+            key: aggregate::GroupKey {
+                protocol: ev.protocol,
+                command,
+                fingerprint_hash: dims.group_hash(ev, group.hash),
+            },
+            text: group.text,
+            fp_hash: group.hash,
+        })
+    }
+}
+
+/// An admitted event's group.
+pub struct Classified<'a> {
+    pub key: aggregate::GroupKey,
+    /// The fingerprint text.
+    pub text: &'a str,
+    /// The fingerprint's own hash (the key's hash folds the dimension values in).
+    pub fp_hash: u64,
+}
+
+/// A new group's (display text, Query ID, dimension values). Grouped by the fingerprint
+/// alone, exactly as before `--group-by` existed. With more dimensions, the Query ID is
+/// derived from the fingerprint's ID and the dimension values (so each group has its own);
+/// without the fingerprint, the display text is the dimension values (`server=10.0.0.5:3306`).
+pub fn describe(
+    mode: FingerprintMode,
+    dims: DimSet,
+    ev: &QueryEvent,
+    c: &Classified<'_>,
+) -> (String, String, Option<Box<aggregate::DimValues>>) {
+    let fp_id = || query_id(mode, ev.protocol, c.key.command, c.text, c.fp_hash);
+    if !dims.has_extra() {
+        return (c.text.to_string(), fp_id(), None);
+    }
+    let values = dims.values(ev);
+    let label = values.label();
+    if dims.contains(Dim::Fingerprint) {
+        let id = fingerprint::query_id(&format!("{} {label}", fp_id()));
+        (c.text.to_string(), id, Some(Box::new(values)))
+    } else {
+        let id = fingerprint::query_id(&format!("{} {label}", ev.protocol.name()));
+        (label, id, Some(Box::new(values)))
+    }
+}
+
 /// A fixed-seed hasher for raw statement texts (cache keys only; never persisted).
 fn text_key(text: &str) -> u64 {
     use std::hash::BuildHasher;
@@ -39,7 +184,8 @@ fn text_key(text: &str) -> u64 {
 /// short-lived connections must not grow the cache without bound.
 const CACHE_MAX: usize = 1 << 14;
 
-pub struct Fingerprinter {
+/// The fingerprint rules and the cache of prepared-statement fingerprints.
+struct Normalizer {
     mode: FingerprintMode,
     key_patterns: bool,
     keep_key_order: bool,
@@ -48,13 +194,9 @@ pub struct Fingerprinter {
     cache: HashMap<(u64, &'static str), Cached, foldhash::fast::RandomState>,
 }
 
-impl Fingerprinter {
-    pub fn from_args(g: &crate::cli::GroupingArgs) -> Self {
-        Self::new(g.fingerprint, g.key_patterns, g.keep_key_order)
-    }
-
+impl Normalizer {
     pub fn new(mode: FingerprintMode, key_patterns: bool, keep_key_order: bool) -> Self {
-        Fingerprinter {
+        Normalizer {
             mode,
             key_patterns,
             keep_key_order,
@@ -62,23 +204,6 @@ impl Fingerprinter {
             scratch: String::new(),
             cache: HashMap::default(),
         }
-    }
-
-    /// Files `ev` under its group in `agg`. The fingerprint text is copied and the Query ID
-    /// computed only when the group is new.
-    pub fn add_to(&mut self, agg: &mut aggregate::Aggregator, ev: &QueryEvent) {
-        let mode = self.mode;
-        let group = self.group(ev);
-        let key = aggregate::GroupKey {
-            protocol: ev.protocol,
-            command: group.command,
-            fingerprint_hash: group.hash,
-        };
-        let (text, hash) = (group.text, group.hash);
-        agg.add(ev, key, || {
-            let id = query_id(mode, ev.protocol, key.command, text, hash);
-            (text.to_string(), id)
-        });
     }
 
     /// The group of `ev`. The returned text borrows an internal buffer.
@@ -143,10 +268,6 @@ impl Fingerprinter {
             None => unreachable_group(&mut self.buf),
         }
     }
-
-    pub fn mode(&self) -> FingerprintMode {
-        self.mode
-    }
 }
 
 /// The display ID of a group, computed once per group.
@@ -164,8 +285,8 @@ pub fn query_id(
 /// crate, and how its Query ID is derived.
 #[derive(Clone, Copy)]
 struct Scheme {
-    /// Writes the fingerprint of `text` into `Fingerprinter::buf` and returns its group hash.
-    normalize: fn(&mut Fingerprinter, command: &str, text: &str) -> u64,
+    /// Writes the fingerprint of `text` into `Normalizer::buf` and returns its group hash.
+    normalize: fn(&mut Normalizer, command: &str, text: &str) -> u64,
     query_id: fn(FingerprintMode, Protocol, command: &str, fingerprint_text: &str, u64) -> String,
 }
 
@@ -237,7 +358,7 @@ fn hashed_query_id(
     fingerprint::query_id(&format!("{} {command} {hash:016x}", protocol.name()))
 }
 
-impl Fingerprinter {
+impl Normalizer {
     /// Writes the fingerprint of `text` into `self.buf` and returns its group hash.
     fn normalize(&mut self, protocol: Protocol, command: &str, text: &str) -> u64 {
         (scheme(protocol).normalize)(self, command, text)

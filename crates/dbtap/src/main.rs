@@ -30,6 +30,10 @@ const EXIT_BAD_INPUT: u8 = 2;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Err(e) = cli.command.grouping().scope() {
+        eprintln!("dbtap: error: {e}");
+        return ExitCode::from(EXIT_BAD_INPUT);
+    }
     let result = match cli.command {
         Command::Digest(args) => digest(args),
         Command::Events(args) => events(args),
@@ -91,10 +95,12 @@ impl Consumer for DigestConsumer {
         if !self.window.contains(ev.start_ns) {
             return;
         }
+        if !self.fp.add_to(&mut self.agg, &ev) {
+            return; // left out by --where
+        }
         if let Some(t) = &mut self.timeline {
             t.event(&mut self.fp, &ev);
         }
-        self.fp.add_to(&mut self.agg, &ev);
     }
 
     fn segment(&mut self, src: std::net::SocketAddr, dst: std::net::SocketAddr, len: usize) {
@@ -177,12 +183,16 @@ fn digest(args: DigestArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Query IDs `dbtap events` remembers; past it the memo starts over.
+const EVENT_IDS_MAX: usize = 1 << 16;
+
 /// Writes one NDJSON line per event as it comes.
 struct EventsConsumer<W: Write> {
     fp: Fingerprinter,
     out: W,
     keep_text: bool,
-    ids: std::collections::HashMap<(proto::Protocol, u64, &'static str), String>,
+    /// Query ID of each group, and the text lines name when it is not the fingerprint.
+    ids: std::collections::HashMap<aggregate::GroupKey, (String, Option<String>)>,
     error: Option<std::io::Error>,
     window: timespec::Window,
 }
@@ -201,17 +211,24 @@ impl<W: Write> Consumer for EventsConsumer<W> {
             keep_text,
             ..
         } = self;
-        let mode = fp.mode();
-        let group = fp.group(&ev);
-        let id = ids
-            .entry((ev.protocol, group.hash, group.command))
-            .or_insert_with(|| {
-                crate::fp::query_id(mode, ev.protocol, group.command, group.text, group.hash)
-            });
+        let (mode, dims) = (fp.mode(), fp.dims());
+        let Some(c) = fp.classify(&ev) else {
+            return;
+        };
+        if ids.len() >= EVENT_IDS_MAX && !ids.contains_key(&c.key) {
+            // Grouped by client host (or another wide dimension): the ids are recomputed.
+            ids.clear();
+        }
+        let (id, label) = ids.entry(c.key).or_insert_with(|| {
+            let (text, id, values) = crate::fp::describe(mode, dims, &ev, &c);
+            // Grouped without the fingerprint, the line names the group's dimension values.
+            (id, values.filter(|_| text != c.text).map(|_| text))
+        });
+        let (id, text) = (id.as_str(), label.as_deref().unwrap_or(c.text));
         if !*keep_text {
             ev.text = None;
         }
-        if let Err(e) = report::events::write_ndjson(&ev, group.text, id, out) {
+        if let Err(e) = report::events::write_ndjson(&ev, text, id, out) {
             self.error = Some(e);
         }
     }

@@ -278,9 +278,11 @@ impl<W: Write> Timeline<W> {
                     self.late += 1;
                     return;
                 };
-                let mode = fp.mode();
-                let g = fp.group(ev);
-                let mut key = (ev.protocol, g.hash, g.command);
+                let (mode, dims) = (fp.mode(), fp.dims());
+                let Some(g) = fp.classify(ev) else {
+                    return; // left out by --where (the caller filters first)
+                };
+                let mut key = (ev.protocol, g.key.fingerprint_hash, g.key.command);
                 if !bk.groups.contains_key(&key) && bk.groups.len() >= MAX_GROUPS {
                     key = (ev.protocol, 0, "other");
                 }
@@ -288,8 +290,8 @@ impl<W: Write> Timeline<W> {
                     let label = if key.2 == "other" && key.1 == 0 {
                         "other".to_string()
                     } else {
-                        let id = crate::fp::query_id(mode, ev.protocol, g.command, g.text, g.hash);
-                        format!("{id} {}", report::fmt::sanitize(g.text, false))
+                        let (text, id, _) = crate::fp::describe(mode, dims, ev, &g);
+                        format!("{id} {}", report::fmt::sanitize(&text, false))
                     };
                     (label, ServerWindow::default())
                 });

@@ -17,6 +17,7 @@
 
 #![deny(unsafe_code)]
 
+pub mod dims;
 pub mod http;
 pub mod prom;
 

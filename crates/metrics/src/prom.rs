@@ -266,8 +266,13 @@ impl Exporter {
                 .map_or_else(Counters::default, |g| Counters::of(&g.stats));
             rows.push((e.labels.clone(), now));
         }
+        let by_server = crate::dims::by_server(total);
         for (protocol, c) in other {
-            rows.push((group_labels(protocol, OTHER, OTHER, OTHER), c));
+            let mut labels = group_labels(protocol, OTHER, OTHER, OTHER);
+            if by_server {
+                labels.push_str(",server=\"other\"");
+            }
+            rows.push((labels, c));
         }
 
         write_group_families(&rows, out);
@@ -348,12 +353,13 @@ impl Exporter {
                 break;
             }
             let protocol = g.key.protocol.name();
-            let labels = group_labels(
+            let mut labels = group_labels(
                 protocol,
                 g.key.command,
                 &g.id,
                 &fingerprint_label(&g.fingerprint),
             );
+            crate::dims::push_dim_labels(g, &mut labels);
             // Two groups whose labels coincide (the same id, and fingerprints alike in their first
             // 120 characters) cannot both be series: the later one stays in "other" for good.
             if !self.label_sets.insert(labels.clone()) {

@@ -802,3 +802,54 @@ fn every_ledger_counter_with_a_metric_is_exported_with_its_value() {
     }
     assert!(exported >= 25, "{exported}");
 }
+
+/// Grouped by server (as `dbtap live --listen` does): the same command on two servers is two
+/// series, each labelled with its `server`; the summed "other" series says `server="other"`.
+#[test]
+fn group_series_carry_server_label() {
+    let dims = aggregate::DimSet::parse_list("server,fingerprint").expect("dims");
+    let mut agg = Aggregator::new(AggConfig::default());
+    let mut add_on = |port: u16, fp: u64, n: usize| {
+        for _ in 0..n {
+            let mut ev = event(Protocol::Redis, "config", 1_000, false);
+            ev.server = addr(port);
+            let key = GroupKey {
+                protocol: Protocol::Redis,
+                command: "config",
+                fingerprint_hash: dims.group_hash(&ev, fp),
+            };
+            agg.add_with_dims(&ev, key, || {
+                let v = dims.values(&ev);
+                (
+                    format!("CONFIG {fp}"),
+                    format!("{fp}-{port}"),
+                    Some(Box::new(v)),
+                )
+            });
+        }
+    };
+    add_on(6379, 1, 3);
+    add_on(6380, 1, 4);
+    add_on(6380, 2, 1);
+    let mut ex = Exporter::new(2);
+    let x = render(&mut ex, &agg, &CaptureHealth::default());
+    let got: BTreeMap<(String, String), f64> = x
+        .samples
+        .iter()
+        .filter(|s| s.name == "dbtap_queries_total")
+        .map(|s| {
+            (
+                (s.labels["fingerprint"].clone(), s.labels["server"].clone()),
+                s.value,
+            )
+        })
+        .collect();
+    let want: BTreeMap<(String, String), f64> = [
+        (("CONFIG 1".to_string(), "10.0.0.1:6379".to_string()), 3.0),
+        (("CONFIG 1".to_string(), "10.0.0.1:6380".to_string()), 4.0),
+        (("other".to_string(), "other".to_string()), 1.0),
+    ]
+    .into_iter()
+    .collect();
+    assert_eq!(got, want);
+}

@@ -34,6 +34,9 @@ pub struct Report {
     /// Events in the groups left out.
     pub queries_omitted: u64,
     pub queries: Vec<Query>,
+    /// `--group-by` and `--where`, when not the default (fingerprint, no filter).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scope: Option<crate::dims::ScopeJson>,
 }
 
 /// [`CaptureHealth`] plus the verdict.
@@ -67,6 +70,10 @@ pub struct Totals {
     /// Sum of response times / time span: average requests in flight, queued ones included.
     #[serde(default)]
     pub response_concurrency: Option<f64>,
+    /// Each dimension's values with their share of the load, for dimensions (server, db, user,
+    /// client, protocol) with more than one value; absent when there is none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dimensions: Option<Vec<crate::dims::DimensionShares>>,
 }
 
 /// One group.
@@ -94,6 +101,10 @@ pub struct Query {
     pub response_concurrency: Option<f64>,
     #[serde(flatten)]
     pub stats: StatsJson,
+    /// The values of the `--group-by` dimensions other than the fingerprint (keys server, db,
+    /// user, client, protocol, command); absent when grouping by fingerprint alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dimensions: Option<std::collections::BTreeMap<String, String>>,
 }
 
 /// The statistics shared by [`Totals`] and [`Query`].
@@ -386,6 +397,7 @@ pub fn build(agg: &Aggregator, health: &CaptureHealth, opts: &ReportOptions) -> 
             concurrency: concurrency(g.stats.service.sum_ns(), span).map(round3),
             response_concurrency: concurrency(g.stats.latency.sum_ns(), span).map(round3),
             stats: stats_json(&g.stats),
+            dimensions: crate::dims::group_json(g),
         })
         .collect();
     Report {
@@ -405,6 +417,7 @@ pub fn build(agg: &Aggregator, health: &CaptureHealth, opts: &ReportOptions) -> 
             qps: rate(t.stats.count, span).map(round3),
             concurrency: concurrency(total_service_ns, span).map(round3),
             response_concurrency: concurrency(total_ns, span).map(round3),
+            dimensions: crate::dims::shares_json(agg),
         },
         order_by: opts.order_by.name().to_string(),
         limit: (opts.limit != usize::MAX).then_some(opts.limit),
@@ -412,6 +425,7 @@ pub fn build(agg: &Aggregator, health: &CaptureHealth, opts: &ReportOptions) -> 
         groups_omitted: groups_total - shown as u64,
         queries_omitted,
         queries,
+        scope: crate::dims::scope_json(agg),
     }
 }
 

@@ -62,6 +62,7 @@ pub fn render(
         let files: Vec<String> = health.files.iter().map(|f| sanitize(f, false)).collect();
         writeln!(out, "# Files: {}", files.join(", "))?;
     }
+    crate::dims::scope_lines(out, agg)?;
     let mut overall = format!(
         "# Overall: {} queries, {} unique, {} errors",
         thousands(t.count),
@@ -91,6 +92,7 @@ pub fn render(
     }
     attribute_table(out, t, None)?;
     writeln!(out, "{}", outcomes(t))?;
+    crate::dims::panel(out, agg)?;
     writeln!(out)?;
 
     health_block(out, &p, health, agg)?;
@@ -463,7 +465,7 @@ fn profile(
             r_call,
             thousands(s.errors),
             cmd(g),
-            shorten(&sanitize(&g.fingerprint, false), fp_w)
+            shorten(&sanitize(&crate::dims::item(g), false), fp_w)
         );
         writeln!(out, "{}", line.trim_end())?;
     }
@@ -604,6 +606,7 @@ fn details_heading(
             g.key.command
         )?;
     }
+    crate::dims::group_line(out, g)?;
     if let (Some(a), Some(b)) = (s.first_seen_ns, s.last_seen_ns) {
         writeln!(out, "# Time range: {} to {}", rfc3339(a), rfc3339(b))?;
     }

@@ -199,7 +199,8 @@ fn fingerprint_text(g: &Group) -> String {
     if g.overflow {
         "other (groups past the group limit)".to_string()
     } else {
-        fmt::sanitize(&g.fingerprint, false)
+        // With --group-by, the group's dimension values come first.
+        fmt::sanitize(&report::dims::item(g), false)
     }
 }
 

@@ -118,8 +118,10 @@ impl LiveConsumer {
 
 impl Consumer for LiveConsumer {
     fn event(&mut self, ev: QueryEvent) {
+        if !self.fp.add_to(&mut self.window, &ev) {
+            return;
+        }
         self.server(ev.server).record(&ev);
-        self.fp.add_to(&mut self.window, &ev);
     }
 
     fn segment(&mut self, src: SocketAddr, dst: SocketAddr, frame_len: usize) {
@@ -162,8 +164,13 @@ pub(super) fn spawn(
     let start_s = unix_ns(plan.started) / 1_000_000_000;
     let pcap_files = SharedFiles::default();
     for (i, ring) in rings.into_iter().enumerate() {
+        let mut fp = Fingerprinter::from_args(&c.grouping);
+        if c.listen.is_some() {
+            // /metrics labels each group series with its server: one series per server.
+            fp.group_by_server();
+        }
         let consumer = LiveConsumer {
-            fp: Fingerprinter::from_args(&c.grouping),
+            fp,
             agg_cfg: plan.agg_cfg.clone(),
             window: Aggregator::new(plan.agg_cfg.clone()),
             servers: HashMap::new(),

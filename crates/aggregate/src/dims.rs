@@ -1,0 +1,468 @@
+//! Dimensions of query events (fingerprint, server, database, user, client host, protocol,
+//! command): what `--group-by` groups by, the values a group keyed by them carries for display,
+//! and the bounded per-dimension shares of the load shown in the overall summary.
+//!
+//! Grouping stays allocation-free: a [`DimSet`] is a `Copy` bitmask, and the values of an event's
+//! dimensions are folded into the 64-bit group hash with a fixed-seed hasher (so aggregators built
+//! on different threads agree on keys and merge exactly). The display values are copied only when
+//! a group is created.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasher, Hash, Hasher};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+
+use proto::{Protocol, QueryEvent};
+
+/// One dimension of a query event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Dim {
+    /// The normalized statement (the default grouping).
+    Fingerprint,
+    /// The server endpoint (address and port).
+    Server,
+    /// The database (schema) the connection uses, when known.
+    Db,
+    /// The user the connection logged in as, when known.
+    User,
+    /// The client host (IP address, without the port).
+    Client,
+    /// The wire protocol.
+    Protocol,
+    /// The command kind ("query", "execute", ...).
+    Command,
+}
+
+impl Dim {
+    /// Every dimension, in the canonical display order.
+    pub const ALL: [Dim; 7] = [
+        Dim::Fingerprint,
+        Dim::Server,
+        Dim::Db,
+        Dim::User,
+        Dim::Client,
+        Dim::Protocol,
+        Dim::Command,
+    ];
+
+    /// The name used on the command line and in JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            Dim::Fingerprint => "fingerprint",
+            Dim::Server => "server",
+            Dim::Db => "db",
+            Dim::User => "user",
+            Dim::Client => "client",
+            Dim::Protocol => "protocol",
+            Dim::Command => "command",
+        }
+    }
+
+    /// Parses a dimension name (case-insensitive; `database` and `host` are accepted aliases).
+    pub fn parse(s: &str) -> Option<Dim> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "fingerprint" | "fp" | "query" => Some(Dim::Fingerprint),
+            "server" => Some(Dim::Server),
+            "db" | "database" | "schema" => Some(Dim::Db),
+            "user" => Some(Dim::User),
+            "client" | "host" | "client_host" => Some(Dim::Client),
+            "protocol" => Some(Dim::Protocol),
+            "command" => Some(Dim::Command),
+            _ => None,
+        }
+    }
+
+    fn bit(self) -> u8 {
+        1 << (self as u8)
+    }
+}
+
+/// A set of dimensions to group by. `Copy`, compared and hashed as one byte.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct DimSet(u8);
+
+impl Default for DimSet {
+    /// Grouping by fingerprint only (dbtap's default).
+    fn default() -> Self {
+        DimSet::FINGERPRINT
+    }
+}
+
+impl DimSet {
+    /// The default grouping: by fingerprint (within protocol and command).
+    pub const FINGERPRINT: DimSet = DimSet(1);
+
+    /// The empty set (everything in one group per protocol).
+    pub const fn empty() -> DimSet {
+        DimSet(0)
+    }
+
+    /// Parses a comma-separated list such as `server,fingerprint`. Errors name the bad item.
+    pub fn parse_list(s: &str) -> Result<DimSet, String> {
+        let mut set = DimSet::empty();
+        for item in s.split(',') {
+            let item = item.trim();
+            if item.is_empty() {
+                continue;
+            }
+            match Dim::parse(item) {
+                Some(d) => set = set.with(d),
+                None => {
+                    return Err(format!(
+                        "unknown dimension {item:?}: expected fingerprint, server, db, user, \
+                         client, protocol or command"
+                    ));
+                }
+            }
+        }
+        if set.0 == 0 {
+            return Err("empty --group-by list".to_string());
+        }
+        Ok(set)
+    }
+
+    pub fn with(self, d: Dim) -> DimSet {
+        DimSet(self.0 | d.bit())
+    }
+
+    pub fn contains(self, d: Dim) -> bool {
+        self.0 & d.bit() != 0
+    }
+
+    /// True when the set holds dimensions beyond the fingerprint: groups then carry
+    /// [`DimValues`] and their hash folds those values in.
+    pub fn has_extra(self) -> bool {
+        self.0 & !Dim::Fingerprint.bit() != 0
+    }
+
+    /// The dimensions in canonical order.
+    pub fn iter(self) -> impl Iterator<Item = Dim> {
+        Dim::ALL.into_iter().filter(move |d| self.contains(*d))
+    }
+
+    /// `server,fingerprint`-style list in canonical order.
+    pub fn names(self) -> String {
+        self.iter().map(Dim::name).collect::<Vec<_>>().join(",")
+    }
+
+    /// The group hash of `ev` for this set: `fingerprint_hash` unchanged when the set is the
+    /// fingerprint alone; otherwise a fixed-seed hash of the fingerprint hash (0 when the
+    /// fingerprint is not grouped) and of each grouped dimension's value. Allocation-free.
+    pub fn group_hash(self, ev: &QueryEvent, fingerprint_hash: u64) -> u64 {
+        if !self.has_extra() {
+            return fingerprint_hash;
+        }
+        let mut h = hasher();
+        self.0.hash(&mut h);
+        if self.contains(Dim::Fingerprint) {
+            fingerprint_hash.hash(&mut h);
+        }
+        if self.contains(Dim::Server) {
+            ev.server.hash(&mut h);
+        }
+        if self.contains(Dim::Db) {
+            ev.database.as_deref().hash(&mut h);
+        }
+        if self.contains(Dim::User) {
+            ev.user.as_deref().hash(&mut h);
+        }
+        if self.contains(Dim::Client) {
+            ev.client.ip().hash(&mut h);
+        }
+        // Protocol and command are fields of the group key already.
+        h.finish()
+    }
+
+    /// The display values of `ev`'s grouped dimensions (copied once per new group).
+    pub fn values(self, ev: &QueryEvent) -> DimValues {
+        DimValues {
+            set: self,
+            protocol: ev.protocol,
+            command: ev.command,
+            server: self.contains(Dim::Server).then_some(ev.server),
+            client: self.contains(Dim::Client).then(|| ev.client.ip()),
+            database: self
+                .contains(Dim::Db)
+                .then(|| ev.database.clone())
+                .flatten(),
+            user: self.contains(Dim::User).then(|| ev.user.clone()).flatten(),
+        }
+    }
+}
+
+fn hasher() -> impl Hasher {
+    foldhash::fast::FixedState::with_seed(0x6469_6d73).build_hasher()
+}
+
+/// The value shown for an unknown database or user.
+pub const UNKNOWN: &str = "(unknown)";
+
+/// The dimension values of a group keyed by more than its fingerprint.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DimValues {
+    /// The dimensions the group is keyed by.
+    pub set: DimSet,
+    pub protocol: Protocol,
+    pub command: &'static str,
+    pub server: Option<SocketAddr>,
+    pub client: Option<IpAddr>,
+    /// `None` when not grouped by database or when the database is unknown.
+    pub database: Option<Arc<str>>,
+    pub user: Option<Arc<str>>,
+}
+
+impl DimValues {
+    /// `(dimension, value)` for each grouped dimension other than the fingerprint, in
+    /// canonical order.
+    pub fn fields(&self) -> Vec<(Dim, String)> {
+        let text = |v: &Option<Arc<str>>| v.as_deref().unwrap_or(UNKNOWN).to_string();
+        self.set
+            .iter()
+            .filter_map(|d| {
+                let v = match d {
+                    Dim::Fingerprint => return None,
+                    Dim::Server => self.server.map(|s| s.to_string())?,
+                    Dim::Client => self.client.map(|c| c.to_string())?,
+                    Dim::Db => text(&self.database),
+                    Dim::User => text(&self.user),
+                    Dim::Protocol => self.protocol.name().to_string(),
+                    Dim::Command => self.command.to_string(),
+                };
+                Some((d, v))
+            })
+            .collect()
+    }
+
+    /// `server=127.0.0.1:6379 db=shop`: the grouped dimensions other than the fingerprint.
+    pub fn label(&self) -> String {
+        self.fields()
+            .iter()
+            .map(|(d, v)| format!("{}={v}", d.name()))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+}
+
+/// Distinct (protocol, server, client host, database, user) combinations whose shares are kept
+/// exactly; events of later new combinations are counted in [`DimShares::other`].
+pub const SHARES_CAP: usize = 4096;
+
+/// Count and service time of a set of events.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Share {
+    pub count: u64,
+    /// Sum of service times, nanoseconds.
+    pub service_ns: u128,
+}
+
+impl Share {
+    fn add(&mut self, o: &Share) {
+        self.count = self.count.saturating_add(o.count);
+        self.service_ns = self.service_ns.saturating_add(o.service_ns);
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Combo {
+    protocol: Protocol,
+    server: SocketAddr,
+    client: IpAddr,
+    database: Option<Arc<str>>,
+    user: Option<Arc<str>>,
+    share: Share,
+}
+
+/// How the load splits over the values of each dimension: bounded exact counts and service
+/// times per (protocol, server, client host, database, user) combination, from which each
+/// dimension's shares are summed. One fixed-seed hash and one lookup per event, no allocation
+/// once a combination is known. Mergeable exactly while under [`SHARES_CAP`].
+#[derive(Clone, Debug, Default)]
+pub struct DimShares {
+    /// Combination hash to its place in `combos`.
+    index: HashMap<u64, usize, foldhash::fast::FixedState>,
+    combos: Vec<Combo>,
+    other: Share,
+}
+
+impl PartialEq for DimShares {
+    /// The same combinations with the same shares (in whatever order they were first seen).
+    fn eq(&self, o: &DimShares) -> bool {
+        self.other == o.other
+            && self.index.len() == o.index.len()
+            && self.index.iter().all(|(h, &i)| {
+                o.index
+                    .get(h)
+                    .and_then(|&j| o.combos.get(j))
+                    .is_some_and(|c| self.combos.get(i) == Some(c))
+            })
+    }
+}
+
+impl Eq for DimShares {}
+
+/// The top values of one dimension.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DimShare {
+    pub dim: Dim,
+    /// `(value, share)`, largest service time first (ties: count, then value).
+    pub values: Vec<(String, Share)>,
+    /// Events of combinations beyond [`SHARES_CAP`]: their value is not known.
+    pub other: Share,
+}
+
+impl DimShares {
+    fn combo_hash(
+        protocol: Protocol,
+        server: SocketAddr,
+        client: IpAddr,
+        db: Option<&str>,
+        user: Option<&str>,
+    ) -> u64 {
+        let mut h = hasher();
+        protocol.hash(&mut h);
+        server.hash(&mut h);
+        client.hash(&mut h);
+        db.hash(&mut h);
+        user.hash(&mut h);
+        h.finish()
+    }
+
+    /// Counts one event.
+    pub fn record(&mut self, ev: &QueryEvent) {
+        let share = Share {
+            count: 1,
+            service_ns: ev.service_ns().map_or(0, u128::from),
+        };
+        let (db, user) = (ev.database.as_deref(), ev.user.as_deref());
+        let h = Self::combo_hash(ev.protocol, ev.server, ev.client.ip(), db, user);
+        let i = match self.index.get(&h) {
+            Some(&i) => i,
+            None if self.combos.len() < SHARES_CAP => {
+                self.index.insert(h, self.combos.len());
+                self.combos.push(Combo {
+                    protocol: ev.protocol,
+                    server: ev.server,
+                    client: ev.client.ip(),
+                    database: ev.database.clone(),
+                    user: ev.user.clone(),
+                    share: Share::default(),
+                });
+                self.combos.len() - 1
+            }
+            None => {
+                self.other.add(&share);
+                return;
+            }
+        };
+        if let Some(c) = self.combos.get_mut(i) {
+            c.share.add(&share);
+        }
+    }
+
+    /// Adds everything `o` counted (its combinations in a deterministic order).
+    pub fn merge(&mut self, o: &DimShares) {
+        let mut keys: Vec<(&u64, &usize)> = o.index.iter().collect();
+        keys.sort_unstable();
+        for (h, &j) in keys {
+            let Some(oc) = o.combos.get(j) else { continue };
+            if let Some(c) = self.index.get(h).and_then(|&i| self.combos.get_mut(i)) {
+                c.share.add(&oc.share);
+            } else if self.combos.len() < SHARES_CAP {
+                self.index.insert(*h, self.combos.len());
+                self.combos.push(oc.clone());
+            } else {
+                self.other.add(&oc.share);
+            }
+        }
+        self.other.add(&o.other);
+    }
+
+    /// Multiplies every count and time by `n`.
+    pub fn scale(&mut self, n: u64) {
+        let f = |s: &mut Share| {
+            s.count = s.count.saturating_mul(n);
+            s.service_ns = s.service_ns.saturating_mul(u128::from(n));
+        };
+        for c in &mut self.combos {
+            f(&mut c.share);
+        }
+        f(&mut self.other);
+    }
+
+    /// Events of combinations beyond [`SHARES_CAP`].
+    pub fn other(&self) -> Share {
+        self.other
+    }
+
+    /// Every value of `dim` (one of server, db, user, client, protocol) with its share, largest
+    /// service time first. `None` for fingerprint and command (groups show those).
+    pub fn of(&self, dim: Dim) -> Option<DimShare> {
+        let name = |v: &Option<Arc<str>>| v.as_deref().unwrap_or(UNKNOWN).to_string();
+        let value = |c: &Combo| -> Option<String> {
+            Some(match dim {
+                Dim::Server => c.server.to_string(),
+                Dim::Client => c.client.to_string(),
+                Dim::Db => name(&c.database),
+                Dim::User => name(&c.user),
+                Dim::Protocol => c.protocol.name().to_string(),
+                Dim::Fingerprint | Dim::Command => return None,
+            })
+        };
+        let mut sums: HashMap<String, Share> = HashMap::new();
+        for c in &self.combos {
+            sums.entry(value(c)?).or_default().add(&c.share);
+        }
+        let mut values: Vec<(String, Share)> = sums.into_iter().collect();
+        values.sort_by(|a, b| {
+            b.1.service_ns
+                .cmp(&a.1.service_ns)
+                .then_with(|| b.1.count.cmp(&a.1.count))
+                .then_with(|| a.0.cmp(&b.0))
+        });
+        Some(DimShare {
+            dim,
+            values,
+            other: self.other,
+        })
+    }
+}
+
+/// What shaped an aggregate: the grouping and the `--where` filter, for report headers.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Scope {
+    pub group_by: DimSet,
+    /// The filter as given, its expressions joined by ` AND `; empty when none.
+    pub filter: String,
+}
+
+impl Scope {
+    /// True when it differs from the default (fingerprint grouping, no filter).
+    pub fn is_default(&self) -> bool {
+        self.group_by == DimSet::FINGERPRINT && self.filter.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse_lists() {
+        let s = DimSet::parse_list("server, fingerprint").unwrap();
+        assert!(s.contains(Dim::Server) && s.contains(Dim::Fingerprint));
+        assert!(!s.contains(Dim::Db));
+        assert_eq!(s.names(), "fingerprint,server");
+        assert_eq!(
+            DimSet::parse_list("fingerprint").unwrap(),
+            DimSet::default()
+        );
+        assert!(!DimSet::default().has_extra());
+        assert!(DimSet::parse_list("db,user").unwrap().has_extra());
+        assert!(
+            DimSet::parse_list("sever")
+                .unwrap_err()
+                .contains("\"sever\"")
+        );
+        assert!(DimSet::parse_list(" , ").is_err());
+    }
+}
