@@ -10,6 +10,7 @@
 
 pub mod latency;
 pub mod stats;
+pub mod txn;
 
 use std::collections::HashMap;
 
@@ -82,6 +83,8 @@ pub struct Aggregator {
     groups: Vec<Group>,
     overflow: Option<Group>,
     totals: Totals,
+    /// Transaction tracking, when asked for ([`Aggregator::track_transactions`]).
+    txns: Option<Box<txn::Transactions>>,
 }
 
 impl Aggregator {
@@ -92,6 +95,26 @@ impl Aggregator {
             groups: Vec::new(),
             overflow: None,
             totals: Totals::default(),
+            txns: None,
+        }
+    }
+
+    /// Tracks transactions and idle-in-transaction time from here on (see [`txn`]); the
+    /// caller reports connection closes through [`Aggregator::close_conn`]. Off by default
+    /// (a per-window aggregator could not follow a transaction across windows).
+    pub fn track_transactions(&mut self, cfg: txn::TxnConfig) {
+        self.txns = Some(Box::new(txn::Transactions::new(cfg)));
+    }
+
+    /// The transaction tracker, when on.
+    pub fn transactions(&self) -> Option<&txn::Transactions> {
+        self.txns.as_deref()
+    }
+
+    /// Connection `conn` closed at `ts_ns` (for transaction tracking).
+    pub fn close_conn(&mut self, conn: u64, ts_ns: u64) {
+        if let Some(t) = self.txns.as_mut() {
+            t.close(conn, ts_ns);
         }
     }
 
@@ -109,6 +132,9 @@ impl Aggregator {
     ) {
         let keep = self.cfg.keep_examples;
         self.totals.stats.record(ev, keep);
+        if let Some(t) = self.txns.as_mut() {
+            t.record(ev, key);
+        }
         if let Some(g) = self.index.get(&key).and_then(|&i| self.groups.get_mut(i)) {
             g.stats.record(ev, keep);
             return;

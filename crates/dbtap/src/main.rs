@@ -84,17 +84,23 @@ impl Consumer for DigestConsumer {
     fn event(&mut self, ev: QueryEvent) {
         self.fp.add_to(&mut self.agg, &ev);
     }
+    fn close(&mut self, conn: u64, ts_ns: u64) {
+        self.agg.close_conn(conn, ts_ns);
+    }
 }
 
 fn digest(args: DigestArgs) -> anyhow::Result<()> {
     let settings = settings(&args.input);
-    let consumer = DigestConsumer {
+    let mut consumer = DigestConsumer {
         fp: Fingerprinter::from_args(&args.input.grouping),
         agg: Aggregator::new(AggConfig {
             keep_examples: !args.report.no_examples,
             ..AggConfig::default()
         }),
     };
+    consumer
+        .agg
+        .track_transactions(aggregate::txn::TxnConfig::default());
     let (consumer, mut health) = pipeline::run(&args.input.files, &settings, consumer)?;
     health.protocol.unanswered = consumer.agg.totals().stats.no_response;
     warn(&health);

@@ -21,6 +21,9 @@ pub trait Consumer {
     /// Every TCP segment decoded, before reassembly, with the length of the frame that carried
     /// it. For per-server packet and byte rates; nothing by default.
     fn segment(&mut self, _src: SocketAddr, _dst: SocketAddr, _frame_len: usize) {}
+    /// Connection `conn` ended at `ts_ns` (closed, evicted, or the capture ended), after its
+    /// last event. For per-connection state; nothing by default.
+    fn close(&mut self, _conn: u64, _ts_ns: u64) {}
 }
 
 /// Where the pipeline looks for servers.
@@ -274,10 +277,13 @@ impl<C: Consumer> flow::Handler for Conns<C> {
     }
 
     fn close(&mut self, id: u64, ts_ns: u64) {
-        let mut sink = SinkRef::closing(&mut self.consumer, &mut self.health, id);
-        if let Some(Conn::Known(mut s)) = self.conns.remove(&id) {
-            s.close(ts_ns, &mut sink);
+        {
+            let mut sink = SinkRef::closing(&mut self.consumer, &mut self.health, id);
+            if let Some(Conn::Known(mut s)) = self.conns.remove(&id) {
+                s.close(ts_ns, &mut sink);
+            }
         }
+        self.consumer.close(id, ts_ns);
     }
 }
 

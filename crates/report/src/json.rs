@@ -34,6 +34,10 @@ pub struct Report {
     /// Events in the groups left out.
     pub queries_omitted: u64,
     pub queries: Vec<Query>,
+    /// Transactions and idle-in-transaction time (PostgreSQL, MySQL/MariaDB); absent when
+    /// none was seen.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transactions: Option<crate::txn::TransactionsJson>,
 }
 
 /// [`CaptureHealth`] plus the verdict.
@@ -412,6 +416,7 @@ pub fn build(agg: &Aggregator, health: &CaptureHealth, opts: &ReportOptions) -> 
         groups_omitted: groups_total - shown as u64,
         queries_omitted,
         queries,
+        transactions: crate::txn::json(agg),
     }
 }
 

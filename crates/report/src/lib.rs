@@ -11,6 +11,7 @@ pub mod fmt;
 pub mod health;
 pub mod json;
 pub mod text;
+pub mod txn;
 
 use std::cmp::Ordering;
 

@@ -97,6 +97,7 @@ pub fn render(
     writeln!(out)?;
 
     profile(out, agg, &ranked, opts)?;
+    crate::txn::text(out, agg)?;
 
     for (i, g) in ranked.iter().take(opts.limit).enumerate() {
         writeln!(out)?;

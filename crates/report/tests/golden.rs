@@ -128,6 +128,7 @@ fn events() -> Vec<(usize, QueryEvent)> {
             outcome: Outcome::Ok,
             error: None,
             timed: true,
+            txn: None,
         };
         if which == 1 && rng.below(10) == 0 {
             ev.outcome = Outcome::Error;
