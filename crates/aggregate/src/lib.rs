@@ -8,6 +8,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod fine;
 pub mod latency;
 pub mod stats;
 pub mod txn;

@@ -38,6 +38,9 @@ pub struct Report {
     /// none was seen.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub transactions: Option<crate::txn::TransactionsJson>,
+    /// Every error code over all groups with the groups it came from; absent without errors.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub errors_by_code: Vec<crate::errors::CodeJson>,
 }
 
 /// [`CaptureHealth`] plus the verdict.
@@ -98,6 +101,14 @@ pub struct Query {
     pub response_concurrency: Option<f64>,
     #[serde(flatten)]
     pub stats: StatsJson,
+    /// Load: average active sessions, this group's service time / the time span (the same
+    /// value as `concurrency`, under the name of the text profile's column).
+    #[serde(default)]
+    pub load: Option<f64>,
+    /// `--histogram fine`: service times in log-linear rows a few percent wide between the
+    /// group's min and max (absent otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_fine: Option<Vec<crate::fine::FineRowJson>>,
 }
 
 /// The statistics shared by [`Totals`] and [`Query`].
@@ -390,6 +401,9 @@ pub fn build(agg: &Aggregator, health: &CaptureHealth, opts: &ReportOptions) -> 
             concurrency: concurrency(g.stats.service.sum_ns(), span).map(round3),
             response_concurrency: concurrency(g.stats.latency.sum_ns(), span).map(round3),
             stats: stats_json(&g.stats),
+            load: concurrency(g.stats.service.sum_ns(), span).map(round3),
+            service_fine: (opts.histogram == crate::Histogram::Fine)
+                .then(|| crate::fine::json(&g.stats.service)),
         })
         .collect();
     Report {
@@ -417,6 +431,7 @@ pub fn build(agg: &Aggregator, health: &CaptureHealth, opts: &ReportOptions) -> 
         queries_omitted,
         queries,
         transactions: crate::txn::json(agg),
+        errors_by_code: crate::errors::by_code(&ranked),
     }
 }
 

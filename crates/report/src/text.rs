@@ -9,7 +9,7 @@ use aggregate::{Aggregator, DECADE_LABELS, DIM_SHOW, Example, Group, Latency, St
 
 use crate::fmt::{bytes, count, duration, rfc3339, sanitize, shorten, thousands};
 use crate::health::{COUNTERS, Kind, Unit, advice, counter, note_names};
-use crate::{CaptureHealth, ReportOptions, concurrency, ranked, rate, span_ns};
+use crate::{CaptureHealth, Histogram, ReportOptions, concurrency, ranked, rate, span_ns};
 
 const BAR_WIDTH: u64 = 64;
 const ATTR_WIDTH: usize = 13;
@@ -91,17 +91,18 @@ pub fn render(
     }
     attribute_table(out, t, None)?;
     writeln!(out, "{}", outcomes(t))?;
+    crate::errors::text(out, &ranked, t.errors)?;
     writeln!(out)?;
 
     health_block(out, &p, health, agg)?;
     writeln!(out)?;
 
-    profile(out, agg, &ranked, opts)?;
+    profile(out, agg, &ranked, opts, span)?;
     crate::txn::text(out, agg)?;
 
     for (i, g) in ranked.iter().take(opts.limit).enumerate() {
         writeln!(out)?;
-        details(out, &p, agg, g, i + 1, span)?;
+        details(out, &p, agg, g, i + 1, span, opts.histogram)?;
     }
     Ok(())
 }
@@ -402,8 +403,11 @@ fn profile(
     agg: &Aggregator,
     ranked: &[&Group],
     opts: &ReportOptions,
+    span: Option<u64>,
 ) -> io::Result<()> {
     let total = agg.totals().stats.service.sum_ns();
+    // Load: average active sessions (the group's service time / the capture span).
+    let load = |sum: u128| concurrency(sum, span).map_or("-".to_string(), |c| format!("{c:.2}"));
     let shown = &ranked[..ranked.len().min(opts.limit)];
     let rest = &ranked[shown.len()..];
     let cmd = |g: &Group| format!("{} {}", g.key.protocol.name(), g.key.command);
@@ -430,8 +434,16 @@ fn profile(
     };
     writeln!(out, "# Profile")?;
     let head = format!(
-        "# Rank {:<id_w$} {:<14} {:>calls_w$} {:>9} {:>7} {:>9} {:>6} {:<cmd_w$} Fingerprint",
-        "Query ID", "Exec time", "Calls", "Exec/Call", "p99", "Resp/Call", "Errors", "Command"
+        "# Rank {:<id_w$} {:<14} {:>6} {:>calls_w$} {:>9} {:>7} {:>9} {:>6} {:<cmd_w$} Fingerprint",
+        "Query ID",
+        "Exec time",
+        "Load",
+        "Calls",
+        "Exec/Call",
+        "p99",
+        "Resp/Call",
+        "Errors",
+        "Command"
     );
     let prefix_len = head.chars().count() - "Fingerprint".len();
     let fp_w = if opts.width == 0 {
@@ -442,7 +454,7 @@ fn profile(
     writeln!(out, "{head}")?;
     writeln!(
         out,
-        "# ==== {} {} {} ========= ======= ========= ====== {} ===========",
+        "# ==== {} {} ====== {} ========= ======= ========= ====== {} ===========",
         "=".repeat(id_w),
         "=".repeat(14),
         "=".repeat(calls_w),
@@ -454,10 +466,11 @@ fn profile(
         let r_call = s.latency.mean_ns().map_or("-".to_string(), duration);
         let p99 = d(s.service.quantile_ns(0.99));
         let line = format!(
-            "# {:>4} {:<id_w$} {} {:>calls_w$} {:>9} {:>7} {:>9} {:>6} {:<cmd_w$} {}",
+            "# {:>4} {:<id_w$} {} {:>6} {:>calls_w$} {:>9} {:>7} {:>9} {:>6} {:<cmd_w$} {}",
             i + 1,
             sanitize(&g.id, false),
             rt(s.service.sum_ns()),
+            load(s.service.sum_ns()),
             thousands(s.count),
             e_call,
             p99,
@@ -477,9 +490,10 @@ fn profile(
         let r_call = misc.latency.mean_ns().map_or("-".to_string(), duration);
         writeln!(
             out,
-            "# MISC {:<id_w$} {} {:>calls_w$} {:>9} {:>7} {:>9} {:>6} {:<cmd_w$} <{} ITEMS>",
+            "# MISC {:<id_w$} {} {:>6} {:>calls_w$} {:>9} {:>7} {:>9} {:>6} {:<cmd_w$} <{} ITEMS>",
             "MISC",
             rt(misc.service.sum_ns()),
+            load(misc.service.sum_ns()),
             thousands(misc.count),
             e_call,
             "-",
@@ -541,6 +555,7 @@ fn details(
     g: &Group,
     rank: usize,
     span: Option<u64>,
+    hist: Histogram,
 ) -> io::Result<()> {
     let s = &g.stats;
     details_heading(out, p, agg, g, rank, span)?;
@@ -557,7 +572,10 @@ fn details(
     {
         writeln!(out, "{line}")?;
     }
-    exec_time_distribution(out, s)?;
+    match hist {
+        Histogram::Decade => exec_time_distribution(out, s)?,
+        Histogram::Fine => crate::fine::text(out, &s.service)?,
+    }
     writeln!(out, "# Fingerprint")?;
     writeln!(out, "#    {}", sanitize(&g.fingerprint, false))?;
     if let Some(ex) = &s.example {
