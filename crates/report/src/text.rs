@@ -433,33 +433,12 @@ fn profile(
         format!("{:>7} {:>5.1}%", duration(sum as f64), pct)
     };
     writeln!(out, "# Profile")?;
-    let head = format!(
-        "# Rank {:<id_w$} {:<14} {:>6} {:>calls_w$} {:>9} {:>7} {:>9} {:>6} {:<cmd_w$} Fingerprint",
-        "Query ID",
-        "Exec time",
-        "Load",
-        "Calls",
-        "Exec/Call",
-        "p99",
-        "Resp/Call",
-        "Errors",
-        "Command"
-    );
-    let prefix_len = head.chars().count() - "Fingerprint".len();
+    let prefix_len = profile_head(out, id_w, calls_w, cmd_w)?;
     let fp_w = if opts.width == 0 {
         usize::MAX
     } else {
         opts.width.saturating_sub(prefix_len).max(20)
     };
-    writeln!(out, "{head}")?;
-    writeln!(
-        out,
-        "# ==== {} {} ====== {} ========= ======= ========= ====== {} ===========",
-        "=".repeat(id_w),
-        "=".repeat(14),
-        "=".repeat(calls_w),
-        "=".repeat(cmd_w)
-    )?;
     for (i, g) in shown.iter().enumerate() {
         let s = &g.stats;
         let e_call = s.service.mean_ns().map_or("-".to_string(), duration);
@@ -504,6 +483,37 @@ fn profile(
         )?;
     }
     Ok(())
+}
+
+/// The profile's column names and their underline; returns the width before `Fingerprint`.
+fn profile_head(
+    out: &mut impl Write,
+    id_w: usize,
+    calls_w: usize,
+    cmd_w: usize,
+) -> io::Result<usize> {
+    let head = format!(
+        "# Rank {:<id_w$} {:<14} {:>6} {:>calls_w$} {:>9} {:>7} {:>9} {:>6} {:<cmd_w$} Fingerprint",
+        "Query ID",
+        "Exec time",
+        "Load",
+        "Calls",
+        "Exec/Call",
+        "p99",
+        "Resp/Call",
+        "Errors",
+        "Command"
+    );
+    writeln!(out, "{head}")?;
+    writeln!(
+        out,
+        "# ==== {} {} ====== {} ========= ======= ========= ====== {} ===========",
+        "=".repeat(id_w),
+        "=".repeat(14),
+        "=".repeat(calls_w),
+        "=".repeat(cmd_w)
+    )?;
+    Ok(head.chars().count() - "Fingerprint".len())
 }
 
 fn dim_line<K: std::hash::Hash + Eq + Clone + Ord>(

@@ -199,10 +199,19 @@ fn top_transactions(out: &mut impl Write, agg: &Aggregator, top: &[&Txn]) -> io:
         return Ok(());
     }
     writeln!(out, "# Longest transactions")?;
-    writeln!(
-        out,
-        "# Rank Start                       Duration    Idle Stmts Ended    Client                 User/Database        First statement"
-    )?;
+    let head = format!(
+        "# {:>4} {:<27} {:>8} {:>7} {:>5} {:<8} {:<22} {:<20} {}",
+        "Rank",
+        "Start",
+        "Duration",
+        "Idle",
+        "Stmts",
+        "Ended",
+        "Client",
+        "User/Database",
+        "First statement"
+    );
+    writeln!(out, "{head}")?;
     for (i, x) in top.iter().enumerate() {
         let first = x.groups.first().map(|k| group_name(agg, k));
         let mut fp = first.map_or(String::new(), |(_, f)| {
@@ -240,10 +249,11 @@ fn idle_connections(out: &mut impl Write, conns: &[ConnIdle]) -> io::Result<()> 
         return Ok(());
     }
     writeln!(out, "# Idle in transaction by connection")?;
-    writeln!(
-        out,
-        "# Rank Client                 Server                 User/Database         Txns   In txn     Idle Idle%"
-    )?;
+    let head = format!(
+        "# {:>4} {:<22} {:<22} {:<20} {:>5} {:>8} {:>8} {:>5}",
+        "Rank", "Client", "Server", "User/Database", "Txns", "In txn", "Idle", "Idle%"
+    );
+    writeln!(out, "{head}")?;
     for (i, c) in conns.iter().enumerate() {
         let pct = if c.in_txn_ns > 0 {
             format!("{:.0}%", c.idle_ns as f64 * 100.0 / c.in_txn_ns as f64)
