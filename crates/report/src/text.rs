@@ -76,6 +76,7 @@ pub fn render(
     }
     writeln!(out, "{overall}")?;
     writeln!(out, "{TIMES_NOTE}")?;
+    writeln!(out, "# Times: {}", crate::fmt::TIME_POLICY)?;
     let (first, last) = match (health.first_ts_ns, health.last_ts_ns) {
         (Some(a), Some(b)) => (Some(a), Some(b)),
         _ => (t.first_seen_ns, t.last_seen_ns),
