@@ -209,14 +209,18 @@ fn top_transactions(out: &mut impl Write, agg: &Aggregator, top: &[&Txn]) -> io:
         "Ended",
         "Client",
         "User/Database",
-        "First statement"
+        "First statement after BEGIN"
     );
     writeln!(out, "{head}")?;
     for (i, x) in top.iter().enumerate() {
-        let first = x.groups.first().map(|k| group_name(agg, k));
-        let mut fp = first.map_or(String::new(), |(_, f)| {
-            shorten(&sanitize(&f, false), FP_CHARS)
-        });
+        // The first statement that says what the transaction does (not its BEGIN).
+        let names: Vec<String> = x.groups.iter().map(|k| group_name(agg, k).1).collect();
+        let first = names
+            .iter()
+            .find(|f| !is_begin(f))
+            .or(names.first())
+            .map_or("", |f| f.as_str());
+        let mut fp = shorten(&sanitize(first, false), FP_CHARS);
         if x.groups.len() > 1 || x.more_groups {
             let more = if x.more_groups { "+" } else { "" };
             fp.push_str(&format!(" (+{}{more} groups)", x.groups.len() - 1));
@@ -236,6 +240,12 @@ fn top_transactions(out: &mut impl Write, agg: &Aggregator, top: &[&Txn]) -> io:
         writeln!(out, "{}", line.trim_end())?;
     }
     Ok(())
+}
+
+/// A fingerprint that only opens a transaction.
+fn is_begin(fp: &str) -> bool {
+    let f = fp.trim_start().to_ascii_lowercase();
+    f.starts_with("begin") || f.starts_with("start transaction")
 }
 
 fn user_db(w: &aggregate::txn::ConnWho) -> String {

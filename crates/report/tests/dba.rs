@@ -187,7 +187,7 @@ fn transactions_section_text_and_json() {
         .unwrap();
     assert!(
         row.starts_with("#    1 2024-01-01T00:00:00.000000Z    509ms   501ms     4 commit")
-            && row.ends_with("app/shop             begin (+3 groups)"),
+            && row.ends_with("app/shop             select a from t (+3 groups)"),
         "{row}"
     );
     let row = t
