@@ -274,7 +274,15 @@ def test_mariadb_fine_histogram_two_humps(my_capture):
     assert peak_fast["count"] >= (SLEEP_CALLS - slow_n) // 10
     empty_between = [r for r in between if r["count"] == 0]
     assert len(empty_between) >= 10, rows
-    # The text form: two runs of bars separated by an empty row.
+    # The text form: the same rows, a bar on each non-empty one.
     text = harness.dbtap("digest", pcap, "--server", f"127.0.0.1:{MY_PORT}",
                          "--histogram", "fine").stdout.decode()
-    assert "# Exec time distribution (fine" in text
+    block = [b for b in text.split("\n# Query ") if "\n#    select sleep(?)\n" in b]
+    assert len(block) == 1
+    lines = block[0].split("# Exec time distribution (fine: ")[1].split("\n# Fingerprint")[0]
+    lines = lines.splitlines()[1:]
+    assert len(lines) == len(rows)
+    for line, r in zip(lines, rows):
+        cols = line.split()
+        assert int(cols[3].replace(",", "")) == r["count"], line
+        assert (len(cols) == 5 and set(cols[4]) == {"#"}) == (r["count"] > 0), line
