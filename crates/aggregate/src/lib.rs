@@ -102,7 +102,8 @@ impl Aggregator {
 
     /// Tracks transactions and idle-in-transaction time from here on (see [`txn`]); the
     /// caller reports connection closes through [`Aggregator::close_conn`]. Off by default
-    /// (a per-window aggregator could not follow a transaction across windows).
+    /// (a per-window aggregator could not follow a transaction across windows). Neither
+    /// [`merge`](Aggregator::merge) nor [`scale`](Aggregator::scale) touches it.
     pub fn track_transactions(&mut self, cfg: txn::TxnConfig) {
         self.txns = Some(Box::new(txn::Transactions::new(cfg)));
     }
