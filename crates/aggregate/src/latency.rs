@@ -69,7 +69,7 @@ fn new_histogram() -> Option<Histogram> {
     Histogram::new(GROUPING_POWER, MAX_VALUE_POWER).ok()
 }
 
-fn clamp_hist(ns: u64) -> u64 {
+pub(crate) fn clamp_hist(ns: u64) -> u64 {
     ns.min((1u64 << MAX_VALUE_POWER) - 1)
 }
 
@@ -204,6 +204,20 @@ impl Latency {
         }
     }
 
+    /// Calls `f(index, count)` for every non-empty bucket of the histogram layout (see
+    /// `bucket_index`), raw samples placed in their bucket: for the fine distribution.
+    pub(crate) fn for_each_bucket(&self, mut f: impl FnMut(usize, u64)) {
+        match &self.samples {
+            Samples::Exact(v) => v.iter().for_each(|&x| f(bucket_index(clamp_hist(x)), 1)),
+            Samples::Hist(h) => h
+                .as_slice()
+                .iter()
+                .enumerate()
+                .filter(|(_, c)| **c > 0)
+                .for_each(|(i, &c)| f(i, c)),
+        }
+    }
+
     /// True while percentiles are computed from the raw samples.
     pub fn is_exact(&self) -> bool {
         matches!(self.samples, Samples::Exact(_))
@@ -249,7 +263,7 @@ impl Latency {
 /// 2^(p+1) have one bucket each, then each power of two splits into 2^p equal buckets). This is
 /// the bucket layout of `histogram::Config` that `as_slice` exposes; a test checks it against the
 /// buckets the histogram reports. Values past the top bucket give an index past the end.
-fn bucket_index(ns: u64) -> usize {
+pub(crate) fn bucket_index(ns: u64) -> usize {
     let p = u32::from(GROUPING_POWER);
     if ns < 1u64 << (p + 1) {
         return ns as usize;

@@ -10,8 +10,10 @@
 
 pub mod dims;
 pub mod filter;
+pub mod fine;
 pub mod latency;
 pub mod stats;
+pub mod txn;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -97,6 +99,8 @@ pub struct Aggregator {
     overflow: Option<Group>,
     totals: Totals,
     scope: Option<Arc<Scope>>,
+    /// Transaction tracking, when asked for ([`Aggregator::track_transactions`]).
+    txns: Option<Box<txn::Transactions>>,
 }
 
 impl Aggregator {
@@ -108,6 +112,27 @@ impl Aggregator {
             overflow: None,
             totals: Totals::default(),
             scope: None,
+            txns: None,
+        }
+    }
+
+    /// Tracks transactions and idle-in-transaction time from here on (see [`txn`]); the
+    /// caller reports connection closes through [`Aggregator::close_conn`]. Off by default
+    /// (a per-window aggregator could not follow a transaction across windows). Neither
+    /// [`merge`](Aggregator::merge) nor [`scale`](Aggregator::scale) touches it.
+    pub fn track_transactions(&mut self, cfg: txn::TxnConfig) {
+        self.txns = Some(Box::new(txn::Transactions::new(cfg)));
+    }
+
+    /// The transaction tracker, when on.
+    pub fn transactions(&self) -> Option<&txn::Transactions> {
+        self.txns.as_deref()
+    }
+
+    /// Connection `conn` closed at `ts_ns` (for transaction tracking).
+    pub fn close_conn(&mut self, conn: u64, ts_ns: u64) {
+        if let Some(t) = self.txns.as_mut() {
+            t.close(conn, ts_ns);
         }
     }
 
@@ -140,6 +165,9 @@ impl Aggregator {
         let keep = self.cfg.keep_examples;
         self.totals.stats.record(ev, keep);
         self.totals.dims.record(ev);
+        if let Some(t) = self.txns.as_mut() {
+            t.record(ev, key);
+        }
         if let Some(g) = self.index.get(&key).and_then(|&i| self.groups.get_mut(i)) {
             g.stats.record(ev, keep);
             return;

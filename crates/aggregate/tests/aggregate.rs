@@ -41,6 +41,7 @@ fn event(start_ns: u64, latency_ns: Option<u64>) -> QueryEvent {
         },
         error: None,
         timed: true,
+        txn: None,
     }
 }
 

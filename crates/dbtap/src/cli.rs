@@ -349,6 +349,24 @@ pub struct ReportArgs {
     /// Leave the slowest example's raw text out of the report (it may hold personal data).
     #[arg(long)]
     pub no_examples: bool,
+
+    /// Each group's latency distribution: `decade` (a row per power of ten) or `fine` (at most
+    /// 48 log-linear rows a few percent wide between the group's min and max, with bars; JSON
+    /// `service_fine`), where two modes show as two humps.
+    #[arg(long, value_enum, default_value_t = HistogramArg::Decade, value_name = "KIND")]
+    pub histogram: HistogramArg,
+
+    /// Line width of the text report (the profile's fingerprint column fills it; 0: never cut).
+    /// Default: the terminal's width when stdout is a terminal, else 140.
+    #[arg(long, value_name = "N")]
+    pub width: Option<usize>,
+}
+
+/// `--histogram`.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HistogramArg {
+    Decade,
+    Fine,
 }
 
 impl ReportArgs {
@@ -360,6 +378,14 @@ impl ReportArgs {
                 self.limit
             },
             order_by: self.order_by.into(),
+            histogram: match self.histogram {
+                HistogramArg::Decade => report::Histogram::Decade,
+                HistogramArg::Fine => report::Histogram::Fine,
+            },
+            width: self
+                .width
+                .or_else(top::terminal_width)
+                .unwrap_or(report::ReportOptions::default().width),
             ..report::ReportOptions::default()
         }
     }

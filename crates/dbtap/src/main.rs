@@ -114,6 +114,10 @@ impl Consumer for DigestConsumer {
             t.packet(ts_ns);
         }
     }
+
+    fn close(&mut self, conn: u64, ts_ns: u64) {
+        self.agg.close_conn(conn, ts_ns);
+    }
 }
 
 fn digest(args: DigestArgs) -> anyhow::Result<()> {
@@ -131,7 +135,7 @@ fn digest(args: DigestArgs) -> anyhow::Result<()> {
             text.then(|| BufWriter::new(std::io::stdout())),
         )
     });
-    let consumer = DigestConsumer {
+    let mut consumer = DigestConsumer {
         fp: Fingerprinter::from_args(&args.input.grouping),
         agg: Aggregator::new(AggConfig {
             keep_examples: !args.report.no_examples,
@@ -140,6 +144,9 @@ fn digest(args: DigestArgs) -> anyhow::Result<()> {
         window,
         timeline,
     };
+    consumer
+        .agg
+        .track_transactions(aggregate::txn::TxnConfig::default());
     let (mut consumer, mut health) = pipeline::run(&args.input.files, &settings, consumer)?;
     let series = consumer.timeline.take().map(|t| t.finish()).transpose()?;
     health.protocol.unanswered = consumer.agg.totals().stats.no_response;

@@ -24,6 +24,9 @@ pub trait Consumer {
     /// The capture time of every frame, before it is decoded (the packet clock, for consumers
     /// that bin by time); nothing by default.
     fn packet(&mut self, _ts_ns: u64) {}
+    /// Connection `conn` ended at `ts_ns` (closed, evicted, or the capture ended), after its
+    /// last event. For per-connection state; nothing by default.
+    fn close(&mut self, _conn: u64, _ts_ns: u64) {}
 }
 
 /// Where the pipeline looks for servers.
@@ -277,10 +280,13 @@ impl<C: Consumer> flow::Handler for Conns<C> {
     }
 
     fn close(&mut self, id: u64, ts_ns: u64) {
-        let mut sink = SinkRef::closing(&mut self.consumer, &mut self.health, id);
-        if let Some(Conn::Known(mut s)) = self.conns.remove(&id) {
-            s.close(ts_ns, &mut sink);
+        {
+            let mut sink = SinkRef::closing(&mut self.consumer, &mut self.health, id);
+            if let Some(Conn::Known(mut s)) = self.conns.remove(&id) {
+                s.close(ts_ns, &mut sink);
+            }
         }
+        self.consumer.close(id, ts_ns);
     }
 }
 

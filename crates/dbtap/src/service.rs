@@ -82,6 +82,7 @@ mod tests {
             },
             error: None,
             timed: true,
+            txn: None,
         }
     }
 

@@ -372,6 +372,7 @@ fn event(protocol: Protocol, command: &'static str, latency_ns: u64, error: bool
             message: "bad".into(),
         }),
         timed: true,
+        txn: None,
     }
 }
 

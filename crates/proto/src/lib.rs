@@ -145,6 +145,28 @@ pub struct QueryEvent {
     /// [`QueryEvent::latency_ns`] is `None`, so it adds no latency sample and no time to any
     /// total. True for every other event.
     pub timed: bool,
+    /// The transaction state the response left the connection in, where the protocol says
+    /// it at the end of this response (PostgreSQL ReadyForQuery `I`/`T`/`E`, MySQL/MariaDB
+    /// `SERVER_STATUS_IN_TRANS` in the OK/EOF that ends the command); `None` when unknown.
+    pub txn: Option<TxnState>,
+}
+
+/// A connection's transaction state after a response.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TxnState {
+    /// Not in a transaction (autocommit).
+    Idle,
+    /// In a transaction block.
+    InTransaction,
+    /// In a failed transaction block (PostgreSQL `E`: statements are rejected until it ends).
+    Failed,
+}
+
+impl TxnState {
+    /// True inside a transaction (failed or not).
+    pub fn in_transaction(self) -> bool {
+        self != TxnState::Idle
+    }
 }
 
 impl QueryEvent {

@@ -1,4 +1,9 @@
 //! Small formatting helpers shared by the renderers: timestamps, durations, sizes, safe text.
+//!
+//! One policy for time, used by the digest and by `dbtap live` (see [`TIME_POLICY`]): a
+//! duration is rounded to the nearest unit shown, never truncated; text gives it in the
+//! largest unit that keeps it at or above 1 (ns, us, ms, s) with 3 significant digits
+//! ([`duration`]); a column headed `_us` gives whole microseconds ([`micros`]).
 
 use std::fmt;
 
@@ -41,6 +46,17 @@ fn civil_from_days(days: u64) -> (u64, u64, u64) {
     let m = if mp < 10 { mp + 3 } else { mp - 9 };
     let y = yoe + era * 400 + u64::from(m <= 2);
     (y, m, d)
+}
+
+/// The time policy, said once in the digest's header.
+pub const TIME_POLICY: &str = "durations rounded to 3 significant digits in ns, us, ms or s, \
+                               the same rounding as dbtap live's _us columns (whole microseconds); \
+                               timestamps in UTC";
+
+/// A duration given in nanoseconds as whole microseconds, rounded to the nearest (half up):
+/// `1499` ns is `1`, `1500` ns is `2`. The `_us` columns of `dbtap live`.
+pub fn micros(ns: u64) -> String {
+    (ns / 1000 + u64::from(ns % 1000 >= 500)).to_string()
 }
 
 /// Three significant digits (fewer decimals as the value grows).
@@ -187,6 +203,16 @@ mod tests {
         assert_eq!(duration(999_700_000.0), "1.00s");
         assert_eq!(duration(4_012_000_000.0), "4.01s");
         assert_eq!(duration(1_234e9), "1234s");
+    }
+
+    #[test]
+    fn whole_micros_round() {
+        assert_eq!(micros(0), "0");
+        assert_eq!(micros(499), "0");
+        assert_eq!(micros(500), "1");
+        assert_eq!(micros(1_499), "1");
+        assert_eq!(micros(1_500), "2");
+        assert_eq!(micros(u64::MAX), "18446744073709552");
     }
 
     #[test]

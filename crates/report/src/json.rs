@@ -37,6 +37,13 @@ pub struct Report {
     /// `--group-by` and `--where`, when not the default (fingerprint, no filter).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scope: Option<crate::dims::ScopeJson>,
+    /// Transactions and idle-in-transaction time (PostgreSQL, MySQL/MariaDB); absent when
+    /// none was seen.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transactions: Option<crate::txn::TransactionsJson>,
+    /// Every error code over all groups with the groups it came from; absent without errors.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub errors_by_code: Vec<crate::errors::CodeJson>,
 }
 
 /// [`CaptureHealth`] plus the verdict.
@@ -105,6 +112,14 @@ pub struct Query {
     /// user, client, protocol, command); absent when grouping by fingerprint alone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dimensions: Option<std::collections::BTreeMap<String, String>>,
+    /// Load: average active sessions, this group's service time / the time span (the same
+    /// value as `concurrency`, under the name of the text profile's column).
+    #[serde(default)]
+    pub load: Option<f64>,
+    /// `--histogram fine`: service times in log-linear rows a few percent wide between the
+    /// group's min and max (absent otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_fine: Option<Vec<crate::fine::FineRowJson>>,
 }
 
 /// The statistics shared by [`Totals`] and [`Query`].
@@ -398,6 +413,9 @@ pub fn build(agg: &Aggregator, health: &CaptureHealth, opts: &ReportOptions) -> 
             response_concurrency: concurrency(g.stats.latency.sum_ns(), span).map(round3),
             stats: stats_json(&g.stats),
             dimensions: crate::dims::group_json(g),
+            load: concurrency(g.stats.service.sum_ns(), span).map(round3),
+            service_fine: (opts.histogram == crate::Histogram::Fine)
+                .then(|| crate::fine::json(&g.stats.service)),
         })
         .collect();
     Report {
@@ -426,6 +444,8 @@ pub fn build(agg: &Aggregator, health: &CaptureHealth, opts: &ReportOptions) -> 
         queries_omitted,
         queries,
         scope: crate::dims::scope_json(agg),
+        transactions: crate::txn::json(agg),
+        errors_by_code: crate::errors::by_code(&ranked),
     }
 }
 

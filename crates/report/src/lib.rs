@@ -7,11 +7,14 @@
 #![forbid(unsafe_code)]
 
 pub mod dims;
+pub mod errors;
 pub mod events;
+pub mod fine;
 pub mod fmt;
 pub mod health;
 pub mod json;
 pub mod text;
+pub mod txn;
 
 use std::cmp::Ordering;
 
@@ -80,6 +83,19 @@ pub struct ReportOptions {
     /// Target line width of the text report's profile table (the fingerprint column is cut to
     /// fit); 0 means never cut.
     pub width: usize,
+    /// The latency distribution of each group (text and JSON).
+    pub histogram: Histogram,
+}
+
+/// Which latency distribution the report prints per group.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Histogram {
+    /// One row per power of ten (text; JSON `latency_distribution`/`service_distribution`).
+    #[default]
+    Decade,
+    /// Also log-linear rows a few percent wide between the group's min and max
+    /// ([`aggregate::fine`]): text rows with bars instead of the decades, JSON `service_fine`.
+    Fine,
 }
 
 impl Default for ReportOptions {
@@ -89,6 +105,7 @@ impl Default for ReportOptions {
             order_by: OrderBy::Total,
             color: false,
             width: 140,
+            histogram: Histogram::Decade,
         }
     }
 }

@@ -9,7 +9,7 @@ use aggregate::{Aggregator, DECADE_LABELS, DIM_SHOW, Example, Group, Latency, St
 
 use crate::fmt::{bytes, count, duration, rfc3339, sanitize, shorten, thousands};
 use crate::health::{COUNTERS, Kind, Unit, advice, counter, note_names};
-use crate::{CaptureHealth, ReportOptions, concurrency, ranked, rate, span_ns};
+use crate::{CaptureHealth, Histogram, ReportOptions, concurrency, ranked, rate, span_ns};
 
 const BAR_WIDTH: u64 = 64;
 const ATTR_WIDTH: usize = 13;
@@ -77,6 +77,7 @@ pub fn render(
     }
     writeln!(out, "{overall}")?;
     writeln!(out, "{TIMES_NOTE}")?;
+    writeln!(out, "# Times: {}", crate::fmt::TIME_POLICY)?;
     let (first, last) = match (health.first_ts_ns, health.last_ts_ns) {
         (Some(a), Some(b)) => (Some(a), Some(b)),
         _ => (t.first_seen_ns, t.last_seen_ns),
@@ -93,16 +94,18 @@ pub fn render(
     attribute_table(out, t, None)?;
     writeln!(out, "{}", outcomes(t))?;
     crate::dims::panel(out, agg)?;
+    crate::errors::text(out, &ranked, t.errors)?;
     writeln!(out)?;
 
     health_block(out, &p, health, agg)?;
     writeln!(out)?;
 
-    profile(out, agg, &ranked, opts)?;
+    profile(out, agg, &ranked, opts, span)?;
+    crate::txn::text(out, agg)?;
 
     for (i, g) in ranked.iter().take(opts.limit).enumerate() {
         writeln!(out)?;
-        details(out, &p, agg, g, i + 1, span)?;
+        details(out, &p, agg, g, i + 1, span, opts.histogram)?;
     }
     Ok(())
 }
@@ -403,8 +406,11 @@ fn profile(
     agg: &Aggregator,
     ranked: &[&Group],
     opts: &ReportOptions,
+    span: Option<u64>,
 ) -> io::Result<()> {
     let total = agg.totals().stats.service.sum_ns();
+    // Load: average active sessions (the group's service time / the capture span).
+    let load = |sum: u128| concurrency(sum, span).map_or("-".to_string(), |c| format!("{c:.2}"));
     let shown = &ranked[..ranked.len().min(opts.limit)];
     let rest = &ranked[shown.len()..];
     let cmd = |g: &Group| format!("{} {}", g.key.protocol.name(), g.key.command);
@@ -430,35 +436,23 @@ fn profile(
         format!("{:>7} {:>5.1}%", duration(sum as f64), pct)
     };
     writeln!(out, "# Profile")?;
-    let head = format!(
-        "# Rank {:<id_w$} {:<14} {:>calls_w$} {:>9} {:>7} {:>9} {:>6} {:<cmd_w$} Fingerprint",
-        "Query ID", "Exec time", "Calls", "Exec/Call", "p99", "Resp/Call", "Errors", "Command"
-    );
-    let prefix_len = head.chars().count() - "Fingerprint".len();
+    let prefix_len = profile_head(out, id_w, calls_w, cmd_w)?;
     let fp_w = if opts.width == 0 {
         usize::MAX
     } else {
         opts.width.saturating_sub(prefix_len).max(20)
     };
-    writeln!(out, "{head}")?;
-    writeln!(
-        out,
-        "# ==== {} {} {} ========= ======= ========= ====== {} ===========",
-        "=".repeat(id_w),
-        "=".repeat(14),
-        "=".repeat(calls_w),
-        "=".repeat(cmd_w)
-    )?;
     for (i, g) in shown.iter().enumerate() {
         let s = &g.stats;
         let e_call = s.service.mean_ns().map_or("-".to_string(), duration);
         let r_call = s.latency.mean_ns().map_or("-".to_string(), duration);
         let p99 = d(s.service.quantile_ns(0.99));
         let line = format!(
-            "# {:>4} {:<id_w$} {} {:>calls_w$} {:>9} {:>7} {:>9} {:>6} {:<cmd_w$} {}",
+            "# {:>4} {:<id_w$} {} {:>6} {:>calls_w$} {:>9} {:>7} {:>9} {:>6} {:<cmd_w$} {}",
             i + 1,
             sanitize(&g.id, false),
             rt(s.service.sum_ns()),
+            load(s.service.sum_ns()),
             thousands(s.count),
             e_call,
             p99,
@@ -478,9 +472,10 @@ fn profile(
         let r_call = misc.latency.mean_ns().map_or("-".to_string(), duration);
         writeln!(
             out,
-            "# MISC {:<id_w$} {} {:>calls_w$} {:>9} {:>7} {:>9} {:>6} {:<cmd_w$} <{} ITEMS>",
+            "# MISC {:<id_w$} {} {:>6} {:>calls_w$} {:>9} {:>7} {:>9} {:>6} {:<cmd_w$} <{} ITEMS>",
             "MISC",
             rt(misc.service.sum_ns()),
+            load(misc.service.sum_ns()),
             thousands(misc.count),
             e_call,
             "-",
@@ -491,6 +486,37 @@ fn profile(
         )?;
     }
     Ok(())
+}
+
+/// The profile's column names and their underline; returns the width before `Fingerprint`.
+fn profile_head(
+    out: &mut impl Write,
+    id_w: usize,
+    calls_w: usize,
+    cmd_w: usize,
+) -> io::Result<usize> {
+    let head = format!(
+        "# Rank {:<id_w$} {:<14} {:>6} {:>calls_w$} {:>9} {:>7} {:>9} {:>6} {:<cmd_w$} Fingerprint",
+        "Query ID",
+        "Exec time",
+        "Load",
+        "Calls",
+        "Exec/Call",
+        "p99",
+        "Resp/Call",
+        "Errors",
+        "Command"
+    );
+    writeln!(out, "{head}")?;
+    writeln!(
+        out,
+        "# ==== {} {} ====== {} ========= ======= ========= ====== {} ===========",
+        "=".repeat(id_w),
+        "=".repeat(14),
+        "=".repeat(calls_w),
+        "=".repeat(cmd_w)
+    )?;
+    Ok(head.chars().count() - "Fingerprint".len())
 }
 
 fn dim_line<K: std::hash::Hash + Eq + Clone + Ord>(
@@ -542,6 +568,7 @@ fn details(
     g: &Group,
     rank: usize,
     span: Option<u64>,
+    hist: Histogram,
 ) -> io::Result<()> {
     let s = &g.stats;
     details_heading(out, p, agg, g, rank, span)?;
@@ -558,7 +585,10 @@ fn details(
     {
         writeln!(out, "{line}")?;
     }
-    exec_time_distribution(out, s)?;
+    match hist {
+        Histogram::Decade => exec_time_distribution(out, s)?,
+        Histogram::Fine => crate::fine::text(out, &s.service)?,
+    }
     writeln!(out, "# Fingerprint")?;
     writeln!(out, "#    {}", sanitize(&g.fingerprint, false))?;
     if let Some(ex) = &s.example {

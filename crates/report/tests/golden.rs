@@ -128,6 +128,7 @@ fn events() -> Vec<(usize, QueryEvent)> {
             outcome: Outcome::Ok,
             error: None,
             timed: true,
+            txn: None,
         };
         if which == 1 && rng.below(10) == 0 {
             ev.outcome = Outcome::Error;
@@ -275,6 +276,7 @@ fn text_lossy_overflow_limited() {
         order_by: OrderBy::Count,
         color: false,
         width: 100,
+        ..ReportOptions::default()
     };
     golden("lossy.txt", &render_text(&agg, &lossy_health(), &opts));
 }
@@ -296,6 +298,7 @@ fn json_lossy_overflow_limited() {
         order_by: OrderBy::Count,
         color: false,
         width: 100,
+        ..ReportOptions::default()
     };
     golden("lossy.json", &render_json(&agg, &lossy_health(), &opts));
 }
@@ -377,6 +380,7 @@ fn json_round_trips_and_has_the_promised_fields() {
         order_by: OrderBy::Total,
         color: false,
         width: 0,
+        ..ReportOptions::default()
     };
     let s = render_json(&agg, &lossy_health(), &opts);
     let back: json::Report = serde_json::from_str(&s).unwrap_or_else(|e| panic!("{e}"));

@@ -71,3 +71,16 @@ impl SortBy {
 
 #[cfg(test)]
 mod tests;
+
+/// The width of the terminal on stdout, in columns (None when stdout is not a terminal or its
+/// size is unknown). For the text report's `--width` default.
+pub fn terminal_width() -> Option<usize> {
+    use std::io::IsTerminal;
+    if !std::io::stdout().is_terminal() {
+        return None;
+    }
+    crossterm::terminal::size()
+        .ok()
+        .map(|(w, _)| usize::from(w))
+        .filter(|&w| w > 0)
+}

@@ -67,6 +67,7 @@ fn event(x: &Q, start_ns: u64) -> QueryEvent {
             message: "Table 'shop.nope' doesn't exist".into(),
         }),
         timed: true,
+        txn: None,
     }
 }
 

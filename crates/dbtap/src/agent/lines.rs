@@ -94,7 +94,7 @@ fn field_cell(f: Field, server: &SocketAddr, w: &ServerWindow, c: &LineCtx<'_>) 
 
 /// The cell of field `f` in the row called `name` (a server, or a query group).
 pub(crate) fn cell(f: Field, name: &str, w: &ServerWindow, c: &LineCtx<'_>) -> String {
-    let us = |v: Option<u64>| v.map_or("-".to_string(), |ns| format!("{}", ns / 1000));
+    let us = |v: Option<u64>| v.map_or("-".to_string(), report::fmt::micros);
     let quantile = |l: &aggregate::Latency, q: f64| us(l.quantile_ns(q));
     // Counts of the sampled connections, scaled to the estimate for all of them.
     let per_s = |v: u64| (v * c.sample) as f64 / c.secs.max(1e-9);

@@ -137,6 +137,7 @@ impl RequestCore {
             outcome,
             error: self.error,
             timed: true,
+            txn: None,
         }
     }
 

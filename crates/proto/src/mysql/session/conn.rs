@@ -5,13 +5,13 @@ use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use super::super::message::{Command, caps};
+use super::super::message::{Command, caps, status};
 use super::super::wire::Message;
 use super::multi::Rest;
 use super::result::{Prep, Resp, Rs};
 use super::{Act, CLIENT, Phase};
 use crate::kit::{Charge, NameCache, Origin, RequestCore, Tags};
-use crate::{ConnMeta, Direction, Outcome, Protocol, QueryEvent, SessionConfig, Sink};
+use crate::{ConnMeta, Direction, Outcome, Protocol, QueryEvent, SessionConfig, Sink, TxnState};
 
 /// Prepared statements remembered per connection, and the text bytes they may hold.
 const MAX_STMTS: usize = 4096;
@@ -52,6 +52,8 @@ pub(super) struct Pending {
     pub(super) rest: Option<Box<Rest>>,
     /// The share of the run's text budget this request's text holds (given back with it).
     pub(super) text_charge: Charge,
+    /// The transaction state from the status flags of the OK/EOF that ended the response.
+    pub(super) txn: Option<TxnState>,
 }
 
 impl Pending {
@@ -68,6 +70,7 @@ impl Pending {
             prepared: None,
             rest: None,
             text_charge: Charge::default(),
+            txn: None,
         }
     }
 
@@ -80,6 +83,15 @@ impl Pending {
     /// Adds the warning count of a packet that ends a result set.
     pub(super) fn warned(&mut self, n: u16) {
         self.core.warned(u64::from(n));
+    }
+
+    /// Records the transaction state of an OK/EOF's status flags (`SERVER_STATUS_IN_TRANS`).
+    pub(super) fn txn_status(&mut self, flags: u16) {
+        self.txn = Some(if flags & status::IN_TRANS != 0 {
+            TxnState::InTransaction
+        } else {
+            TxnState::Idle
+        });
     }
 }
 
@@ -166,6 +178,7 @@ impl Conn {
             mut stmt,
             resolve_stmt,
             rest,
+            txn,
             ..
         } = p;
         if let Some(r) = rest {
@@ -186,11 +199,13 @@ impl Conn {
             }
         }
         let outcome = core.settle(outcome);
-        core.into_event(
+        let mut ev = core.into_event(
             self.origin(),
             self.tags(command.name()).statement(stmt),
             outcome,
-        )
+        );
+        ev.txn = txn;
+        ev
     }
 
     /// Emits the event (with the user and schema in force when the command was sent), then

@@ -199,6 +199,7 @@ impl Packet<'_> {
 /// `ok_packet`: it is an OK packet (0x00), as the end of a `CALL` is.
 fn end_of_results(h: &mut Pending, status: u16, warnings: u16, ok_packet: bool) -> Step {
     h.warned(warnings);
+    h.txn_status(status);
     if status & status::MORE_RESULTS_EXISTS != 0 {
         h.resp = Resp::Results(Rs::Start);
         if h.statement_done(ok_packet) {
@@ -241,8 +242,9 @@ fn step(h: &mut Pending, m: &Message<'_>, deprecate_eof: &mut Option<bool>, st: 
         },
         Resp::Single => match pk.shape {
             Shape::Ok => match pk.ok(h) {
-                Ok((_, warnings)) => {
+                Ok((status, warnings)) => {
                     h.warned(warnings);
+                    h.txn_status(status);
                     Step::Done(Outcome::Ok)
                 }
                 Err(s) => s,

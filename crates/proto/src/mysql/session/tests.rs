@@ -1477,3 +1477,4 @@ fn a_prepared_statement_holds_its_text_budget_while_cached() {
     drop(s);
     assert_eq!(budget.used(), 0);
 }
+mod txn;

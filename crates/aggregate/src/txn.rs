@@ -1,0 +1,514 @@
+//! Transactions and idle-in-transaction time, per connection, from the transaction state each
+//! response leaves its connection in ([`proto::QueryEvent::txn`]).
+//!
+//! A transaction starts with the first request whose response leaves the connection in a
+//! transaction, and ends with the response that returns it to idle (a commit or a rollback),
+//! or when the connection closes. Idle-in-transaction time is the time inside a transaction
+//! between the end of a response and the start of the next request on the same connection:
+//! the time the server held the transaction open waiting for the client.
+//!
+//! Memory is bounded: per-connection state exists only for connections that were seen in a
+//! transaction, is removed when the connection closes and is capped at
+//! [`TxnConfig::max_conns`] (beyond it, transactions of further connections are not tracked
+//! and counted in [`TxnTotals::untracked`]); the transactions and connections reported are
+//! kept in top-K lists.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use proto::{QueryEvent, TxnState};
+
+use crate::GroupKey;
+
+/// Groups named per transaction (its first statement's group is always the first).
+pub const TXN_GROUPS: usize = 8;
+
+/// Limits of the transaction tracker.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TxnConfig {
+    /// Transactions and connections kept for the report (the longest, the most idle).
+    pub top: usize,
+    /// Connections tracked at once while in (or after) a transaction.
+    pub max_conns: usize,
+}
+
+impl Default for TxnConfig {
+    fn default() -> Self {
+        TxnConfig {
+            top: 20,
+            max_conns: 100_000,
+        }
+    }
+}
+
+/// How a transaction ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum TxnEnd {
+    /// A `COMMIT` (or `END`) returned the connection to idle.
+    Commit,
+    /// A `ROLLBACK` (or `ABORT`) returned the connection to idle.
+    Rollback,
+    /// Another statement returned it to idle (MySQL: an implicit commit by DDL, ...).
+    Other,
+    /// The connection closed (or the capture ended) inside the transaction.
+    Closed,
+}
+
+impl TxnEnd {
+    /// The stable name used in every output.
+    pub fn name(self) -> &'static str {
+        match self {
+            TxnEnd::Commit => "commit",
+            TxnEnd::Rollback => "rollback",
+            TxnEnd::Other => "other",
+            TxnEnd::Closed => "closed",
+        }
+    }
+}
+
+/// Who a connection is: its endpoints and the user and database of its first transaction.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConnWho {
+    pub conn: u64,
+    pub client: SocketAddr,
+    pub server: SocketAddr,
+    pub user: Option<Arc<str>>,
+    pub database: Option<Arc<str>>,
+}
+
+/// One transaction.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Txn {
+    pub who: ConnWho,
+    /// Start of the first request of the transaction.
+    pub start_ns: u64,
+    /// End of the response that ended it (the close time when the connection closed).
+    pub end_ns: u64,
+    /// Idle-in-transaction time inside it.
+    pub idle_ns: u64,
+    /// Requests in it, the one that started it and the one that ended it included.
+    pub statements: u64,
+    /// Groups of its requests in order of first appearance (at most [`TXN_GROUPS`]).
+    pub groups: Vec<GroupKey>,
+    /// Requests whose group was beyond [`TXN_GROUPS`] distinct ones.
+    pub more_groups: bool,
+    pub ended: TxnEnd,
+}
+
+impl Txn {
+    pub fn duration_ns(&self) -> u64 {
+        self.end_ns.saturating_sub(self.start_ns)
+    }
+}
+
+/// One connection's idle-in-transaction time.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConnIdle {
+    pub who: ConnWho,
+    /// Transactions it ran (ended or not).
+    pub transactions: u64,
+    /// Idle-in-transaction time over all of them.
+    pub idle_ns: u64,
+    /// Time inside transactions.
+    pub in_txn_ns: u64,
+}
+
+/// Totals over all transactions.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TxnTotals {
+    /// Transactions ended (by any [`TxnEnd`]).
+    pub transactions: u64,
+    pub committed: u64,
+    pub rolled_back: u64,
+    pub other_end: u64,
+    pub closed: u64,
+    /// Sum of their durations and of their idle-in-transaction times.
+    pub duration_ns: u128,
+    pub idle_ns: u128,
+    /// Requests inside transactions.
+    pub statements: u64,
+    /// Events whose connection could not be tracked ([`TxnConfig::max_conns`] reached).
+    pub untracked: u64,
+}
+
+#[derive(Clone, Debug)]
+struct Open {
+    start_ns: u64,
+    /// End of the latest response inside the transaction.
+    last_end_ns: u64,
+    idle_ns: u64,
+    statements: u64,
+    groups: Vec<GroupKey>,
+    more_groups: bool,
+}
+
+#[derive(Clone, Debug)]
+struct ConnState {
+    who: ConnWho,
+    open: Option<Open>,
+    transactions: u64,
+    idle_ns: u64,
+    in_txn_ns: u64,
+}
+
+/// The transaction tracker: fed every event (with its group) and every connection close.
+#[derive(Clone, Debug, Default)]
+pub struct Transactions {
+    cfg: TxnConfig,
+    conns: HashMap<u64, ConnState>,
+    top_txns: Vec<Txn>,
+    top_conns: Vec<ConnIdle>,
+    totals: TxnTotals,
+}
+
+impl Transactions {
+    pub fn new(cfg: TxnConfig) -> Self {
+        Transactions {
+            cfg,
+            ..Transactions::default()
+        }
+    }
+
+    /// One event of group `key`.
+    pub fn record(&mut self, ev: &QueryEvent, key: GroupKey) {
+        let max = self.cfg.max_conns;
+        let starts = ev.txn.is_some_and(TxnState::in_transaction);
+        let known = self.conns.contains_key(&ev.conn);
+        if !known && !starts {
+            return;
+        }
+        if !known && self.conns.len() >= max {
+            self.totals.untracked += 1;
+            return;
+        }
+        let st = self.conns.entry(ev.conn).or_insert_with(|| ConnState {
+            who: ConnWho {
+                conn: ev.conn,
+                client: ev.client,
+                server: ev.server,
+                user: ev.user.clone(),
+                database: ev.database.clone(),
+            },
+            open: None,
+            transactions: 0,
+            idle_ns: 0,
+            in_txn_ns: 0,
+        });
+        let end = ev.end_ns.unwrap_or(ev.start_ns);
+        match st.open.as_mut() {
+            Some(o) => {
+                o.idle_ns += ev.start_ns.saturating_sub(o.last_end_ns);
+                o.statements += 1;
+                o.last_end_ns = o.last_end_ns.max(end);
+                add_group(o, key);
+            }
+            None if starts => {
+                st.transactions += 1;
+                st.open = Some(Open {
+                    start_ns: ev.start_ns,
+                    last_end_ns: end,
+                    idle_ns: 0,
+                    statements: 1,
+                    groups: vec![key],
+                    more_groups: false,
+                });
+            }
+            None => return,
+        }
+        if ev.txn == Some(TxnState::Idle) {
+            let how = end_kind(ev.text.as_deref());
+            self.finish(ev.conn, end, how);
+        }
+    }
+
+    /// The connection `conn` closed at `ts_ns`: a transaction still open ends there, and its
+    /// state is dropped.
+    pub fn close(&mut self, conn: u64, ts_ns: u64) {
+        if self.conns.get(&conn).is_some_and(|s| s.open.is_some()) {
+            self.finish(conn, ts_ns, TxnEnd::Closed);
+        }
+        if let Some(st) = self.conns.remove(&conn) {
+            self.push_conn(ConnIdle {
+                who: st.who,
+                transactions: st.transactions,
+                idle_ns: st.idle_ns,
+                in_txn_ns: st.in_txn_ns,
+            });
+        }
+    }
+
+    /// Ends every open transaction at `ts_ns` as if its connection closed.
+    pub fn close_all(&mut self, ts_ns: u64) {
+        let mut ids: Vec<u64> = self.conns.keys().copied().collect();
+        ids.sort_unstable();
+        for id in ids {
+            self.close(id, ts_ns);
+        }
+    }
+
+    fn finish(&mut self, conn: u64, end_ns: u64, how: TxnEnd) {
+        let Some(st) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        let Some(o) = st.open.take() else { return };
+        let mut idle = o.idle_ns;
+        if how == TxnEnd::Closed {
+            // Held open by the client until the connection went away.
+            idle += end_ns.saturating_sub(o.last_end_ns);
+        }
+        let end_ns = end_ns.max(o.start_ns);
+        let t = Txn {
+            who: st.who.clone(),
+            start_ns: o.start_ns,
+            end_ns,
+            idle_ns: idle,
+            statements: o.statements,
+            groups: o.groups,
+            more_groups: o.more_groups,
+            ended: how,
+        };
+        st.idle_ns += idle;
+        st.in_txn_ns += t.duration_ns();
+        let tt = &mut self.totals;
+        tt.transactions += 1;
+        match how {
+            TxnEnd::Commit => tt.committed += 1,
+            TxnEnd::Rollback => tt.rolled_back += 1,
+            TxnEnd::Other => tt.other_end += 1,
+            TxnEnd::Closed => tt.closed += 1,
+        }
+        tt.duration_ns += u128::from(t.duration_ns());
+        tt.idle_ns += u128::from(idle);
+        tt.statements += t.statements;
+        push_top(&mut self.top_txns, t, self.cfg.top, txn_order);
+    }
+
+    fn push_conn(&mut self, c: ConnIdle) {
+        if c.transactions == 0 {
+            return;
+        }
+        push_top(&mut self.top_conns, c, self.cfg.top, conn_order);
+    }
+
+    /// The longest transactions ended so far, longest first (ties: earlier, then by connection).
+    pub fn top_transactions(&self) -> Vec<&Txn> {
+        sorted(&self.top_txns, self.cfg.top, txn_order)
+    }
+
+    /// The connections with the most idle-in-transaction time, closed ones and (their
+    /// transactions so far) open ones, most idle first.
+    pub fn top_connections(&self) -> Vec<ConnIdle> {
+        let mut all: Vec<ConnIdle> = self.top_conns.clone();
+        all.extend(
+            self.conns
+                .values()
+                .filter(|s| s.transactions > 0)
+                .map(|s| ConnIdle {
+                    who: s.who.clone(),
+                    transactions: s.transactions,
+                    idle_ns: s.idle_ns,
+                    in_txn_ns: s.in_txn_ns,
+                }),
+        );
+        all.sort_by(conn_order);
+        all.truncate(self.cfg.top);
+        all
+    }
+
+    pub fn totals(&self) -> &TxnTotals {
+        &self.totals
+    }
+
+    /// Connections tracked now (in or after a transaction, not yet closed).
+    pub fn tracked_connections(&self) -> usize {
+        self.conns.len()
+    }
+}
+
+fn add_group(o: &mut Open, key: GroupKey) {
+    if o.groups.contains(&key) {
+        return;
+    }
+    if o.groups.len() < TXN_GROUPS {
+        o.groups.push(key);
+    } else {
+        o.more_groups = true;
+    }
+}
+
+/// How a statement that returned its connection to idle ended the transaction.
+fn end_kind(text: Option<&str>) -> TxnEnd {
+    let Some(t) = text else {
+        return TxnEnd::Other;
+    };
+    let word: String = t
+        .trim_start()
+        .chars()
+        .take_while(|c| c.is_ascii_alphabetic())
+        .take(10)
+        .collect::<String>()
+        .to_ascii_lowercase();
+    match word.as_str() {
+        "commit" | "end" => TxnEnd::Commit,
+        "rollback" | "abort" => TxnEnd::Rollback,
+        _ => TxnEnd::Other,
+    }
+}
+
+fn txn_order(a: &Txn, b: &Txn) -> std::cmp::Ordering {
+    b.duration_ns()
+        .cmp(&a.duration_ns())
+        .then(a.start_ns.cmp(&b.start_ns))
+        .then(a.who.conn.cmp(&b.who.conn))
+}
+
+fn conn_order(a: &ConnIdle, b: &ConnIdle) -> std::cmp::Ordering {
+    b.idle_ns
+        .cmp(&a.idle_ns)
+        .then(b.in_txn_ns.cmp(&a.in_txn_ns))
+        .then(a.who.conn.cmp(&b.who.conn))
+}
+
+/// Adds `x` to a top-`k` list kept within `2k` entries (sorted and cut when it grows past).
+fn push_top<T>(v: &mut Vec<T>, x: T, k: usize, ord: fn(&T, &T) -> std::cmp::Ordering) {
+    v.push(x);
+    if v.len() > 2 * k.max(1) {
+        v.sort_by(ord);
+        v.truncate(k);
+    }
+}
+
+fn sorted<T>(v: &[T], k: usize, ord: fn(&T, &T) -> std::cmp::Ordering) -> Vec<&T> {
+    let mut out: Vec<&T> = v.iter().collect();
+    out.sort_by(|a, b| ord(a, b));
+    out.truncate(k);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proto::{Outcome, Protocol};
+
+    const MS: u64 = 1_000_000;
+
+    fn key(h: u64) -> GroupKey {
+        GroupKey {
+            protocol: Protocol::Postgres,
+            command: "query",
+            fingerprint_hash: h,
+        }
+    }
+
+    fn ev(conn: u64, text: &str, start: u64, end: u64, txn: Option<TxnState>) -> QueryEvent {
+        QueryEvent {
+            protocol: Protocol::Postgres,
+            conn,
+            client: "127.0.0.1:5000".parse().unwrap(),
+            server: "127.0.0.1:5432".parse().unwrap(),
+            start_ns: start,
+            first_response_ns: Some(end),
+            end_ns: Some(end),
+            service_start_ns: Some(start),
+            user: Some(Arc::from("app")),
+            database: Some(Arc::from("shop")),
+            command: "query",
+            text: Some(Arc::from(text)),
+            text_truncated: false,
+            text_partial: false,
+            statement_id: None,
+            bytes_in: 0,
+            bytes_out: 0,
+            rows_sent: 0,
+            rows_affected: 0,
+            warnings: 0,
+            outcome: Outcome::Ok,
+            error: None,
+            timed: true,
+            txn,
+        }
+    }
+
+    use TxnState::{Idle, InTransaction as T};
+
+    #[test]
+    fn one_transaction_with_idle_gaps() {
+        let mut t = Transactions::new(TxnConfig::default());
+        t.record(&ev(1, "select 1", 0, MS, Some(Idle)), key(9));
+        t.record(&ev(1, "BEGIN", 10 * MS, 11 * MS, Some(T)), key(1));
+        t.record(&ev(1, "select 2", 12 * MS, 14 * MS, Some(T)), key(2));
+        t.record(&ev(1, "update", 314 * MS, 315 * MS, None), key(3));
+        t.record(&ev(1, "COMMIT", 515 * MS, 516 * MS, Some(Idle)), key(4));
+        t.record(&ev(1, "select 1", 600 * MS, 601 * MS, Some(Idle)), key(9));
+        let top = t.top_transactions();
+        assert_eq!(top.len(), 1);
+        let x = top[0];
+        assert_eq!(x.start_ns, 10 * MS);
+        assert_eq!(x.duration_ns(), 506 * MS);
+        assert_eq!(x.idle_ns, (1 + 300 + 200) * MS);
+        assert_eq!(x.statements, 4);
+        assert_eq!(x.groups, vec![key(1), key(2), key(3), key(4)]);
+        assert_eq!(x.ended, TxnEnd::Commit);
+        assert_eq!(t.totals().transactions, 1);
+        assert_eq!(t.totals().idle_ns, 501 * u128::from(MS));
+        t.close(1, 700 * MS);
+        assert_eq!(t.tracked_connections(), 0);
+        let c = t.top_connections();
+        assert_eq!(c.len(), 1);
+        assert_eq!((c[0].transactions, c[0].idle_ns), (1, 501 * MS));
+    }
+
+    #[test]
+    fn rollback_close_and_autocommit() {
+        let mut t = Transactions::new(TxnConfig::default());
+        // Autocommit statements never create state.
+        t.record(&ev(2, "select 1", 0, MS, Some(Idle)), key(9));
+        assert_eq!(t.tracked_connections(), 0);
+        t.record(&ev(2, "begin", 2 * MS, 3 * MS, Some(T)), key(1));
+        t.record(&ev(2, "rollback", 5 * MS, 6 * MS, Some(Idle)), key(5));
+        t.record(&ev(3, "begin", 0, MS, Some(T)), key(1));
+        t.close(3, 50 * MS);
+        let tt = t.totals();
+        assert_eq!((tt.transactions, tt.rolled_back, tt.closed), (2, 1, 1));
+        let top = t.top_transactions();
+        assert_eq!(top[0].ended, TxnEnd::Closed);
+        assert_eq!(top[0].idle_ns, 49 * MS);
+        assert_eq!(top[1].ended, TxnEnd::Rollback);
+        assert_eq!(top[1].idle_ns, 2 * MS);
+    }
+
+    #[test]
+    fn bounded() {
+        let mut t = Transactions::new(TxnConfig {
+            top: 3,
+            max_conns: 2,
+        });
+        for c in 0..10u64 {
+            t.record(&ev(c, "begin", c * MS, c * MS + 1, Some(T)), key(1));
+        }
+        assert_eq!(t.tracked_connections(), 2);
+        assert_eq!(t.totals().untracked, 8);
+        for c in 0..100u64 {
+            t.close(c % 2, 0);
+            t.record(&ev(c % 2, "begin", c, c + 1, Some(T)), key(1));
+            t.record(
+                &ev(c % 2, "commit", c + 1 + c, c + 2 + c, Some(Idle)),
+                key(2),
+            );
+        }
+        assert!(t.top_txns.len() <= 6 && t.top_conns.len() <= 6);
+        assert_eq!(t.top_transactions().len(), 3);
+        // The longest is the last (its gap grows with c).
+        assert_eq!(t.top_transactions()[0].start_ns, 99);
+    }
+
+    #[test]
+    fn end_words() {
+        assert_eq!(end_kind(Some("  COMMIT")), TxnEnd::Commit);
+        assert_eq!(end_kind(Some("end;")), TxnEnd::Commit);
+        assert_eq!(end_kind(Some("ROLLBACK TO x")), TxnEnd::Rollback);
+        assert_eq!(end_kind(Some("create table t (a int)")), TxnEnd::Other);
+        assert_eq!(end_kind(None), TxnEnd::Other);
+    }
+}
