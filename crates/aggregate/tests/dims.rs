@@ -34,6 +34,7 @@ fn event(server: &str, client: &str, db: Option<&str>, user: Option<&str>, lat: 
         outcome: Outcome::Ok,
         error: None,
         timed: true,
+        txn: None,
     }
 }
 

@@ -527,6 +527,7 @@ mod tests {
             outcome: Outcome::Ok,
             error: None,
             timed: true,
+            txn: None,
         }
     }
 

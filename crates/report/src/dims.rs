@@ -237,6 +237,7 @@ mod tests {
             outcome: Outcome::Ok,
             error: None,
             timed: true,
+            txn: None,
         }
     }
 
