@@ -41,6 +41,8 @@ fn event(start_ns: u64, latency_ns: Option<u64>) -> QueryEvent {
         },
         error: None,
         timed: true,
+        index: Default::default(),
+        params: None,
     }
 }
 

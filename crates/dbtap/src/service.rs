@@ -82,6 +82,8 @@ mod tests {
             },
             error: None,
             timed: true,
+            index: Default::default(),
+            params: None,
         }
     }
 

@@ -372,6 +372,8 @@ fn event(protocol: Protocol, command: &'static str, latency_ns: u64, error: bool
             message: "bad".into(),
         }),
         timed: true,
+        index: Default::default(),
+        params: None,
     }
 }
 

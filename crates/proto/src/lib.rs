@@ -14,6 +14,7 @@ use std::sync::Arc;
 pub mod kit;
 pub mod mongodb;
 pub mod mysql;
+pub mod params;
 pub mod postgres;
 pub mod redis;
 pub mod registry;
@@ -145,6 +146,23 @@ pub struct QueryEvent {
     /// [`QueryEvent::latency_ns`] is `None`, so it adds no latency sample and no time to any
     /// total. True for every other event.
     pub timed: bool,
+    /// MySQL/MariaDB: the server status flags of the response said no index
+    /// (`SERVER_QUERY_NO_INDEX_USED`) or no good index (`SERVER_QUERY_NO_GOOD_INDEX_USED`) was
+    /// used. Default (both false) for the other protocols.
+    pub index: IndexUse,
+    /// The bound values of a prepared statement's execution (MySQL COM_STMT_EXECUTE,
+    /// PostgreSQL Bind), raw and bounded; decoded only for a group's example
+    /// ([`params::BoundParams::literals`]). `None` when there are none or they were not kept.
+    pub params: Option<Arc<params::BoundParams>>,
+}
+
+/// What the server said of its index use for a statement (MySQL/MariaDB status flags).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct IndexUse {
+    /// `SERVER_QUERY_NO_INDEX_USED` (0x0020) on a packet that ended one of its result sets.
+    pub no_index_used: bool,
+    /// `SERVER_QUERY_NO_GOOD_INDEX_USED` (0x0010) likewise.
+    pub no_good_index_used: bool,
 }
 
 impl QueryEvent {

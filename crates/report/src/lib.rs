@@ -6,6 +6,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod dba;
 pub mod events;
 pub mod fmt;
 pub mod health;

@@ -128,6 +128,8 @@ fn events() -> Vec<(usize, QueryEvent)> {
             outcome: Outcome::Ok,
             error: None,
             timed: true,
+            index: Default::default(),
+            params: None,
         };
         if which == 1 && rng.below(10) == 0 {
             ev.outcome = Outcome::Error;

@@ -58,6 +58,8 @@ fn event(i: u64, s: usize, t_ns: u64) -> QueryEvent {
             message: "Deadlock found when trying to get lock".into(),
         }),
         timed: true,
+        index: Default::default(),
+        params: None,
     }
 }
 

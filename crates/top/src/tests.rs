@@ -67,6 +67,8 @@ fn event(x: &Q, start_ns: u64) -> QueryEvent {
             message: "Table 'shop.nope' doesn't exist".into(),
         }),
         timed: true,
+        index: Default::default(),
+        params: None,
     }
 }
 

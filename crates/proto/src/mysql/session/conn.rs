@@ -48,6 +48,8 @@ pub(super) struct Pending {
     pub(super) new_schema: Option<Arc<str>>,
     /// Set by a prepare OK.
     pub(super) prepared: Option<u32>,
+    /// Parameters the prepare OK announced.
+    pub(super) prepared_params: u16,
     /// A multi-statement query's statements after this one.
     pub(super) rest: Option<Box<Rest>>,
     /// The share of the run's text budget this request's text holds (given back with it).
@@ -66,6 +68,7 @@ impl Pending {
             effect: Effect::None,
             new_schema: None,
             prepared: None,
+            prepared_params: 0,
             rest: None,
             text_charge: Charge::default(),
         }
@@ -110,6 +113,8 @@ pub(super) struct Conn {
     /// The text-budget share taken for the client message being read (by the keep policy),
     /// moved to its request when the message completes.
     pub(super) pending_text: RefCell<Charge>,
+    /// Parameter counts and types of prepared statements (for bound values).
+    pub(super) params: super::params::ParamFacts,
 }
 
 impl Conn {
@@ -197,6 +202,7 @@ impl Conn {
     /// applies what the command changed.
     pub(super) fn emit(&mut self, mut p: Pending, outcome: Outcome, sink: &mut dyn Sink) {
         let apply = matches!(outcome, Outcome::Ok) && !p.core.damaged;
+        let prepared_params = p.prepared.map(|id| (id, p.prepared_params));
         let prepared = p
             .prepared
             .zip(p.core.text.clone())
@@ -211,6 +217,9 @@ impl Conn {
             if let Some((id, t, tr)) = prepared {
                 self.stmts.insert_charged(id, t, tr, charge);
                 self.last_prepared = Some(id);
+            }
+            if let Some((id, n)) = prepared_params {
+                self.params.prepared(id, n);
             }
             self.apply_effect(effect);
             if let Some(s) = new_schema {
@@ -227,8 +236,12 @@ impl Conn {
                 self.user = Some(user);
                 self.database = db;
                 self.stmts.clear();
+                self.params.clear();
             }
-            Effect::ClearStatements => self.stmts.clear(),
+            Effect::ClearStatements => {
+                self.stmts.clear();
+                self.params.clear();
+            }
             Effect::MultiStatements(on) => self.multi_statements = Some(on),
         }
     }

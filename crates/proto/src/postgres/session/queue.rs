@@ -37,7 +37,7 @@ impl Conn {
             Some(match tag {
                 fe::QUERY => self.text_keep(len, self.cfg.max_text.saturating_add(1)),
                 fe::PARSE => self.text_keep(len, name + self.cfg.max_text.saturating_add(1)),
-                fe::BIND => 2 * name,
+                fe::BIND => (2 * name + super::params::BIND_PARAMS_KEEP).min(len as usize),
                 fe::DESCRIBE | fe::CLOSE | fe::EXECUTE => len as usize,
                 fe::FUNCTION_CALL => 4,
                 _ => 0,
