@@ -18,8 +18,7 @@ pub fn substitute_mysql(sql: &str, literals: &[String]) -> Option<String> {
         match t.kind {
             Kind::End => break,
             Kind::Placeholder => {
-                out.push_str(sql.get(from..t.start)?);
-                out.push_str(next.next()?);
+                push_literal(&mut out, sql.get(from..t.start)?, next.next()?);
                 from = t.end;
             }
             _ => {}
@@ -27,6 +26,17 @@ pub fn substitute_mysql(sql: &str, literals: &[String]) -> Option<String> {
     }
     out.push_str(sql.get(from..)?);
     next.next().is_none().then_some(out)
+}
+
+/// Appends the text before a placeholder, then its literal: a space between them when the
+/// text ends with `-` and the literal starts with one (`a-$1` with `-5` must not become the
+/// comment `a--5`).
+pub(crate) fn push_literal(out: &mut String, before: &str, literal: &str) {
+    out.push_str(before);
+    if literal.starts_with('-') && out.ends_with('-') {
+        out.push(' ');
+    }
+    out.push_str(literal);
 }
 
 /// `sql` with each `$n` replaced by `literals[n - 1]`. `None` when a `$n` has no value.
@@ -69,6 +79,10 @@ mod tests {
             )
             .as_deref(),
             Some("SELECT '$1', 7, \"$1\", $$ $1 $$ /* $1 */ , 'a' -- $2")
+        );
+        assert_eq!(
+            substitute_postgres("SELECT 1-$1", &l(&["-1"])).as_deref(),
+            Some("SELECT 1- -1")
         );
         assert_eq!(substitute_postgres("SELECT $3", &l(&["1"])), None);
         assert_eq!(substitute_postgres("SELECT $0", &l(&["1"])), None);

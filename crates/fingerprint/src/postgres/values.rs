@@ -2,6 +2,7 @@
 //! lexer (see [`crate::values`]).
 
 use super::lex::{Lex, Tk};
+use crate::values::push_literal;
 
 /// `sql` with each `$n` replaced by `literals[n - 1]`; `None` when one has no value.
 pub(crate) fn substitute(sql: &str, literals: &[String]) -> Option<String> {
@@ -18,8 +19,11 @@ pub(crate) fn substitute(sql: &str, literals: &[String]) -> Option<String> {
             Tk::End => break,
             Tk::Param => {
                 let n: usize = sql.get(t.start + 1..t.end)?.parse().ok()?;
-                out.push_str(sql.get(from..t.start)?);
-                out.push_str(literals.get(n.checked_sub(1)?)?);
+                push_literal(
+                    &mut out,
+                    sql.get(from..t.start)?,
+                    literals.get(n.checked_sub(1)?)?,
+                );
                 from = t.end;
             }
             _ => {}

@@ -149,7 +149,8 @@ fn value(c: &mut Cursor<'_>, t: u8, unsigned: bool) -> Result<Option<String>, Wi
         0x07 | 0x0a | 0x0c => datetime(c, t == 0x0a)?,
         0x0b => time(c)?,
         0x00 | 0xf6 => decimal(c.lenenc_bytes("decimal")?),
-        0x0f | 0x10 | 0xf5 | 0xf7..=0xff => string(c.lenenc_bytes("string")?),
+        0xf9..=0xfc | 0x10 | 0xff => string(c.lenenc_bytes("blob")?, true),
+        0x0f | 0xf5 | 0xf7 | 0xf8 | 0xfd | 0xfe => string(c.lenenc_bytes("string")?, false),
         _ => return Ok(None),
     }))
 }
@@ -168,13 +169,12 @@ pub(crate) fn float(v: f64, single: bool) -> String {
     if !v.is_finite() {
         return undecoded(&format!("{v} has no SQL literal"));
     }
-    let s = if single {
+    // `1e300` reads as a double in MySQL; `1.0` as a decimal, which compares the same.
+    if single {
         format!("{:?}", v as f32)
     } else {
         format!("{v:?}")
-    };
-    // `1e300` reads as a double in MySQL; `1.0` as a decimal, which compares the same.
-    s
+    }
 }
 
 /// A DECIMAL sent as text: as it is when it looks like a number, else quoted.
@@ -184,14 +184,16 @@ fn decimal(b: &[u8]) -> String {
             .all(|&x| x.is_ascii_digit() || matches!(x, b'-' | b'+' | b'.' | b'e' | b'E'));
     match (ok, std::str::from_utf8(b)) {
         (true, Ok(s)) => s.to_string(),
-        _ => string(b),
+        _ => string(b, false),
     }
 }
 
-/// A string or blob: quoted when it is plain text, else a hex literal.
-fn string(b: &[u8]) -> String {
+/// A string or blob: quoted when it is plain text, else a hex literal (with a `_utf8mb4`
+/// introducer for a string that is UTF-8, so that it stays a character string).
+fn string(b: &[u8], blob: bool) -> String {
     match plain_text(b) {
         Some(s) => quote(s),
+        None if !blob && std::str::from_utf8(b).is_ok() => format!("_utf8mb4 X'{}'", hex(b)),
         None => format!("X'{}'", hex(b)),
     }
 }
@@ -215,7 +217,12 @@ fn datetime(c: &mut Cursor<'_>, date_only: bool) -> Result<String, WireError> {
     if len >= 11 {
         us = p.u32("microsecond")?;
     }
-    let mut out = format!("'{y:04}-{mo:02}-{d:02}");
+    let typed = if date_only && len < 7 {
+        "DATE"
+    } else {
+        "TIMESTAMP"
+    };
+    let mut out = format!("{typed}'{y:04}-{mo:02}-{d:02}");
     if !date_only || len >= 7 {
         out.push_str(&format!(" {h:02}:{mi:02}:{s:02}"));
         if us > 0 {
@@ -231,14 +238,17 @@ fn time(c: &mut Cursor<'_>) -> Result<String, WireError> {
     let len = c.u8("time length")?;
     let mut p = Cursor::new(c.bytes(usize::from(len), "time")?);
     if len < 8 {
-        return Ok("'00:00:00'".to_string());
+        return Ok("TIME'00:00:00'".to_string());
     }
     let neg = p.u8("sign")? == 1;
     let days = u64::from(p.u32("days")?);
     let (h, m, s) = (p.u8("hour")?, p.u8("minute")?, p.u8("second")?);
     let us = if len >= 12 { p.u32("microsecond")? } else { 0 };
     let hours = days * 24 + u64::from(h);
-    let mut out = format!("'{}{hours:02}:{m:02}:{s:02}", if neg { "-" } else { "" });
+    let mut out = format!(
+        "TIME'{}{hours:02}:{m:02}:{s:02}",
+        if neg { "-" } else { "" }
+    );
     if us > 0 {
         out.push_str(&format!(".{us:06}"));
     }
@@ -273,7 +283,7 @@ mod tests {
         let r = raw(&b, 6, None);
         assert_eq!(
             r.literals(),
-            ["-1", "7", "'a''b'", "NULL", "1.5", "'2024-02-29'"]
+            ["-1", "7", "'a''b'", "NULL", "1.5", "DATE'2024-02-29'"]
         );
         assert_eq!(sent_types(&b, 6, 0, false).map(|t| t.len()), Some(12));
         // A later execution without types uses the remembered ones.
@@ -293,7 +303,11 @@ mod tests {
         let l = raw(&b, 4, None).literals();
         assert_eq!(
             &l[..3],
-            ["'-26:03:04'", "X'005c'", "'2000-01-02 03:04:05.000006'"]
+            [
+                "TIME'-26:03:04'",
+                "X'005c'",
+                "TIMESTAMP'2000-01-02 03:04:05.000006'"
+            ]
         );
         assert!(l[3].contains("0x42"), "{l:?}");
         assert_eq!(int(0xff, 8, false), "-1");
