@@ -54,3 +54,60 @@ pub fn write_with_values(out: &mut impl Write, ex: &Example) -> io::Result<()> {
     writeln!(out, "# With bound values (EXPLAIN-ready):")?;
     writeln!(out, "{}", sanitize(&sql, true).trim_end_matches('\n'))
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use proto::params::BoundParams;
+    use proto::postgres::params::RawParams;
+
+    use super::*;
+
+    fn example(text: &str, truncated: bool, params: bool) -> Example {
+        Example {
+            text: Some(Arc::from(text)),
+            text_truncated: truncated,
+            start_ns: 0,
+            latency_ns: Some(1),
+            service_ns: Some(1),
+            client: "10.0.0.1:1".parse().unwrap(),
+            server: "10.0.0.2:5432".parse().unwrap(),
+            database: None,
+            user: None,
+            statement_id: None,
+            params: params.then(|| {
+                Arc::new(BoundParams::Postgres(RawParams {
+                    body: [0, 0, 0, 1, 0, 0, 0, 3, b'a', b'\'', b'b'].into(),
+                    oids: Some(Arc::from(&[25u32][..])),
+                }))
+            }),
+        }
+    }
+
+    #[test]
+    fn values_go_into_the_example() {
+        let q = "SELECT '$1', $1 -- $1";
+        assert_eq!(
+            with_values(&example(q, false, true)).as_deref(),
+            Some("SELECT '$1', 'a''b'::text -- $1")
+        );
+        assert_eq!(with_values(&example(q, true, true)), None);
+        assert_eq!(with_values(&example(q, false, false)), None);
+        assert_eq!(with_values(&example("SELECT $2", false, true)), None);
+    }
+
+    #[test]
+    fn index_line_only_when_flagged() {
+        let mut s = Stats {
+            count: 4,
+            ..Stats::default()
+        };
+        assert_eq!(index_line(&s), None);
+        s.no_index_used = 1;
+        assert_eq!(
+            index_line(&s).as_deref(),
+            Some("# Index use: no index used 25% (1 of 4), no good index used 0% (0)")
+        );
+    }
+}

@@ -396,7 +396,7 @@ mod tests {
                 x ^= x << 13;
                 x ^= x >> 7;
                 x ^= x << 17;
-                b.push(if x % 5 == 0 { 0 } else { x as u8 });
+                b.push(if x.is_multiple_of(5) { 0 } else { x as u8 });
             }
             for oid in [
                 16u32, 17, 20, 21, 23, 700, 701, 1082, 1083, 1114, 1700, 2950, 3802, 9,

@@ -1829,3 +1829,47 @@ fn a_prepared_statement_holds_its_text_budget_while_cached() {
     drop(s);
     assert_eq!(budget.used(), 0);
 }
+
+#[test]
+fn bind_values_ride_on_the_execution() {
+    let sql = "SELECT * FROM t WHERE id = $1 AND name = $2";
+    // Parse naming int8 and text; Bind with a binary int8 and a text value.
+    let mut p = cstr("s1");
+    p.extend(cstr(sql));
+    p.extend([0, 2, 0, 0, 0, 20, 0, 0, 0, 25]);
+    let mut bd = cstr("");
+    bd.extend(cstr("s1"));
+    bd.extend([0, 2, 0, 1, 0, 0, 0, 2, 0, 0, 0, 8]);
+    bd.extend((-9i64).to_be_bytes());
+    bd.extend([0, 0, 0, 3, b'a', b'\'', b'b', 0, 0]);
+    let mut b = B::new();
+    b.startup()
+        .cli(&[msg(b'P', &p), msg(b'B', &bd), execute("", 0), sync()])
+        .srv(&[
+            parse_complete(),
+            bind_complete(),
+            complete("SELECT 0"),
+            ready(b'I'),
+        ])
+        // The unnamed statement of the text `bind` helper: no types, one text value.
+        .cli(&[parse("", "SELECT $1"), bind("", ""), execute("", 0), sync()])
+        .srv(&[
+            parse_complete(),
+            bind_complete(),
+            complete("SELECT 1"),
+            ready(b'I'),
+        ]);
+    let r = run(&b);
+    assert_eq!(r.health, Health::default());
+    assert_eq!(
+        cmds(&r.events),
+        ["prepare", "execute", "prepare", "execute"]
+    );
+    let lits = |e: &QueryEvent| e.params.as_ref().map(|p| p.literals());
+    assert_eq!(
+        lits(&r.events[1]),
+        Some(vec!["-9::int8".into(), "'a''b'::text".into()])
+    );
+    assert_eq!(lits(&r.events[3]), Some(vec!["'42'".into()]));
+    assert_eq!(lits(&r.events[0]), None);
+}
