@@ -87,7 +87,9 @@ impl Consumer for DigestConsumer {
 }
 
 fn digest(args: DigestArgs) -> anyhow::Result<()> {
-    let settings = settings(&args.input);
+    let mut settings = settings(&args.input);
+    // Bound values are shown only in examples.
+    settings.session.keep_params = !args.report.no_examples;
     let consumer = DigestConsumer {
         fp: Fingerprinter::from_args(&args.input.grouping),
         agg: Aggregator::new(AggConfig {
@@ -149,7 +151,9 @@ impl<W: Write> Consumer for EventsConsumer<W> {
 }
 
 fn events(args: EventsArgs) -> anyhow::Result<()> {
-    let settings = settings(&args.input);
+    let mut settings = settings(&args.input);
+    // NDJSON events carry no bound values.
+    settings.session.keep_params = false;
     let stdout = std::io::stdout();
     let consumer = EventsConsumer {
         fp: Fingerprinter::from_args(&args.input.grouping),

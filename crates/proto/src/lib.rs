@@ -55,6 +55,9 @@ pub struct SessionConfig {
     /// The request-text budget shared by every session of a run (clones share it): beyond
     /// it, a request keeps only a prefix of its text (marked truncated); it is still counted.
     pub text_budget: kit::TextBudget,
+    /// Keep the bound values of prepared-statement executions on the events
+    /// ([`QueryEvent::params`]); off when nothing downstream shows examples.
+    pub keep_params: bool,
 }
 
 impl Default for SessionConfig {
@@ -63,6 +66,7 @@ impl Default for SessionConfig {
             max_inflight: 1024,
             max_text: 16 << 20,
             text_budget: kit::TextBudget::default(),
+            keep_params: true,
         }
     }
 }

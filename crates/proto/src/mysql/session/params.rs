@@ -57,7 +57,7 @@ impl Conn {
         stmt_id: u32,
         flags: u8,
     ) {
-        if m.lost > 0 || m.head.len() as u64 != m.len {
+        if !self.cfg.keep_params || m.lost > 0 || m.head.len() as u64 != m.len {
             return;
         }
         let Some(body) = m.head.get(EXECUTE_HEAD..) else {

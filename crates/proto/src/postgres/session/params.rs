@@ -63,6 +63,9 @@ impl Conn {
         portal: &[u8],
         statement: &[u8],
     ) {
+        if !self.cfg.keep_params {
+            return;
+        }
         let Some(body) = after_names(m, portal.len(), statement.len()) else {
             return;
         };
