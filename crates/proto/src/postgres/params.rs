@@ -1,8 +1,9 @@
 //! Bind parameters: the values of an extended-protocol execution decoded to PostgreSQL
 //! literals (only for a group's example). Text-format values are given as sent, quoted, with a
-//! cast when the statement's Parse named the type; binary values are decoded by the type OIDs
-//! of the Parse (a type the Parse left unspecified, 0, cannot be decoded in binary and becomes
-//! a marked placeholder, as does any OID not listed in [`type_name`]).
+//! cast when the statement's type is known; binary values are decoded by the type OIDs of the
+//! statement (its Parse's, or the server's ParameterDescription when the statement was
+//! described). A binary value of an unknown type (0, or an OID not listed in [`type_name`])
+//! becomes a marked placeholder.
 
 use std::sync::Arc;
 

@@ -294,6 +294,9 @@ impl Conn {
             return self.push_item(want, unit, sink);
         }
         let id = self.new_unit(Kind::Describe, m, sink);
+        if target == Some(Target::Statement) {
+            self.describing(id, name);
+        }
         let text = match target {
             Some(Target::Statement) => self.stmts.get(name),
             Some(Target::Portal) => self.portals.get(name),

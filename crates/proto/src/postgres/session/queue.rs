@@ -49,6 +49,7 @@ impl Conn {
             }
             Some(match tag {
                 be::ERROR_RESPONSE => ERROR_KEEP,
+                be::PARAMETER_DESCRIPTION => super::params::PARAM_DESC_KEEP.min(len as usize),
                 be::COMMAND_COMPLETE | be::READY_FOR_QUERY | be::AUTHENTICATION => len as usize,
                 _ => 0,
             })

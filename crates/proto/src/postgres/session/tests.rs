@@ -1873,3 +1873,34 @@ fn bind_values_ride_on_the_execution() {
     assert_eq!(lits(&r.events[3]), Some(vec!["'42'".into()]));
     assert_eq!(lits(&r.events[0]), None);
 }
+
+#[test]
+fn described_types_decode_binary_values() {
+    // A client that parses without types, describes the statement, then binds in binary.
+    let mut bd = cstr("");
+    bd.extend(cstr("q"));
+    bd.extend([0, 1, 0, 1, 0, 1, 0, 0, 0, 4]);
+    bd.extend((-7i32).to_be_bytes());
+    bd.extend([0, 0]);
+    let mut b = B::new();
+    b.startup()
+        .cli(&[parse("q", "SELECT $1 + 1"), describe(b'S', "q"), sync()])
+        .srv(&[
+            parse_complete(),
+            param_desc(1),
+            row_desc(&["x"]),
+            ready(b'I'),
+        ])
+        .cli(&[msg(b'B', &bd), execute("", 0), sync()])
+        .srv(&[
+            bind_complete(),
+            data_row(&[Some("-6")]),
+            complete("SELECT 1"),
+            ready(b'I'),
+        ]);
+    let r = run(&b);
+    assert_eq!(r.health, Health::default());
+    assert_eq!(cmds(&r.events), ["prepare", "execute"]);
+    let lits = r.events[1].params.as_ref().map(|p| p.literals());
+    assert_eq!(lits, Some(vec!["-7".to_string()]));
+}
