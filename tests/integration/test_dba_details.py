@@ -310,6 +310,39 @@ def test_mysql_binary_values_round_trip(maria):
                 assert got == want, (sql, got)
 
 
+def test_mysql_execute_of_the_statement_just_prepared(maria):
+    """MariaDB's direct execution: COM_STMT_PREPARE and COM_STMT_EXECUTE with statement id -1
+    sent together, before the prepare's answer; the values are decoded once it comes."""
+    pcap = OUT / "execute-direct.pcap"
+    cap = harness.Tcpdump(pcap, MARIA_PORT).start()
+    conn = maria.connect()
+    conn._execute_command(binproto.COM_STMT_PREPARE, "SELECT ? + 1 AS direct_v")
+    body = struct.pack("<IBI", 0xFFFFFFFF, 0, 1) + b"\x00\x01" + struct.pack("<BBq", 0x08, 0, 41)
+    conn._execute_command(binproto.COM_STMT_EXECUTE, body)
+    ok = conn._read_packet().get_all_data()
+    _, ncols, nparams = struct.unpack_from("<IHH", ok, 1)
+    for _ in range(nparams + 1 + ncols + 1):  # definitions, each section ended by an EOF
+        conn._read_packet()
+    conn._next_seq_id = 1  # the execute's answer numbers its packets from 1 again
+    first = conn._read_packet()
+    for _ in range(first.read_length_encoded_integer()):
+        conn._read_packet()
+    conn._read_packet()  # EOF
+    rows = 0
+    while not conn._read_packet().is_eof_packet():
+        rows += 1
+    assert rows == 1
+    conn.close()
+    cap.sync()
+    assert cap.stop().get("dropped") == 0
+    (g,) = [g for g in digest_groups(pcap) if g["command"] == "execute"]
+    sql = g["example"]["with_values"]
+    assert sql == "SELECT 41 + 1 AS direct_v", g["example"]
+    with maria.root() as root, root.cursor() as c:
+        c.execute(sql)
+        assert c.fetchone()[0] == 42
+
+
 # -------------------------------------------------------------------------------------------------
 # PostgreSQL
 

@@ -50,6 +50,8 @@ pub(super) struct Pending {
     pub(super) prepared: Option<u32>,
     /// Parameters the prepare OK announced.
     pub(super) prepared_params: u16,
+    /// An execution's parameter bytes waiting for its statement to be known.
+    pub(super) deferred_params: Option<Box<super::params::Deferred>>,
     /// A multi-statement query's statements after this one.
     pub(super) rest: Option<Box<Rest>>,
     /// The share of the run's text budget this request's text holds (given back with it).
@@ -69,6 +71,7 @@ impl Pending {
             new_schema: None,
             prepared: None,
             prepared_params: 0,
+            deferred_params: None,
             rest: None,
             text_charge: Charge::default(),
         }
@@ -201,6 +204,7 @@ impl Conn {
     /// Emits the event (with the user and schema in force when the command was sent), then
     /// applies what the command changed.
     pub(super) fn emit(&mut self, mut p: Pending, outcome: Outcome, sink: &mut dyn Sink) {
+        self.resolve_params(&mut p);
         let apply = matches!(outcome, Outcome::Ok) && !p.core.damaged;
         let prepared_params = p.prepared.map(|id| (id, p.prepared_params));
         let prepared = p

@@ -10,6 +10,7 @@ use super::super::message::caps;
 use super::super::params::{RawParams, StmtParams, sent_types};
 use super::super::wire::Message;
 use super::conn::{Conn, Pending};
+use super::result::Resp;
 use crate::params::BoundParams;
 
 /// Statements whose parameter facts a connection remembers, and the type bytes they may hold.
@@ -46,10 +47,19 @@ impl ParamFacts {
     }
 }
 
+/// An execution's parameter bytes whose statement is not known yet (id -1, "the statement
+/// just prepared", sent before the prepare's answer): resolved when its event is emitted.
+#[derive(Debug)]
+pub(super) struct Deferred {
+    body: Box<[u8]>,
+    flags: u8,
+}
+
 impl Conn {
     /// The parameter bytes of a COM_STMT_EXECUTE of `stmt_id`, onto its request. Kept when the
-    /// whole packet was read (its head is at most the 4 KiB kept of any command) and the
-    /// statement's prepare was seen.
+    /// whole packet was read (its head is at most the 4 KiB kept of any command, and within
+    /// `max_text`) and the statement's prepare was seen (now, or by the time the execution's
+    /// answer comes, for id -1 or a statement whose prepare is still in flight).
     pub(super) fn bind_params(
         &mut self,
         p: &mut Pending,
@@ -63,8 +73,45 @@ impl Conn {
         let Some(body) = m.head.get(EXECUTE_HEAD..) else {
             return;
         };
-        let Some(facts) = self.params.by_stmt.get_mut(&stmt_id) else {
+        if body.len() > self.cfg.max_text {
             return;
+        }
+        if stmt_id != u32::MAX && self.attach_params(p, stmt_id, body, flags) {
+            return;
+        }
+        // Its prepare, still in flight, will be answered before this is: try again then.
+        let preparing = self
+            .inflight
+            .iter()
+            .any(|h| matches!(h.resp, Resp::Prepare(_)));
+        if !preparing {
+            return;
+        }
+        p.deferred_params = Some(Box::new(Deferred {
+            body: body.into(),
+            flags,
+        }));
+    }
+
+    /// Deferred parameter bytes of a request about to be emitted, with its statement now known.
+    pub(super) fn resolve_params(&mut self, p: &mut Pending) {
+        let Some(d) = p.deferred_params.take() else {
+            return;
+        };
+        let id = match p.stmt {
+            Some(u32::MAX) | None => self.last_prepared,
+            s => s,
+        };
+        if let Some(id) = id {
+            self.attach_params(p, id, &d.body, d.flags);
+        }
+    }
+
+    /// The raw parameters of statement `stmt_id` onto `p`; false when the statement's
+    /// parameter count is not known.
+    fn attach_params(&mut self, p: &mut Pending, stmt_id: u32, body: &[u8], flags: u8) -> bool {
+        let Some(facts) = self.params.by_stmt.get_mut(&stmt_id) else {
+            return false;
         };
         let attrs = self
             .caps
@@ -85,5 +132,6 @@ impl Conn {
             body: body.into(),
             types: facts.types.clone(),
         })));
+        true
     }
 }

@@ -1278,6 +1278,9 @@ fn pipelined_prepare_and_execute_last_statement() {
     assert_eq!(r.events[1].statement_id, Some(9));
     assert_eq!(text(&r.events[1]), "SELECT ? + 1");
     assert_eq!(r.events[1].rows_sent, 1);
+    // Its parameters wait for the prepare's answer to be decoded.
+    let lits = r.events[1].params.as_ref().map(|p| p.literals());
+    assert_eq!(lits, Some(vec!["1".to_string()]));
     assert_eq!(r.health, Default::default());
 }
 

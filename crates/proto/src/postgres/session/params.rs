@@ -95,6 +95,9 @@ impl Conn {
         let Some(body) = after_names(m, portal.len(), statement.len()) else {
             return;
         };
+        if body.len() > self.cfg.max_text {
+            return;
+        }
         // No parameters: format count 0 and parameter count 0.
         if body.get(..4) == Some(&[0, 0, 0, 0]) {
             return;
