@@ -256,6 +256,9 @@ pub struct Example {
     pub database: Option<Arc<str>>,
     pub user: Option<Arc<str>>,
     pub statement_id: Option<u32>,
+    /// The bound values of a prepared statement's execution, raw: decoded only when a report
+    /// asks ([`proto::params::BoundParams::literals`]).
+    pub params: Option<Arc<proto::params::BoundParams>>,
 }
 
 impl Example {
@@ -271,6 +274,7 @@ impl Example {
             database: ev.database.clone(),
             user: ev.user.clone(),
             statement_id: ev.statement_id,
+            params: ev.params.clone(),
         }
     }
 
@@ -334,6 +338,10 @@ pub struct Stats {
     pub clients: TopCounter<IpAddr>,
     /// The slowest event (only with `keep_examples`).
     pub example: Option<Example>,
+    /// Events the server flagged `SERVER_QUERY_NO_INDEX_USED` (MySQL/MariaDB).
+    pub no_index_used: u64,
+    /// Events the server flagged `SERVER_QUERY_NO_GOOD_INDEX_USED` (MySQL/MariaDB).
+    pub no_good_index_used: u64,
 }
 
 impl Stats {
@@ -371,6 +379,8 @@ impl Stats {
         self.warnings.record(ev.warnings);
         self.with_warnings += u64::from(ev.warnings > 0);
         self.partial += u64::from(ev.text_partial);
+        self.no_index_used += u64::from(ev.index.no_index_used);
+        self.no_good_index_used += u64::from(ev.index.no_good_index_used);
         let end = ev.end_ns.unwrap_or(ev.start_ns).max(ev.start_ns);
         self.first_seen_ns = Some(
             self.first_seen_ns
@@ -419,6 +429,8 @@ impl Stats {
             users,
             clients,
             example: _,
+            no_index_used,
+            no_good_index_used,
         } = self;
         for c in [
             count,
@@ -429,6 +441,8 @@ impl Stats {
             no_reply_expected,
             with_warnings,
             partial,
+            no_index_used,
+            no_good_index_used,
         ] {
             *c = c.saturating_mul(n);
         }
@@ -470,6 +484,8 @@ impl Stats {
         self.warnings.merge(&o.warnings);
         self.with_warnings += o.with_warnings;
         self.partial += o.partial;
+        self.no_index_used += o.no_index_used;
+        self.no_good_index_used += o.no_good_index_used;
         self.first_seen_ns = min_opt(self.first_seen_ns, o.first_seen_ns);
         self.last_seen_ns = self.last_seen_ns.max(o.last_seen_ns);
         self.databases.merge(&o.databases);

@@ -427,6 +427,8 @@ mod tests {
             error: None,
             timed: true,
             txn,
+            index: Default::default(),
+            params: None,
         }
     }
 

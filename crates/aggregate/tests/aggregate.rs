@@ -42,6 +42,8 @@ fn event(start_ns: u64, latency_ns: Option<u64>) -> QueryEvent {
         error: None,
         timed: true,
         txn: None,
+        index: Default::default(),
+        params: None,
     }
 }
 

@@ -35,6 +35,8 @@ fn event(server: &str, client: &str, db: Option<&str>, user: Option<&str>, lat: 
         error: None,
         timed: true,
         txn: None,
+        index: Default::default(),
+        params: None,
     }
 }
 

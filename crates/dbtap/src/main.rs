@@ -121,7 +121,9 @@ impl Consumer for DigestConsumer {
 }
 
 fn digest(args: DigestArgs) -> anyhow::Result<()> {
-    let settings = settings(&args.input);
+    let mut settings = settings(&args.input);
+    // Bound values are shown only in examples.
+    settings.session.keep_params = !args.report.no_examples;
     let sel = selection::Selection::resolve(args.input.time.range(), &args.input.files)?;
     let window = sel.as_ref().map_or(timespec::Window::ALL, |s| s.window);
     let text = args.report.format == DigestFormat::Text;
@@ -242,7 +244,9 @@ impl<W: Write> Consumer for EventsConsumer<W> {
 }
 
 fn events(args: EventsArgs) -> anyhow::Result<()> {
-    let settings = settings(&args.input);
+    let mut settings = settings(&args.input);
+    // NDJSON events carry no bound values.
+    settings.session.keep_params = false;
     let sel = selection::Selection::resolve(args.input.time.range(), &args.input.files)?;
     let stdout = std::io::stdout();
     let consumer = EventsConsumer {

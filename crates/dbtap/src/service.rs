@@ -83,6 +83,8 @@ mod tests {
             error: None,
             timed: true,
             txn: None,
+            index: Default::default(),
+            params: None,
         }
     }
 

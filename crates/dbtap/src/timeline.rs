@@ -528,6 +528,8 @@ mod tests {
             error: None,
             timed: true,
             txn: None,
+            index: Default::default(),
+            params: None,
         }
     }
 

@@ -82,6 +82,7 @@ pub mod mongodb;
 pub mod mysql;
 pub mod postgres;
 pub mod redis;
+pub mod values;
 
 use md5::{Digest, Md5};
 use std::hash::BuildHasher;

@@ -373,6 +373,8 @@ fn event(protocol: Protocol, command: &'static str, latency_ns: u64, error: bool
         }),
         timed: true,
         txn: None,
+        index: Default::default(),
+        params: None,
     }
 }
 

@@ -14,6 +14,7 @@ use std::sync::Arc;
 pub mod kit;
 pub mod mongodb;
 pub mod mysql;
+pub mod params;
 pub mod postgres;
 pub mod redis;
 pub mod registry;
@@ -54,6 +55,9 @@ pub struct SessionConfig {
     /// The request-text budget shared by every session of a run (clones share it): beyond
     /// it, a request keeps only a prefix of its text (marked truncated); it is still counted.
     pub text_budget: kit::TextBudget,
+    /// Keep the bound values of prepared-statement executions on the events
+    /// ([`QueryEvent::params`]); off when nothing downstream shows examples.
+    pub keep_params: bool,
 }
 
 impl Default for SessionConfig {
@@ -62,6 +66,7 @@ impl Default for SessionConfig {
             max_inflight: 1024,
             max_text: 16 << 20,
             text_budget: kit::TextBudget::default(),
+            keep_params: true,
         }
     }
 }
@@ -149,6 +154,23 @@ pub struct QueryEvent {
     /// it at the end of this response (PostgreSQL ReadyForQuery `I`/`T`/`E`, MySQL/MariaDB
     /// `SERVER_STATUS_IN_TRANS` in the OK/EOF that ends the command); `None` when unknown.
     pub txn: Option<TxnState>,
+    /// MySQL/MariaDB: the server status flags of the response said no index
+    /// (`SERVER_QUERY_NO_INDEX_USED`) or no good index (`SERVER_QUERY_NO_GOOD_INDEX_USED`) was
+    /// used. Default (both false) for the other protocols.
+    pub index: IndexUse,
+    /// The bound values of a prepared statement's execution (MySQL COM_STMT_EXECUTE,
+    /// PostgreSQL Bind), raw and bounded; decoded only for a group's example
+    /// ([`params::BoundParams::literals`]). `None` when there are none or they were not kept.
+    pub params: Option<Arc<params::BoundParams>>,
+}
+
+/// What the server said of its index use for a statement (MySQL/MariaDB status flags).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct IndexUse {
+    /// `SERVER_QUERY_NO_INDEX_USED` (0x0020) on a packet that ended one of its result sets.
+    pub no_index_used: bool,
+    /// `SERVER_QUERY_NO_GOOD_INDEX_USED` (0x0010) likewise.
+    pub no_good_index_used: bool,
 }
 
 /// A connection's transaction state after a response.

@@ -238,6 +238,8 @@ mod tests {
             error: None,
             timed: true,
             txn: None,
+            index: Default::default(),
+            params: None,
         }
     }
 

@@ -151,6 +151,8 @@ mod tests {
             }),
             timed: true,
             txn: None,
+            index: Default::default(),
+            params: None,
         }
     }
 

@@ -166,6 +166,17 @@ pub struct StatsJson {
     #[serde(default)]
     pub service_distribution: Vec<DistBucket>,
     pub example: Option<Example>,
+    /// Executions the server flagged `SERVER_QUERY_NO_INDEX_USED` (MySQL/MariaDB); omitted
+    /// when 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub no_index_used: u64,
+    /// Executions flagged `SERVER_QUERY_NO_GOOD_INDEX_USED`; omitted when 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub no_good_index_used: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// Response time statistics in microseconds (floats, ns precision). Null when no event had a
@@ -243,6 +254,10 @@ pub struct Example {
     /// Null when the event carried no text.
     pub text: Option<String>,
     pub text_truncated: bool,
+    /// `text` with the bound values of the prepared statement's execution in place of its
+    /// placeholders (EXPLAIN-ready); omitted when there are none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub with_values: Option<String>,
 }
 
 fn sat(v: u128) -> u64 {
@@ -367,7 +382,10 @@ pub fn stats_json(s: &Stats) -> StatsJson {
             statement_id: e.statement_id,
             text: e.text.as_deref().map(str::to_string),
             text_truncated: e.text_truncated,
+            with_values: crate::dba::with_values(e),
         }),
+        no_index_used: s.no_index_used,
+        no_good_index_used: s.no_good_index_used,
     }
 }
 

@@ -6,6 +6,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod dba;
 pub mod dims;
 pub mod errors;
 pub mod events;

@@ -575,6 +575,7 @@ fn details(
     attribute_table(out, s, Some(&agg.totals().stats))?;
     writeln!(out, "{}", outcomes(s))?;
     errors_by_code(out, p, s)?;
+    crate::dba::write_index_line(out, s)?;
     for line in [
         dim_line("Databases", &s.databases, s.count, name_or_unknown),
         dim_line("Users", &s.users, s.count, name_or_unknown),
@@ -593,6 +594,7 @@ fn details(
     writeln!(out, "#    {}", sanitize(&g.fingerprint, false))?;
     if let Some(ex) = &s.example {
         slowest_example(out, ex)?;
+        crate::dba::write_with_values(out, ex)?;
     }
     Ok(())
 }

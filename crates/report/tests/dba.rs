@@ -38,6 +38,8 @@ fn ev(conn: u64, text: &str, start: u64, dur: u64, txn: Option<TxnState>) -> Que
         error: None,
         timed: true,
         txn,
+        index: Default::default(),
+        params: None,
     }
 }
 

@@ -129,6 +129,8 @@ fn events() -> Vec<(usize, QueryEvent)> {
             error: None,
             timed: true,
             txn: None,
+            index: Default::default(),
+            params: None,
         };
         if which == 1 && rng.below(10) == 0 {
             ev.outcome = Outcome::Error;

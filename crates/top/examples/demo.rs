@@ -59,6 +59,8 @@ fn event(i: u64, s: usize, t_ns: u64) -> QueryEvent {
         }),
         timed: true,
         txn: None,
+        index: Default::default(),
+        params: None,
     }
 }
 

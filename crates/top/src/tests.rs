@@ -68,6 +68,8 @@ fn event(x: &Q, start_ns: u64) -> QueryEvent {
         }),
         timed: true,
         txn: None,
+        index: Default::default(),
+        params: None,
     }
 }
 

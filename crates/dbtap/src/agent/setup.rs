@@ -45,7 +45,9 @@ impl Plan {
         if c.sample == 0 {
             anyhow::bail!("--sample must be 1 or more");
         }
-        let settings = settings(c);
+        let mut settings = settings(c);
+        // Bound values are shown only in examples (`live` with --no-examples, and `top`, show none).
+        settings.session.keep_params = matches!(mode, Mode::Lines(a) if !a.report.no_examples);
         let filter = kernel_filter(c, &settings)?;
         let rings = open_rings(c, &filter)?;
         let threads = rings.len();

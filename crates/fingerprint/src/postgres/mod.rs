@@ -34,6 +34,9 @@ mod display;
 mod lex;
 mod lists;
 mod normalize;
+mod values;
+
+pub(crate) use values::substitute;
 #[cfg(test)]
 mod tests;
 

@@ -5,7 +5,8 @@
 use std::borrow::Cow;
 use std::sync::Arc;
 
-use crate::{ConnMeta, DbError, Outcome, Protocol, QueryEvent};
+use crate::params::BoundParams;
+use crate::{ConnMeta, DbError, IndexUse, Outcome, Protocol, QueryEvent};
 
 /// What every request in flight records, whatever the protocol.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -28,6 +29,10 @@ pub struct RequestCore {
     pub text_truncated: bool,
     /// Bytes of the request were lost while its framing held (see `QueryEvent::text_partial`).
     pub text_partial: bool,
+    /// The server's index-use flags (MySQL/MariaDB).
+    pub index: IndexUse,
+    /// Bound parameter values, raw (see [`QueryEvent::params`]).
+    pub params: Option<Arc<BoundParams>>,
 }
 
 /// The protocol-specific parts of an event.
@@ -138,6 +143,8 @@ impl RequestCore {
             error: self.error,
             timed: true,
             txn: None,
+            index: self.index,
+            params: self.params,
         }
     }
 

@@ -79,6 +79,7 @@
 //! next recognised request.
 
 pub mod message;
+pub mod params;
 pub mod session;
 pub mod split;
 pub mod wire;

@@ -122,6 +122,7 @@
 //! malformed and treated like a gap.
 
 pub mod message;
+pub mod params;
 pub mod session;
 pub mod statements;
 pub mod wire;

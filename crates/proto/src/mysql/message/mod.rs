@@ -47,6 +47,8 @@ pub mod status {
     pub const IN_TRANS: u16 = 0x0001;
     pub const AUTOCOMMIT: u16 = 0x0002;
     pub const MORE_RESULTS_EXISTS: u16 = 0x0008;
+    pub const NO_GOOD_INDEX_USED: u16 = 0x0010;
+    pub const NO_INDEX_USED: u16 = 0x0020;
     pub const CURSOR_EXISTS: u16 = 0x0040;
     pub const LAST_ROW_SENT: u16 = 0x0080;
     pub const SESSION_STATE_CHANGED: u16 = 0x4000;

@@ -37,7 +37,11 @@ impl Conn {
         let command = Command(m.head.first().copied().unwrap_or(0));
         let mut p = Pending::new(command, m.start_ts, wire);
         p.core.text_partial = m.lost > 0;
-        match Request::parse(m.head, self.caps) {
+        let parsed = Request::parse(m.head, self.caps);
+        if let Ok(Request::Execute { stmt_id, flags }) = parsed {
+            self.bind_params(&mut p, m, stmt_id, flags);
+        }
+        match parsed {
             Ok(Request::Query { sql }) => self.query(&mut p, m, sql),
             Ok(Request::Prepare { sql }) => self.prepare(&mut p, m, sql),
             Ok(
@@ -130,6 +134,7 @@ impl Conn {
 
     /// COM_STMT_CLOSE: no reply; the statement is forgotten after its event.
     fn close_statement(&mut self, p: Pending, stmt_id: u32, sink: &mut dyn Sink) {
+        self.params.forget(stmt_id);
         if p.resolve_stmt {
             let ev = self.event(p, Outcome::NoReplyExpected);
             self.stmts.remove(&ev.statement_id.unwrap_or(stmt_id));

@@ -48,6 +48,10 @@ pub(super) struct Pending {
     pub(super) new_schema: Option<Arc<str>>,
     /// Set by a prepare OK.
     pub(super) prepared: Option<u32>,
+    /// Parameters the prepare OK announced.
+    pub(super) prepared_params: u16,
+    /// An execution's parameter bytes waiting for its statement to be known.
+    pub(super) deferred_params: Option<Box<super::params::Deferred>>,
     /// A multi-statement query's statements after this one.
     pub(super) rest: Option<Box<Rest>>,
     /// The share of the run's text budget this request's text holds (given back with it).
@@ -68,6 +72,8 @@ impl Pending {
             effect: Effect::None,
             new_schema: None,
             prepared: None,
+            prepared_params: 0,
+            deferred_params: None,
             rest: None,
             text_charge: Charge::default(),
             txn: None,
@@ -122,6 +128,8 @@ pub(super) struct Conn {
     /// The text-budget share taken for the client message being read (by the keep policy),
     /// moved to its request when the message completes.
     pub(super) pending_text: RefCell<Charge>,
+    /// Parameter counts and types of prepared statements (for bound values).
+    pub(super) params: super::params::ParamFacts,
 }
 
 impl Conn {
@@ -211,7 +219,9 @@ impl Conn {
     /// Emits the event (with the user and schema in force when the command was sent), then
     /// applies what the command changed.
     pub(super) fn emit(&mut self, mut p: Pending, outcome: Outcome, sink: &mut dyn Sink) {
+        self.resolve_params(&mut p);
         let apply = matches!(outcome, Outcome::Ok) && !p.core.damaged;
+        let prepared_params = p.prepared.map(|id| (id, p.prepared_params));
         let prepared = p
             .prepared
             .zip(p.core.text.clone())
@@ -226,6 +236,9 @@ impl Conn {
             if let Some((id, t, tr)) = prepared {
                 self.stmts.insert_charged(id, t, tr, charge);
                 self.last_prepared = Some(id);
+            }
+            if let Some((id, n)) = prepared_params {
+                self.params.prepared(id, n);
             }
             self.apply_effect(effect);
             if let Some(s) = new_schema {
@@ -242,8 +255,12 @@ impl Conn {
                 self.user = Some(user);
                 self.database = db;
                 self.stmts.clear();
+                self.params.clear();
             }
-            Effect::ClearStatements => self.stmts.clear(),
+            Effect::ClearStatements => {
+                self.stmts.clear();
+                self.params.clear();
+            }
             Effect::MultiStatements(on) => self.multi_statements = Some(on),
         }
     }

@@ -17,6 +17,7 @@ mod command;
 mod conn;
 mod handshake;
 mod multi;
+mod params;
 mod result;
 mod resync;
 mod text;
@@ -154,6 +155,7 @@ impl MysqlSession {
                 login: None,
                 multi_statements: None,
                 pending_text: Default::default(),
+                params: Default::default(),
             },
             dirs: PerDir::new(Dir::new(client), Dir::new(server)),
             framing_known: saw_open,

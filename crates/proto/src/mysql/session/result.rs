@@ -200,6 +200,7 @@ impl Packet<'_> {
 fn end_of_results(h: &mut Pending, status: u16, warnings: u16, ok_packet: bool) -> Step {
     h.warned(warnings);
     h.txn_status(status);
+    note_index_use(h, status);
     if status & status::MORE_RESULTS_EXISTS != 0 {
         h.resp = Resp::Results(Rs::Start);
         if h.statement_done(ok_packet) {
@@ -411,6 +412,7 @@ fn prepare_ok(h: &mut Pending, pk: &Packet<'_>) -> Step {
     };
     h.stmt = Some(ok.stmt_id);
     h.prepared = Some(ok.stmt_id);
+    h.prepared_params = ok.num_params;
     let (params, cols) = (ok.num_params, ok.num_columns);
     if ok.metadata_follows == Some(false) || (params == 0 && cols == 0) {
         return Step::Done(Outcome::Ok);
@@ -471,4 +473,11 @@ fn after_last_def(h: &mut Pending, deprecate_eof: &Option<bool>) -> Step {
             Step::More
         }
     }
+}
+
+/// The no-index flags of a status word that ends a result set: set on the request if any of
+/// its result sets carried them.
+fn note_index_use(h: &mut Pending, status: u16) {
+    h.core.index.no_index_used |= status & status::NO_INDEX_USED != 0;
+    h.core.index.no_good_index_used |= status & status::NO_GOOD_INDEX_USED != 0;
 }

@@ -1278,6 +1278,9 @@ fn pipelined_prepare_and_execute_last_statement() {
     assert_eq!(r.events[1].statement_id, Some(9));
     assert_eq!(text(&r.events[1]), "SELECT ? + 1");
     assert_eq!(r.events[1].rows_sent, 1);
+    // Its parameters wait for the prepare's answer to be decoded.
+    let lits = r.events[1].params.as_ref().map(|p| p.literals());
+    assert_eq!(lits, Some(vec!["1".to_string()]));
     assert_eq!(r.health, Default::default());
 }
 
@@ -1478,3 +1481,46 @@ fn a_prepared_statement_holds_its_text_budget_while_cached() {
     assert_eq!(budget.used(), 0);
 }
 mod txn;
+
+#[test]
+fn bound_values_and_index_flags() {
+    let mut b = B::new();
+    b.handshake(BASE_CAPS | caps::CLIENT_DEPRECATE_EOF, "app", Some("shop"));
+    b.cmd(
+        [
+            vec![0x16],
+            b"SELECT a FROM t WHERE id = ? AND c = ?".to_vec(),
+        ]
+        .concat(),
+    );
+    b.srv(vec![
+        prepare_ok(9, 1, 2),
+        coldef("?"),
+        coldef("?"),
+        coldef("a"),
+    ]);
+    // First execution: types sent (longlong, var_string), values 7 and 'x'.
+    let mut first = vec![0, 1, 0, 0, 0, 0, 1, 8, 0, 0xfd, 0];
+    first.extend_from_slice(&7u64.to_le_bytes());
+    first.extend_from_slice(&[1, b'x']);
+    b.cmd(stmt_cmd(0x17, 9, &first));
+    b.srv(vec![count(1), coldef("a"), ok_fe(0x0022)]);
+    // Second: no types (the remembered ones apply), second value NULL.
+    let mut second = vec![0, 1, 0, 0, 0, 0b10, 0];
+    second.extend_from_slice(&(-3i64).to_le_bytes());
+    b.cmd(stmt_cmd(0x17, 9, &second));
+    b.srv(vec![count(1), coldef("a"), ok_fe(0x0012)]);
+    b.cmd(query("SELECT 1"));
+    b.srv(resultset(&["1"], &[&["1"]], true, 2));
+    let r = run(&b, true);
+    assert_eq!(cmds(&r.events), ["prepare", "execute", "execute", "query"]);
+    let lits = |e: &QueryEvent| e.params.as_ref().map(|p| p.literals());
+    assert_eq!(lits(&r.events[1]), Some(vec!["7".into(), "'x'".into()]));
+    assert_eq!(lits(&r.events[2]), Some(vec!["-3".into(), "NULL".into()]));
+    assert_eq!(lits(&r.events[0]), None);
+    assert_eq!(lits(&r.events[3]), None);
+    let idx = |e: &QueryEvent| (e.index.no_index_used, e.index.no_good_index_used);
+    assert_eq!(idx(&r.events[1]), (true, false));
+    assert_eq!(idx(&r.events[2]), (false, true));
+    assert_eq!(idx(&r.events[3]), (false, false));
+}

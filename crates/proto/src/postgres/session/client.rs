@@ -193,6 +193,7 @@ impl Conn {
             self.open_sync_only(id);
             return self.push_item(Want::ParseComplete, id, sink);
         };
+        self.parse_types(m, name, sql.len());
         let (t, tr) = cut_text(sql, !sql_complete || m.damaged, self.cfg.max_text);
         let text: Arc<str> = Arc::from(t.as_ref());
         let prev = self
@@ -245,6 +246,7 @@ impl Conn {
         };
         if parsed.is_some() {
             self.fold_parse(statement, id);
+            self.bind_params(m, id, portal, statement);
         }
         // A new portal under this name: not executed yet.
         self.forget_executed(portal);
@@ -292,6 +294,9 @@ impl Conn {
             return self.push_item(want, unit, sink);
         }
         let id = self.new_unit(Kind::Describe, m, sink);
+        if target == Some(Target::Statement) {
+            self.describing(id, name);
+        }
         let text = match target {
             Some(Target::Statement) => self.stmts.get(name),
             Some(Target::Portal) => self.portals.get(name),

@@ -33,6 +33,7 @@ use crate::{ConnMeta, Direction, Progress, Session, SessionConfig, Sink};
 
 mod client;
 mod loss;
+mod params;
 mod query;
 mod queue;
 mod resync;
@@ -148,6 +149,7 @@ impl PgSession {
                 orphans_expected: !saw_open,
                 max_items,
                 pending_text: Default::default(),
+                param_types: Default::default(),
             },
             dirs: PerDir::new(Dir::new(!saw_open, client), Dir::new(true, server)),
             stopped: false,

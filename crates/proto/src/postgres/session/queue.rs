@@ -38,7 +38,7 @@ impl Conn {
             Some(match tag {
                 fe::QUERY => self.text_keep(len, self.cfg.max_text.saturating_add(1)),
                 fe::PARSE => self.text_keep(len, name + self.cfg.max_text.saturating_add(1)),
-                fe::BIND => 2 * name,
+                fe::BIND => (2 * name + super::params::BIND_PARAMS_KEEP).min(len as usize),
                 fe::DESCRIBE | fe::CLOSE | fe::EXECUTE => len as usize,
                 fe::FUNCTION_CALL => 4,
                 _ => 0,
@@ -50,6 +50,7 @@ impl Conn {
             }
             Some(match tag {
                 be::ERROR_RESPONSE => ERROR_KEEP,
+                be::PARAMETER_DESCRIPTION => super::params::PARAM_DESC_KEEP.min(len as usize),
                 be::COMMAND_COMPLETE | be::READY_FOR_QUERY | be::AUTHENTICATION => len as usize,
                 _ => 0,
             })

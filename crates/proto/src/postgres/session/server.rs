@@ -218,6 +218,9 @@ impl Conn {
         if is_query {
             return self.step_query(item, m, b, ts, sink, act);
         }
+        if tag == be::PARAMETER_DESCRIPTION {
+            self.described_types(item.unit, m);
+        }
         let Some(u) = self.unit_mut(item.unit) else {
             // Tracked without an event: only the state matters.
             return self.step_state(item.want, tag, b, None, act);

@@ -244,6 +244,8 @@ pub(super) struct Conn {
     /// The text-budget share taken for the client message being read (by the keep policy),
     /// moved to its unit when the message completes.
     pub pending_text: RefCell<Charge>,
+    /// Parameter types named by each statement's Parse (for bound values).
+    pub param_types: super::params::ParamTypes,
 }
 
 /// Result of one server message against the item at the front.

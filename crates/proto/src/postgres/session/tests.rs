@@ -1830,3 +1830,78 @@ fn a_prepared_statement_holds_its_text_budget_while_cached() {
     assert_eq!(budget.used(), 0);
 }
 mod txn;
+
+#[test]
+fn bind_values_ride_on_the_execution() {
+    let sql = "SELECT * FROM t WHERE id = $1 AND name = $2";
+    // Parse naming int8 and text; Bind with a binary int8 and a text value.
+    let mut p = cstr("s1");
+    p.extend(cstr(sql));
+    p.extend([0, 2, 0, 0, 0, 20, 0, 0, 0, 25]);
+    let mut bd = cstr("");
+    bd.extend(cstr("s1"));
+    bd.extend([0, 2, 0, 1, 0, 0, 0, 2, 0, 0, 0, 8]);
+    bd.extend((-9i64).to_be_bytes());
+    bd.extend([0, 0, 0, 3, b'a', b'\'', b'b', 0, 0]);
+    let mut b = B::new();
+    b.startup()
+        .cli(&[msg(b'P', &p), msg(b'B', &bd), execute("", 0), sync()])
+        .srv(&[
+            parse_complete(),
+            bind_complete(),
+            complete("SELECT 0"),
+            ready(b'I'),
+        ])
+        // The unnamed statement of the text `bind` helper: no types, one text value.
+        .cli(&[parse("", "SELECT $1"), bind("", ""), execute("", 0), sync()])
+        .srv(&[
+            parse_complete(),
+            bind_complete(),
+            complete("SELECT 1"),
+            ready(b'I'),
+        ]);
+    let r = run(&b);
+    assert_eq!(r.health, Health::default());
+    assert_eq!(
+        cmds(&r.events),
+        ["prepare", "execute", "prepare", "execute"]
+    );
+    let lits = |e: &QueryEvent| e.params.as_ref().map(|p| p.literals());
+    assert_eq!(
+        lits(&r.events[1]),
+        Some(vec!["-9::int8".into(), "'a''b'::text".into()])
+    );
+    assert_eq!(lits(&r.events[3]), Some(vec!["'42'".into()]));
+    assert_eq!(lits(&r.events[0]), None);
+}
+
+#[test]
+fn described_types_decode_binary_values() {
+    // A client that parses without types, describes the statement, then binds in binary.
+    let mut bd = cstr("");
+    bd.extend(cstr("q"));
+    bd.extend([0, 1, 0, 1, 0, 1, 0, 0, 0, 4]);
+    bd.extend((-7i32).to_be_bytes());
+    bd.extend([0, 0]);
+    let mut b = B::new();
+    b.startup()
+        .cli(&[parse("q", "SELECT $1 + 1"), describe(b'S', "q"), sync()])
+        .srv(&[
+            parse_complete(),
+            param_desc(1),
+            row_desc(&["x"]),
+            ready(b'I'),
+        ])
+        .cli(&[msg(b'B', &bd), execute("", 0), sync()])
+        .srv(&[
+            bind_complete(),
+            data_row(&[Some("-6")]),
+            complete("SELECT 1"),
+            ready(b'I'),
+        ]);
+    let r = run(&b);
+    assert_eq!(r.health, Health::default());
+    assert_eq!(cmds(&r.events), ["prepare", "execute"]);
+    let lits = r.events[1].params.as_ref().map(|p| p.literals());
+    assert_eq!(lits, Some(vec!["-7".to_string()]));
+}
