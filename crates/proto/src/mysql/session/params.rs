@@ -85,6 +85,10 @@ impl Conn {
             .iter()
             .any(|h| matches!(h.resp, Resp::Prepare(_)));
         if !preparing {
+            // Id -1 after the prepare's answer: the statement just prepared.
+            if let (u32::MAX, Some(id)) = (stmt_id, self.last_prepared) {
+                self.attach_params(p, id, body, flags);
+            }
             return;
         }
         p.deferred_params = Some(Box::new(Deferred {

@@ -1524,3 +1524,20 @@ fn bound_values_and_index_flags() {
     assert_eq!(idx(&r.events[2]), (false, true));
     assert_eq!(idx(&r.events[3]), (false, false));
 }
+
+#[test]
+fn execute_of_id_minus_one_after_the_prepare_answer_has_values() {
+    let mut b = B::new();
+    b.handshake(BASE_CAPS | caps::CLIENT_DEPRECATE_EOF, "app", Some("shop"));
+    b.cmd([vec![0x16], b"SELECT ? + 1".to_vec()].concat());
+    b.srv(vec![prepare_ok(4, 1, 1), coldef("?"), coldef("x")]);
+    // MariaDB's "the statement just prepared", sent after the prepare's answer.
+    let mut body = vec![0, 1, 0, 0, 0, 0, 1, 8, 0];
+    body.extend_from_slice(&41u64.to_le_bytes());
+    b.cmd(stmt_cmd(0x17, u32::MAX, &body));
+    b.srv(vec![count(1), coldef("x"), ok_fe(0x0002)]);
+    let r = run(&b, true);
+    assert_eq!(cmds(&r.events), ["prepare", "execute"]);
+    let lits = r.events[1].params.as_ref().map(|p| p.literals());
+    assert_eq!(lits, Some(vec!["41".to_string()]));
+}
