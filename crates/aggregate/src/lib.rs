@@ -13,7 +13,7 @@ pub mod stats;
 
 use std::collections::HashMap;
 
-pub use latency::{DECADE_LABELS, Latency};
+pub use latency::{DECADE_LABELS, Latency, LatencyState, StateError};
 pub use stats::{
     DIM_CAP, DIM_SHOW, ERROR_CAP, ErrorCounts, ErrorStat, Example, Stats, Summary, TopCounter,
 };
