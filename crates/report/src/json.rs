@@ -140,6 +140,9 @@ pub struct StatsJson {
     #[serde(default)]
     pub service_distribution: Vec<DistBucket>,
     pub example: Option<Example>,
+    /// The exact, mergeable latency distributions (`--mergeable` only; see `mergeable.rs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mergeable: Option<crate::mergeable::Mergeable>,
 }
 
 /// Response time statistics in microseconds (floats, ns precision). Null when no event had a
@@ -342,6 +345,7 @@ pub fn stats_json(s: &Stats) -> StatsJson {
             text: e.text.as_deref().map(str::to_string),
             text_truncated: e.text_truncated,
         }),
+        mergeable: None,
     }
 }
 

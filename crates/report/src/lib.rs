@@ -10,6 +10,7 @@ pub mod events;
 pub mod fmt;
 pub mod health;
 pub mod json;
+pub mod mergeable;
 pub mod text;
 
 use std::cmp::Ordering;
