@@ -31,6 +31,10 @@ pub enum Command {
     Live(LiveArgs),
     /// Live capture shown full-screen: the query groups of the last second, sortable, like top.
     Top(TopArgs),
+    /// Compare two captures, JSON digests or time ranges: which groups regressed (tested, not
+    /// eyeballed), which are new or gone, and what moved the load. Exit status 3 when
+    /// --fail-on is met.
+    Diff(crate::diffcmd::DiffArgs),
 }
 
 #[derive(Args, Debug, Clone)]
@@ -347,6 +351,11 @@ pub struct DigestArgs {
 
     #[command(flatten)]
     pub report: ReportArgs,
+
+    /// With --format json: add each group's and the totals' exact, mergeable latency
+    /// distributions (`mergeable`), which `dbtap diff` reads. Use with --limit 0 for a diff.
+    #[arg(long)]
+    pub mergeable: bool,
 }
 
 #[derive(Args, Debug)]

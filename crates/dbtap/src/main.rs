@@ -4,6 +4,7 @@
 
 mod agent;
 mod cli;
+mod diffcmd;
 mod fp;
 mod pipeline;
 mod rotate;
@@ -32,6 +33,10 @@ fn main() -> ExitCode {
         Command::Events(args) => events(args),
         Command::Live(args) => agent::live(args),
         Command::Top(args) => agent::top(args),
+        Command::Diff(args) => match diffcmd::run(args) {
+            Ok(true) => return ExitCode::from(diffcmd::EXIT_FAIL_ON),
+            other => other.map(|_| ()),
+        },
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -103,6 +108,12 @@ fn digest(args: DigestArgs) -> anyhow::Result<()> {
     let mut out = BufWriter::new(stdout.lock());
     match args.report.format {
         DigestFormat::Text => report::text::render(&consumer.agg, &health, &opts, &mut out)?,
+        DigestFormat::Json if args.mergeable => {
+            let mut doc = report::json::build(&consumer.agg, &health, &opts);
+            report::mergeable::attach(&mut doc, &consumer.agg, &opts);
+            serde_json::to_writer_pretty(&mut out, &doc)?;
+            out.write_all(b"\n")?;
+        }
         DigestFormat::Json => report::json::render(&consumer.agg, &health, &opts, &mut out)?,
     }
     out.flush()?;

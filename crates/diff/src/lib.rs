@@ -5,4 +5,11 @@
 
 #![forbid(unsafe_code)]
 
+pub mod compare;
+pub mod render;
+pub mod side;
 pub mod stats;
+pub mod summary;
+
+pub use compare::{Diff, GroupDiff, Metric, Settings, Status, Verdict, compare};
+pub use side::{Key, LoadError, Side};

@@ -306,7 +306,11 @@ mod tests {
     fn special_functions() {
         assert!(ln_gamma(1.0).abs() < 1e-14 && ln_gamma(2.0).abs() < 1e-14);
         assert!(close(ln_gamma(10.0), 362_880f64.ln(), 1e-12));
-        assert!(close(ln_gamma(0.5), std::f64::consts::PI.sqrt().ln(), 1e-12));
+        assert!(close(
+            ln_gamma(0.5),
+            std::f64::consts::PI.sqrt().ln(),
+            1e-12
+        ));
         assert!(close(ln_choose(10, 3), 120f64.ln(), 1e-12));
         assert!(close(normal_two_sided(1.959_963_985), 0.05, 1e-5));
         assert!(close(normal_two_sided(0.0), 1.0, 1e-6));
@@ -329,7 +333,11 @@ mod tests {
         // R: fisher.test(matrix(c(3, 1, 1, 3), 2))$p.value = 0.4857143
         assert!(close(two_proportions(3, 4, 1, 4), 0.485_714_3, 1e-6));
         // 10 of 100 against 25 of 100 (exact sum in Python: 0.008503571478623958).
-        assert!(close(two_proportions(10, 100, 25, 100), 0.008_503_571_478_6, 1e-9));
+        assert!(close(
+            two_proportions(10, 100, 25, 100),
+            0.008_503_571_478_6,
+            1e-9
+        ));
         assert_eq!(two_proportions(0, 10, 0, 10), 1.0);
         assert_eq!(two_proportions(1, 0, 0, 10), 1.0);
     }
@@ -351,7 +359,13 @@ mod tests {
         let mut u = 0.0;
         for &(ai, ac) in &after {
             for &(bi, bc) in &before {
-                let w = if ai > bi { 1.0 } else if ai == bi { 0.5 } else { 0.0 };
+                let w = if ai > bi {
+                    1.0
+                } else if ai == bi {
+                    0.5
+                } else {
+                    0.0
+                };
                 u += w * (ac * bc) as f64;
             }
         }

@@ -27,7 +27,10 @@ pub struct LatencyState {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum StateError {
     /// Another histogram configuration than this build's.
-    Config { grouping_power: u8, max_value_power: u8 },
+    Config {
+        grouping_power: u8,
+        max_value_power: u8,
+    },
     /// A bucket index past the histogram.
     Bucket(u32),
     /// Counts that do not add up (samples or buckets vs `count`, decades vs `count`, min/max).
@@ -103,8 +106,7 @@ impl Latency {
                 if v.len() as u64 != s.count || v.len() > EXACT_CAP {
                     return Err(StateError::Inconsistent("exact samples vs count"));
                 }
-                if s.count > 0 && (v.iter().min() != Some(&min) || v.iter().max() != Some(&max))
-                {
+                if s.count > 0 && (v.iter().min() != Some(&min) || v.iter().max() != Some(&max)) {
                     return Err(StateError::Inconsistent("exact samples vs min/max"));
                 }
                 let mut d = [0u64; 8];
@@ -153,9 +155,7 @@ impl Latency {
     /// The value range `[start, end]` (ns) of histogram bucket `index`.
     pub fn bucket_range(index: u32) -> Option<(u64, u64)> {
         let h = new_histogram()?;
-        h.iter()
-            .nth(index as usize)
-            .map(|b| (b.start(), b.end()))
+        h.iter().nth(index as usize).map(|b| (b.start(), b.end()))
     }
 }
 

@@ -1,0 +1,396 @@
+//! `dbtap diff BEFORE AFTER`: reads each side (captures, `--mergeable` JSON digests, or two time
+//! ranges of one capture), compares them with the `diff` crate and prints the result; the exit
+//! status tells CI whether `--fail-on` was met.
+
+use std::io::{BufWriter, Write};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use aggregate::{AggConfig, Aggregator};
+use anyhow::{Context, Result, bail};
+use clap::{Args, ValueEnum};
+use diff::Side;
+use proto::QueryEvent;
+
+use crate::cli::{DigestFormat, GroupingArgs, InputArgs, TextArgs, parse_positive};
+use crate::fp::Fingerprinter;
+use crate::pipeline::{self, Consumer};
+
+/// Exit status when `--fail-on` is met (0: not met; 1: failure; 2: bad input or usage).
+pub const EXIT_FAIL_ON: u8 = 3;
+
+#[derive(Args, Debug)]
+pub struct DiffArgs {
+    /// BEFORE and AFTER. Each: a capture (several joined by commas are read as one capture, as
+    /// `digest` reads rotated files), or JSON digests written by `dbtap digest --format json
+    /// --mergeable --limit 0` (several joined by commas add up, spans too). With `--before` and
+    /// `--after`: the capture(s) both ranges are taken from.
+    #[arg(required = true, value_name = "SIDE")]
+    pub sides: Vec<String>,
+
+    /// The time range of the capture that is the before side: `HH:MM[:SS]-HH:MM[:SS]` (UTC,
+    /// on the capture's first day) or `+10s-+5m` (from the capture's first packet). Requests
+    /// are placed by the time of their first byte.
+    #[arg(long, value_name = "RANGE", requires = "after")]
+    pub before: Option<String>,
+
+    /// The time range of the after side (same forms as `--before`).
+    #[arg(long, value_name = "RANGE", requires = "before")]
+    pub after: Option<String>,
+
+    #[arg(long, value_enum, default_value_t = DigestFormat::Text)]
+    pub format: DigestFormat,
+
+    /// Unchanged groups listed in the text report (0 = all); changed groups are always listed.
+    #[arg(long, default_value_t = 20, value_name = "N")]
+    pub limit: usize,
+
+    /// Smallest relative change called a regression (or improvement), however significant:
+    /// a percentage (`10%`) or a fraction (`0.1`).
+    #[arg(long = "min-change", default_value = "10%", value_parser = parse_fraction)]
+    pub min_change: f64,
+
+    /// Significance level of every verdict, after the adjustment for many tests.
+    #[arg(long, default_value_t = 0.05, value_parser = parse_alpha)]
+    pub alpha: f64,
+
+    /// Multiple-testing adjustment over all groups and metrics: Benjamini-Hochberg (false
+    /// discovery rate), Holm (family-wise error rate) or none.
+    #[arg(long, value_enum, default_value_t = AdjustArg::Bh)]
+    pub adjust: AdjustArg,
+
+    /// Latency tests need this many timed events on each side.
+    #[arg(long = "min-samples", default_value_t = 10, value_name = "N")]
+    pub min_samples: u64,
+
+    /// Exit with status 3 when a group regressed (`regression`), a group is new (`new`), or
+    /// either or a group is gone (`any`).
+    #[arg(long = "fail-on", value_enum, value_name = "WHAT")]
+    pub fail_on: Option<FailOn>,
+
+    // The default ports are the registered protocols'.
+    #[arg(long = "port", value_name = "N")]
+    pub ports: Vec<u16>,
+
+    /// A server address. Repeatable.
+    #[arg(long = "server", value_name = "HOST:PORT")]
+    pub servers: Vec<SocketAddr>,
+
+    #[command(flatten)]
+    pub grouping: GroupingArgs,
+
+    /// Connections tracked at once (see `digest --help`).
+    #[arg(long = "max-connections", value_name = "N", default_value_t = flow::DEFAULT_MAX_FLOWS, value_parser = parse_positive)]
+    pub max_connections: usize,
+
+    #[command(flatten)]
+    pub text: TextArgs,
+
+    /// Never show a progress bar.
+    #[arg(long, short = 'q')]
+    pub quiet: bool,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AdjustArg {
+    Bh,
+    Holm,
+    None,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FailOn {
+    Regression,
+    New,
+    Any,
+}
+
+fn parse_fraction(s: &str) -> Result<f64, String> {
+    let (t, scale) = match s.trim().strip_suffix('%') {
+        Some(p) => (p, 100.0),
+        None => (s.trim(), 1.0),
+    };
+    match t.parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v / scale),
+        _ => Err(format!("invalid change '{s}' (expected e.g. 10% or 0.1)")),
+    }
+}
+
+fn parse_alpha(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v > 0.0 && v < 1.0 => Ok(v),
+        _ => Err(format!(
+            "invalid level '{s}' (expected a number between 0 and 1)"
+        )),
+    }
+}
+
+impl DiffArgs {
+    fn input(&self, files: Vec<PathBuf>) -> InputArgs {
+        InputArgs {
+            files,
+            ports: self.ports.clone(),
+            servers: self.servers.clone(),
+            grouping: self.grouping.clone(),
+            max_connections: self.max_connections,
+            text: self.text.clone(),
+            quiet: self.quiet,
+        }
+    }
+
+    fn settings(&self) -> diff::Settings {
+        diff::Settings {
+            alpha: self.alpha,
+            adjust: match self.adjust {
+                AdjustArg::Bh => diff::stats::Adjust::Bh,
+                AdjustArg::Holm => diff::stats::Adjust::Holm,
+                AdjustArg::None => diff::stats::Adjust::None,
+            },
+            min_change: self.min_change,
+            min_samples: self.min_samples,
+        }
+    }
+}
+
+fn new_aggregator() -> Aggregator {
+    Aggregator::new(AggConfig {
+        keep_examples: false,
+        ..AggConfig::default()
+    })
+}
+
+/// True when the file starts (after white space) with `{`: a JSON digest, not a capture.
+fn is_json(path: &Path) -> Result<bool> {
+    use std::io::Read;
+    if path == Path::new("-") {
+        return Ok(false);
+    }
+    let mut f = std::fs::File::open(path).with_context(|| format!("{}", path.display()))?;
+    let mut buf = [0u8; 64];
+    let n = f.read(&mut buf)?;
+    Ok(buf
+        .get(..n)
+        .unwrap_or_default()
+        .iter()
+        .find(|b| !b.is_ascii_whitespace())
+        == Some(&b'{'))
+}
+
+/// One side given as a comma-separated list of captures or of JSON digests.
+fn load_side(args: &DiffArgs, spec: &str) -> Result<Side> {
+    let paths: Vec<PathBuf> = spec.split(',').map(PathBuf::from).collect();
+    let json: Vec<bool> = paths.iter().map(|p| is_json(p)).collect::<Result<_>>()?;
+    if json.iter().all(|&j| j) {
+        let mut side: Option<Side> = None;
+        for p in &paths {
+            let text = std::fs::read_to_string(p).with_context(|| format!("{}", p.display()))?;
+            let s = Side::from_json(&p.display().to_string(), &text)
+                .with_context(|| format!("{}", p.display()))?;
+            match &mut side {
+                Some(acc) => acc.merge(&s),
+                None => side = Some(s),
+            }
+        }
+        return side.context("empty side");
+    }
+    if json.iter().any(|&j| j) {
+        bail!("{spec}: a side is either captures or JSON digests, not both");
+    }
+    let consumer = crate::DigestConsumer {
+        fp: Fingerprinter::from_args(&args.grouping),
+        agg: new_aggregator(),
+    };
+    let (consumer, health) = pipeline::run(
+        &paths,
+        &crate::settings(&args.input(paths.clone())),
+        consumer,
+    )?;
+    crate::warn(&health);
+    let span = report::span_ns(&consumer.agg, &health);
+    Ok(Side::from_aggregator(
+        spec,
+        &consumer.agg,
+        span,
+        health.is_complete(),
+    ))
+}
+
+/// Routes each event to the side whose range holds its start.
+struct SplitConsumer {
+    fp: Fingerprinter,
+    ranges: [(u64, u64); 2],
+    aggs: [Aggregator; 2],
+}
+
+impl Consumer for SplitConsumer {
+    fn event(&mut self, ev: QueryEvent) {
+        for (r, agg) in self.ranges.iter().zip(self.aggs.iter_mut()) {
+            if ev.start_ns >= r.0 && ev.start_ns < r.1 {
+                self.fp.add_to(agg, &ev);
+            }
+        }
+    }
+}
+
+/// Both sides from time ranges of one capture.
+fn load_ranges(args: &DiffArgs, before: &str, after: &str) -> Result<(Side, Side)> {
+    let paths: Vec<PathBuf> = args
+        .sides
+        .iter()
+        .flat_map(|s| s.split(','))
+        .map(PathBuf::from)
+        .collect();
+    let first = paths.first().context("no capture given")?;
+    if first == Path::new("-") {
+        bail!("--before/--after need a capture file, not standard input");
+    }
+    let start = capture::Reader::open(first)?
+        .next_frame()?
+        .map(|f| f.ts_ns)
+        .context("the capture holds no packet")?;
+    let ranges = [range::parse(before, start)?, range::parse(after, start)?];
+    let consumer = SplitConsumer {
+        fp: Fingerprinter::from_args(&args.grouping),
+        ranges,
+        aggs: [new_aggregator(), new_aggregator()],
+    };
+    let (consumer, health) = pipeline::run(
+        &paths,
+        &crate::settings(&args.input(paths.clone())),
+        consumer,
+    )?;
+    crate::warn(&health);
+    let (first_ts, last_ts) = (
+        health.first_ts_ns.unwrap_or(start),
+        health.last_ts_ns.unwrap_or(start),
+    );
+    let [ab, aa] = consumer.aggs;
+    let side = |agg: &Aggregator, r: (u64, u64), text: &str| {
+        let span = r.1.min(last_ts).saturating_sub(r.0.max(first_ts));
+        Side::from_aggregator(text, agg, Some(span), health.is_complete())
+    };
+    Ok((side(&ab, ranges[0], before), side(&aa, ranges[1], after)))
+}
+
+/// Runs `dbtap diff`; true when `--fail-on` is met.
+pub fn run(args: DiffArgs) -> Result<bool> {
+    let (before, after) = match (&args.before, &args.after) {
+        (Some(b), Some(a)) => load_ranges(&args, b, a)?,
+        _ => {
+            let [b, a] = args.sides.as_slice() else {
+                bail!(
+                    "dbtap diff needs two sides, BEFORE and AFTER (or --before and --after ranges of one capture)"
+                );
+            };
+            (load_side(&args, b)?, load_side(&args, a)?)
+        }
+    };
+    let d = diff::compare(&before, &after, &args.settings());
+    let stdout = std::io::stdout();
+    let mut out = BufWriter::new(stdout.lock());
+    match args.format {
+        DigestFormat::Text => {
+            let limit = if args.limit == 0 {
+                usize::MAX
+            } else {
+                args.limit
+            };
+            diff::render::text(&d, limit, &mut out)?
+        }
+        DigestFormat::Json => diff::render::json(&d, &mut out)?,
+    }
+    out.flush()?;
+    let s = &d.summary;
+    Ok(match args.fail_on {
+        None => false,
+        Some(FailOn::Regression) => s.regressed > 0,
+        Some(FailOn::New) => s.new > 0,
+        Some(FailOn::Any) => s.regressed + s.new + s.gone > 0,
+    })
+}
+
+/// TEMPORARY (issue 11): a tiny private parser of the two range forms, to be replaced by
+/// `crates/dbtap/src/timespec.rs` (TimeRange) when the branches merge. Nothing else uses it.
+mod range {
+    use anyhow::{Context, Result, bail};
+
+    const DAY: u64 = 86_400_000_000_000;
+
+    /// `HH:MM[:SS]` as ns since midnight.
+    fn clock(s: &str) -> Option<u64> {
+        let parts: Vec<&str> = s.split(':').collect();
+        if !(2..=3).contains(&parts.len()) {
+            return None;
+        }
+        let n: Vec<u64> = parts
+            .iter()
+            .map(|p| p.parse().ok())
+            .collect::<Option<_>>()?;
+        let (h, m, sec) = (n[0], n[1], n.get(2).copied().unwrap_or(0));
+        (h < 24 && m < 60 && sec < 60).then(|| ((h * 60 + m) * 60 + sec) * 1_000_000_000)
+    }
+
+    /// `[start, end)` in ns since the epoch, from `HH:MM[:SS]-HH:MM[:SS]` (UTC, on the day of
+    /// `capture_start`, the next day when that is more than 12 hours closer) or `+A-+B`
+    /// (offsets from `capture_start`, each a duration such as `10s`, `5m`, `90`).
+    pub fn parse(s: &str, capture_start: u64) -> Result<(u64, u64)> {
+        let t = s.trim();
+        let bad = || format!("invalid range '{s}' (expected HH:MM[:SS]-HH:MM[:SS] or +10s-+5m)");
+        let (a, b) = if let Some(rest) = t.strip_prefix('+') {
+            let (x, y) = rest.split_once("-+").with_context(bad)?;
+            let d = |v: &str| crate::cli::parse_duration(v).map_err(anyhow::Error::msg);
+            let (x, y) = (d(x)?, d(y)?);
+            (
+                capture_start + x.as_nanos() as u64,
+                capture_start + y.as_nanos() as u64,
+            )
+        } else {
+            let (x, y) = t.split_once('-').with_context(bad)?;
+            let (x, y) = (clock(x).with_context(bad)?, clock(y).with_context(bad)?);
+            let day = capture_start - capture_start % DAY;
+            let mut a = day + x;
+            if a + DAY / 2 < capture_start {
+                a += DAY;
+            }
+            let b = a - x + y + if y <= x { DAY } else { 0 };
+            (a, b)
+        };
+        if b <= a {
+            bail!("{}: the range ends before it starts", bad());
+        }
+        Ok((a, b))
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        const S: u64 = 1_700_000_000_000_000_000; // 2023-11-14T22:13:20Z
+
+        #[test]
+        fn relative_and_clock_ranges() {
+            assert_eq!(
+                parse("+10s-+1m", S).unwrap(),
+                (S + 10_000_000_000, S + 60_000_000_000)
+            );
+            assert_eq!(parse("+0-+1.5", S).unwrap(), (S, S + 1_500_000_000));
+            let day = S - S % DAY;
+            let at = |h: u64, m: u64| day + (h * 60 + m) * 60_000_000_000;
+            assert_eq!(parse("22:00-22:15", S).unwrap(), (at(22, 0), at(22, 15)));
+            // Past midnight: the next day.
+            assert_eq!(parse("00:05-00:10", S).unwrap(), (at(24, 5), at(24, 10)));
+            assert_eq!(parse("23:50-00:10", S).unwrap(), (at(23, 50), at(24, 10)));
+            assert_eq!(parse("22:13:20-22:13:30", S).unwrap().0, S);
+            for bad in [
+                "",
+                "10:00",
+                "25:00-26:00",
+                "+5s-+1s",
+                "+x-+1s",
+                "10:00-10:00:99",
+            ] {
+                assert!(parse(bad, S).is_err(), "{bad}");
+            }
+        }
+    }
+}
