@@ -79,7 +79,8 @@ pub enum Status {
 /// One metric of one group.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Metric {
-    /// `rate`, `mean`, `p50`, `p95`, `p99` or `error_rate`.
+    /// `rate`, `shift` (the typical request's change: Hodges-Lehmann, tested by Mann-Whitney;
+    /// no before/after values, only `change_pct`), `p50`, `p95`, `p99` or `error_rate`.
     pub name: &'static str,
     /// `per_s`, `ms` or `pct`.
     pub unit: &'static str,
@@ -220,19 +221,20 @@ fn metrics(
     } else {
         (Vec::new(), Vec::new())
     };
-    let mut mean = metric("mean", "ms", "mann_whitney", true);
-    mean.before = sb.mean_ns().map(|v| v / 1e6);
-    mean.after = sa.mean_ns().map(|v| v / 1e6);
-    if let Some(mw) = stats::mann_whitney(&bins_b, &bins_a) {
-        // The rank test says which way the distribution moved; the mean says by how much. A
-        // mean moving against the ranks is not called a change.
-        let agrees = match (mean.before, mean.after) {
-            (Some(x), Some(y)) => (y > x) == (mw.auc > 0.5),
-            _ => false,
-        };
-        mean.p_value = Some(if agrees { mw.p } else { 1.0 });
+    // The typical request's change: the Hodges-Lehmann ratio (what the rank test tests), not
+    // the mean, which a handful of outliers can move while the rank test says nothing of them.
+    let mut shift = metric("shift", "pct", "mann_whitney", true);
+    let mid = |i: u32| {
+        aggregate::Latency::bucket_range(i).map_or(0.0, |(a, b)| (a as f64 + b as f64) / 2.0)
+    };
+    let hl = stats::hodges_lehmann_ratio(&bins_b, &bins_a, mid);
+    shift.change_pct = hl.map(|r| (r - 1.0) * 100.0);
+    if let (Some(mw), Some(r)) = (stats::mann_whitney(&bins_b, &bins_a), hl) {
+        // A ratio moving against the ranks (possible with ties) is not called a change.
+        let agrees = r == 1.0 || (r > 1.0) == (mw.auc > 0.5);
+        shift.p_value = Some(if agrees { mw.p } else { 1.0 });
     }
-    out.push(mean);
+    out.push(shift);
     let qb = sb.quantiles_ns([0.5, 0.95, 0.99]);
     let qa = sa.quantiles_ns([0.5, 0.95, 0.99]);
     for (i, (name, q)) in [("p50", 0.5), ("p95", 0.95), ("p99", 0.99)]
@@ -254,7 +256,7 @@ fn metrics(
         }
     }
     out.push(err);
-    for m in &mut out {
+    for m in out.iter_mut().filter(|m| m.name != "shift") {
         m.change_pct = change_pct(m.before, m.after);
     }
     out
@@ -270,16 +272,16 @@ fn judge(m: &mut Metric, s: &Settings) {
         m.verdict = Verdict::NoChange;
         return;
     }
-    let (Some(b), Some(a)) = (m.before, m.after) else {
-        m.verdict = Verdict::NotTested;
-        return;
+    // The size and direction of the change: its relative change, or from nothing to something.
+    let (big, up) = match (m.change_pct, m.before, m.after) {
+        (Some(c), _, _) => (c.abs() >= s.min_change * 100.0, c > 0.0),
+        (None, Some(b), Some(a)) if b == 0.0 && a > 0.0 => (true, true),
+        _ => {
+            m.verdict = Verdict::NotTested;
+            return;
+        }
     };
-    let big = if b > 0.0 {
-        ((a - b) / b).abs() >= s.min_change
-    } else {
-        a > 0.0
-    };
-    m.verdict = match (big, a > b, m.up_is_bad) {
+    m.verdict = match (big, up, m.up_is_bad) {
         (false, _, _) => Verdict::Small,
         (true, true, true) => Verdict::Regressed,
         (true, false, true) => Verdict::Improved,

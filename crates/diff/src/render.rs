@@ -88,12 +88,17 @@ fn group(out: &mut impl Write, g: &GroupDiff) -> io::Result<()> {
         shorten(&sanitize(&g.fingerprint, false), 120)
     )?;
     for m in &g.metrics {
+        let (before, after) = if m.name == "shift" {
+            ("typical".to_string(), "request".to_string())
+        } else {
+            (value(m, m.before), value(m, m.after))
+        };
         writeln!(
             out,
             "      {:<10} {:>11} -> {:<11} {:>8}  {:<12} {}",
             m.name,
-            value(m, m.before),
-            value(m, m.after),
+            before,
+            after,
             opt(m.change_pct, |c| format!("{c:+.1}%")),
             verdict(m.verdict),
             pvalue(m.p_adjusted)

@@ -212,6 +212,58 @@ pub fn mann_whitney(before: &[(u32, u64)], after: &[(u32, u64)]) -> Option<MannW
     })
 }
 
+/// The Hodges-Lehmann estimate of the ratio after/before: the median, over every pair of one
+/// "before" and one "after" value, of their ratio (the shift that [`mann_whitney`] tests, on a
+/// log scale). Binned values are taken at `value(bucket)`. `None` when a side is empty.
+pub fn hodges_lehmann_ratio(
+    before: &[(u32, u64)],
+    after: &[(u32, u64)],
+    value: impl Fn(u32) -> f64,
+) -> Option<f64> {
+    let logs = |bins: &[(u32, u64)]| -> Vec<(f64, f64)> {
+        let mut v: Vec<(f64, f64)> = bins
+            .iter()
+            .map(|&(i, c)| (value(i).max(0.5).ln(), c as f64))
+            .collect();
+        v.sort_by(|x, y| x.0.total_cmp(&y.0));
+        v
+    };
+    let (b, a) = (logs(before), logs(after));
+    let wb: f64 = b.iter().map(|x| x.1).sum();
+    let wa: f64 = a.iter().map(|x| x.1).sum();
+    let (Some(b0), Some(b1), Some(a0), Some(a1)) = (b.first(), b.last(), a.first(), a.last())
+    else {
+        return None;
+    };
+    if wb <= 0.0 || wa <= 0.0 {
+        return None;
+    }
+    // Weight of the pairs whose log ratio is at most t, in O(|b| + |a|): as the after value
+    // grows, the before values it exceeds by at most t start further along `b`.
+    let weight_le = |t: f64| {
+        let (mut i, mut below, mut total) = (0usize, 0.0f64, 0.0f64);
+        for &(la, w) in &a {
+            while i < b.len() && b[i].0 < la - t {
+                below += b[i].1;
+                i += 1;
+            }
+            total += w * (wb - below);
+        }
+        total
+    };
+    // Bisection for the weighted median of the pairwise log ratios.
+    let (mut lo, mut hi) = (a0.0 - b1.0, a1.0 - b0.0);
+    for _ in 0..100 {
+        let mid = (lo + hi) / 2.0;
+        if weight_le(mid) >= wb * wa / 2.0 {
+            hi = mid;
+        } else {
+            lo = mid;
+        }
+    }
+    Some(hi.exp())
+}
+
 /// Result of [`quantile_test`].
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct QuantileTest {
@@ -376,6 +428,21 @@ mod tests {
         assert!(mann_whitney(&[], &after).is_none());
         let one_bin = mann_whitney(&[(3, 10)], &[(3, 7)]).unwrap();
         assert_eq!(one_bin.p, 1.0);
+    }
+
+    #[test]
+    fn hodges_lehmann_finds_the_shift() {
+        let v = |i: u32| f64::from(i);
+        let before = [(100, 10), (110, 10), (120, 10)];
+        let after: Vec<(u32, u64)> = before.iter().map(|&(i, c)| (i * 2, c)).collect();
+        let r = hodges_lehmann_ratio(&before, &after, v).unwrap();
+        assert!(close(r, 2.0, 0.01), "{r}");
+        assert!(close(
+            hodges_lehmann_ratio(&before, &before, v).unwrap(),
+            1.0,
+            1e-12
+        ));
+        assert!(hodges_lehmann_ratio(&[], &before, v).is_none());
     }
 
     #[test]

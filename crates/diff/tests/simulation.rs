@@ -218,7 +218,7 @@ fn a_tiny_change_in_a_huge_sample_is_significant_but_not_a_regression() {
     let a = side(&mut rng, 200_000, &[1.03]);
     let d = compare(&b, &a, &Settings::default());
     let mean = &d.groups[0].metrics[1];
-    assert_eq!(mean.name, "mean");
+    assert_eq!(mean.name, "shift");
     assert!(mean.p_adjusted.unwrap() < 1e-6, "{mean:?}");
     assert_eq!(mean.verdict, Verdict::Small);
     assert_eq!(d.groups[0].status, Status::Unchanged);

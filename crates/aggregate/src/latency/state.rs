@@ -152,10 +152,16 @@ impl Latency {
         }
     }
 
-    /// The value range `[start, end]` (ns) of histogram bucket `index`.
+    /// The value range `[start, end]` (ns) of histogram bucket `index` (the inverse of the
+    /// bucket layout [`bucket_index`] describes); `None` past the histogram's range.
     pub fn bucket_range(index: u32) -> Option<(u64, u64)> {
-        let h = new_histogram()?;
-        h.iter().nth(index as usize).map(|b| (b.start(), b.end()))
+        let p = u32::from(GROUPING_POWER);
+        let s = (index >> p).saturating_sub(1);
+        if s + p + 1 > u32::from(MAX_VALUE_POWER) {
+            return None;
+        }
+        let q = u64::from(index) - (u64::from(s) << p);
+        Some((q << s, ((q + 1) << s) - 1))
     }
 }
 
@@ -247,6 +253,22 @@ mod tests {
             let (a, b) = Latency::bucket_range(i).unwrap();
             assert!(values.iter().any(|&v| v >= a && v <= b));
         }
+    }
+
+    #[test]
+    fn bucket_ranges_match_the_histogram() {
+        let h = new_histogram().unwrap();
+        let mut n = 0;
+        for (i, b) in h.iter().enumerate() {
+            assert_eq!(
+                Latency::bucket_range(i as u32),
+                Some((b.start(), b.end())),
+                "{i}"
+            );
+            n += 1;
+        }
+        assert_eq!(Latency::bucket_range(n), None);
+        assert_eq!(Latency::bucket_range(u32::MAX), None);
     }
 
     #[test]
