@@ -10,6 +10,7 @@ use aggregate::{AggConfig, Aggregator};
 use anyhow::{Context, Result, bail};
 use clap::{Args, ValueEnum};
 use diff::Side;
+use diff::blocks::Recorder;
 use proto::QueryEvent;
 
 use crate::cli::{DigestFormat, GroupingArgs, InputArgs, TextArgs, parse_positive};
@@ -29,8 +30,9 @@ pub struct DiffArgs {
     pub sides: Vec<String>,
 
     /// The time range of the capture that is the before side: `HH:MM[:SS]-HH:MM[:SS]` (UTC,
-    /// on the capture's first day) or `+10s-+5m` (from the capture's first packet). Requests
-    /// are placed by the time of their first byte.
+    /// on the capture's first day) or `+10s-+5m` (from the capture's first packet); several
+    /// ranges joined by commas make one side. Requests are placed by the time of their first
+    /// byte.
     #[arg(long, value_name = "RANGE", requires = "after")]
     pub before: Option<String>,
 
@@ -196,9 +198,12 @@ fn load_side(args: &DiffArgs, spec: &str) -> Result<Side> {
     if json.iter().any(|&j| j) {
         bail!("{spec}: a side is either captures or JSON digests, not both");
     }
-    let consumer = crate::DigestConsumer {
-        fp: Fingerprinter::from_args(&args.grouping),
-        agg: new_aggregator(),
+    let consumer = Blocked {
+        inner: crate::DigestConsumer {
+            fp: Fingerprinter::from_args(&args.grouping),
+            agg: new_aggregator(),
+        },
+        recorder: Some(Recorder::default()),
     };
     let (consumer, health) = pipeline::run(
         &paths,
@@ -206,29 +211,54 @@ fn load_side(args: &DiffArgs, spec: &str) -> Result<Side> {
         consumer,
     )?;
     crate::warn(&health);
-    let span = report::span_ns(&consumer.agg, &health);
+    let blocks = consumer.recorder.and_then(|r| r.blocks).unwrap_or_default();
+    let agg = &consumer.inner.agg;
+    let span = report::span_ns(agg, &health);
     Ok(Side::from_aggregator(
         spec,
-        &consumer.agg,
+        agg,
         span,
         health.is_complete(),
+        blocks,
     ))
 }
 
-/// Routes each event to the side whose range holds its start.
+/// Routes each event to the side one of whose ranges holds its start.
 struct SplitConsumer {
     fp: Fingerprinter,
-    ranges: [(u64, u64); 2],
+    ranges: [Vec<(u64, u64)>; 2],
     aggs: [Aggregator; 2],
+    blocks: [Recorder; 2],
 }
 
 impl Consumer for SplitConsumer {
     fn event(&mut self, ev: QueryEvent) {
-        for (r, agg) in self.ranges.iter().zip(self.aggs.iter_mut()) {
-            if ev.start_ns >= r.0 && ev.start_ns < r.1 {
+        let sides = self.ranges.iter().zip(self.aggs.iter_mut());
+        for ((r, agg), b) in sides.zip(self.blocks.iter_mut()) {
+            if r.iter().any(|r| ev.start_ns >= r.0 && ev.start_ns < r.1) {
+                b.record(ev.start_ns, ev.service_ns());
                 self.fp.add_to(agg, &ev);
             }
         }
+    }
+}
+
+/// A consumer that also records the time blocks of the events it passes on (`digest
+/// --mergeable` and the capture sides of a diff: both record them alike).
+pub struct Blocked<C> {
+    pub inner: C,
+    pub recorder: Option<Recorder>,
+}
+
+impl<C: Consumer> Consumer for Blocked<C> {
+    fn event(&mut self, ev: QueryEvent) {
+        if let Some(r) = &mut self.recorder {
+            r.record(ev.start_ns, ev.service_ns());
+        }
+        self.inner.event(ev);
+    }
+    fn segment(&mut self, src: SocketAddr, dst: SocketAddr, frame_len: usize) {
+        self.inner.segment(src, dst, frame_len);
     }
 }
 
@@ -248,11 +278,15 @@ fn load_ranges(args: &DiffArgs, before: &str, after: &str) -> Result<(Side, Side
         .next_frame()?
         .map(|f| f.ts_ns)
         .context("the capture holds no packet")?;
-    let ranges = [range::parse(before, start)?, range::parse(after, start)?];
+    let ranges = [
+        range::parse_list(before, start)?,
+        range::parse_list(after, start)?,
+    ];
     let consumer = SplitConsumer {
         fp: Fingerprinter::from_args(&args.grouping),
-        ranges,
+        ranges: ranges.clone(),
         aggs: [new_aggregator(), new_aggregator()],
+        blocks: Default::default(),
     };
     let (consumer, health) = pipeline::run(
         &paths,
@@ -265,11 +299,18 @@ fn load_ranges(args: &DiffArgs, before: &str, after: &str) -> Result<(Side, Side
         health.last_ts_ns.unwrap_or(start),
     );
     let [ab, aa] = consumer.aggs;
-    let side = |agg: &Aggregator, r: (u64, u64), text: &str| {
-        let span = r.1.min(last_ts).saturating_sub(r.0.max(first_ts));
-        Side::from_aggregator(text, agg, Some(span), health.is_complete())
+    let [bb, ba] = consumer.blocks.map(|r| r.blocks.unwrap_or_default());
+    let side = |agg: &Aggregator, r: &[(u64, u64)], text: &str, blocks| {
+        let span = r
+            .iter()
+            .map(|r| r.1.min(last_ts).saturating_sub(r.0.max(first_ts)))
+            .sum();
+        Side::from_aggregator(text, agg, Some(span), health.is_complete(), blocks)
     };
-    Ok((side(&ab, ranges[0], before), side(&aa, ranges[1], after)))
+    Ok((
+        side(&ab, &ranges[0], before, bb),
+        side(&aa, &ranges[1], after, ba),
+    ))
 }
 
 /// Runs `dbtap diff`; true when `--fail-on` is met.
@@ -359,6 +400,11 @@ mod range {
             bail!("{}: the range ends before it starts", bad());
         }
         Ok((a, b))
+    }
+
+    /// Several ranges joined by commas.
+    pub fn parse_list(s: &str, capture_start: u64) -> Result<Vec<(u64, u64)>> {
+        s.split(',').map(|r| parse(r, capture_start)).collect()
     }
 
     #[cfg(test)]

@@ -100,7 +100,14 @@ fn digest(args: DigestArgs) -> anyhow::Result<()> {
             ..AggConfig::default()
         }),
     };
-    let (consumer, mut health) = pipeline::run(&args.input.files, &settings, consumer)?;
+    // --mergeable: also the time blocks `dbtap diff` needs (diffcmd.rs).
+    let recorder = args.mergeable.then(diff::blocks::Recorder::default);
+    let consumer = diffcmd::Blocked {
+        inner: consumer,
+        recorder,
+    };
+    let (blocked, mut health) = pipeline::run(&args.input.files, &settings, consumer)?;
+    let consumer = blocked.inner;
     health.protocol.unanswered = consumer.agg.totals().stats.no_response;
     warn(&health);
     let opts = args.report.options();
@@ -110,7 +117,13 @@ fn digest(args: DigestArgs) -> anyhow::Result<()> {
         DigestFormat::Text => report::text::render(&consumer.agg, &health, &opts, &mut out)?,
         DigestFormat::Json if args.mergeable => {
             let mut doc = report::json::build(&consumer.agg, &health, &opts);
-            report::mergeable::attach(&mut doc, &consumer.agg, &opts);
+            let blocks = blocked.recorder.and_then(|r| r.blocks);
+            report::mergeable::attach(
+                &mut doc,
+                &consumer.agg,
+                &opts,
+                blocks.as_ref().map(Into::into),
+            );
             serde_json::to_writer_pretty(&mut out, &doc)?;
             out.write_all(b"\n")?;
         }

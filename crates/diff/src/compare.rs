@@ -130,6 +130,12 @@ pub struct SideSummary {
     pub load: Option<f64>,
     /// False when a source reported losses.
     pub complete: bool,
+    /// How much more the mean log service time varies between the side's time blocks than
+    /// independent requests would make it (1: independent); latency tests are deflated by it.
+    pub design_effect: f64,
+    /// Variance over mean of the requests per time block (1: Poisson); the rate test is
+    /// deflated by it.
+    pub count_dispersion: f64,
 }
 
 /// The counts behind the one-line summary.
@@ -199,19 +205,38 @@ fn ms(ns: Option<u64>) -> Option<f64> {
     ns.map(|n| n as f64 / 1e6)
 }
 
+/// How much the requests of one moment resemble each other, per side: the design effect of
+/// latency means and the dispersion of counts (see [`crate::blocks`]).
+#[derive(Clone, Copy, Debug)]
+struct Clustering {
+    latency: (f64, f64),
+    counts: (f64, f64),
+}
+
 /// The unadjusted metrics of a group present on both sides.
 fn metrics(
     b: &GroupData,
     a: &GroupData,
     spans: (Option<f64>, Option<f64>),
     s: &Settings,
+    c: Clustering,
 ) -> Vec<Metric> {
+    let rate_deff = stats::combined_design_effect(c.counts.0, b.count, c.counts.1, a.count);
+    let lat_deff = stats::combined_design_effect(
+        c.latency.0,
+        b.service.count(),
+        c.latency.1,
+        a.service.count(),
+    );
     let mut out = Vec::with_capacity(6);
     let mut rate = metric("rate", "per_s", "poisson_conditional_binomial", false);
     rate.before = per_s(b.count as f64, spans.0);
     rate.after = per_s(a.count as f64, spans.1);
     if let (Some(t1), Some(t2)) = spans {
-        rate.p_value = Some(stats::poisson_rates(b.count, t1, a.count, t2));
+        rate.p_value = Some(stats::deflate(
+            stats::poisson_rates(b.count, t1, a.count, t2),
+            rate_deff,
+        ));
     }
     out.push(rate);
     let (sb, sa) = (&b.service, &a.service);
@@ -232,7 +257,11 @@ fn metrics(
     if let (Some(mw), Some(r)) = (stats::mann_whitney(&bins_b, &bins_a), hl) {
         // A ratio moving against the ranks (possible with ties) is not called a change.
         let agrees = r == 1.0 || (r > 1.0) == (mw.auc > 0.5);
-        shift.p_value = Some(if agrees { mw.p } else { 1.0 });
+        shift.p_value = Some(if agrees {
+            stats::deflate(mw.p, lat_deff)
+        } else {
+            1.0
+        });
     }
     out.push(shift);
     let qb = sb.quantiles_ns([0.5, 0.95, 0.99]);
@@ -244,7 +273,8 @@ fn metrics(
         let mut m = metric(name, "ms", "quantile_fisher", true);
         m.before = ms(qb[i]);
         m.after = ms(qa[i]);
-        m.p_value = stats::quantile_test(&bins_b, &bins_a, q).map(|t| t.p);
+        m.p_value =
+            stats::quantile_test(&bins_b, &bins_a, q).map(|t| stats::deflate(t.p, lat_deff));
         out.push(m);
     }
     let mut err = metric("error_rate", "pct", "fisher_exact", true);
@@ -309,12 +339,21 @@ fn side_summary(side: &Side) -> SideSummary {
         qps: per_s(side.totals.count as f64, span),
         load: load(&side.totals.service, span),
         complete: side.complete,
+        design_effect: side.blocks.design_effect(),
+        count_dispersion: side.blocks.count_dispersion(),
     }
 }
 
 /// Every group of either side, unranked, with unadjusted p-values.
 fn groups(before: &Side, after: &Side, s: &Settings) -> Vec<GroupDiff> {
     let spans = (secs(before.span_ns), secs(after.span_ns));
+    let c = Clustering {
+        latency: (before.blocks.design_effect(), after.blocks.design_effect()),
+        counts: (
+            before.blocks.count_dispersion(),
+            after.blocks.count_dispersion(),
+        ),
+    };
     let mut keys: Vec<&Key> = before.groups.keys().chain(after.groups.keys()).collect();
     keys.sort();
     keys.dedup();
@@ -323,7 +362,7 @@ fn groups(before: &Side, after: &Side, s: &Settings) -> Vec<GroupDiff> {
             let (b, a) = (before.groups.get(k), after.groups.get(k));
             let any = b.or(a)?;
             let (status, metrics) = match (b, a) {
-                (Some(b), Some(a)) => (Status::Unchanged, metrics(b, a, spans, s)),
+                (Some(b), Some(a)) => (Status::Unchanged, metrics(b, a, spans, s, c)),
                 (Some(_), None) => (Status::Gone, Vec::new()),
                 _ => (Status::New, Vec::new()),
             };

@@ -5,6 +5,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod blocks;
 pub mod compare;
 pub mod render;
 pub mod side;

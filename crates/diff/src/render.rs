@@ -52,12 +52,14 @@ fn pvalue(p: Option<f64>) -> String {
 fn side_line(out: &mut impl Write, name: &str, s: &SideSummary) -> io::Result<()> {
     writeln!(
         out,
-        "{name}: {}: {}, {} queries{}, load {}{}",
+        "{name}: {}: {}, {} queries{}, load {}, design effect {:.1}, count dispersion {:.1}{}",
         s.label,
         opt(s.span_s, |x| format!("{x:.1} s")),
         s.queries,
         opt(s.qps, |x| format!(" ({x:.1}/s)")).replace('-', ""),
         opt(s.load, |x| format!("{x:.3}")),
+        s.design_effect,
+        s.count_dispersion,
         if s.complete {
             ""
         } else {
@@ -88,11 +90,20 @@ fn group(out: &mut impl Write, g: &GroupDiff) -> io::Result<()> {
         shorten(&sanitize(&g.fingerprint, false), 120)
     )?;
     for m in &g.metrics {
-        let (before, after) = if m.name == "shift" {
-            ("typical".to_string(), "request".to_string())
-        } else {
-            (value(m, m.before), value(m, m.after))
-        };
+        if m.name == "shift" {
+            // No before/after values: the typical request's change (Hodges-Lehmann).
+            writeln!(
+                out,
+                "      {:<10} {:>26} {:>8}  {:<12} {}",
+                m.name,
+                "typical request",
+                opt(m.change_pct, |c| format!("{c:+.1}%")),
+                verdict(m.verdict),
+                pvalue(m.p_adjusted)
+            )?;
+            continue;
+        }
+        let (before, after) = (value(m, m.before), value(m, m.after));
         writeln!(
             out,
             "      {:<10} {:>11} -> {:<11} {:>8}  {:<12} {}",

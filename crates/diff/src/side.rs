@@ -5,6 +5,8 @@
 use std::collections::BTreeMap;
 
 use aggregate::{Aggregator, Latency, Stats};
+
+use crate::blocks::Blocks;
 use report::json::{Report, StatsJson};
 
 /// What identifies a group across sides: the names every output shows.
@@ -57,6 +59,8 @@ pub struct Side {
     pub complete: bool,
     pub groups: BTreeMap<Key, GroupData>,
     pub totals: GroupData,
+    /// The side's requests in time blocks (empty when unknown: no design effect).
+    pub blocks: Blocks,
 }
 
 /// Why a JSON digest cannot be a side.
@@ -104,6 +108,7 @@ impl Side {
         agg: &Aggregator,
         span_ns: Option<u64>,
         complete: bool,
+        blocks: Blocks,
     ) -> Side {
         let groups = agg
             .groups()
@@ -122,6 +127,7 @@ impl Side {
             complete,
             groups,
             totals: GroupData::of("", &agg.totals().stats),
+            blocks,
         }
     }
 
@@ -151,6 +157,14 @@ impl Side {
             complete: r.capture.complete,
             groups,
             totals: stats_of("", &r.totals.stats, r.totals.queries)?,
+            blocks: r
+                .totals
+                .stats
+                .mergeable
+                .as_ref()
+                .and_then(|m| m.blocks.as_ref())
+                .map(Blocks::from)
+                .unwrap_or_default(),
         })
     }
 
@@ -163,6 +177,7 @@ impl Side {
             _ => None,
         };
         self.complete &= o.complete;
+        self.blocks.merge(&o.blocks);
         self.totals.merge(&o.totals);
         for (k, g) in &o.groups {
             match self.groups.get_mut(k) {

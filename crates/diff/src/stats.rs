@@ -78,6 +78,82 @@ pub fn normal_two_sided(z: f64) -> f64 {
     erfc(z.abs() / std::f64::consts::SQRT_2).clamp(0.0, 1.0)
 }
 
+/// The standard normal quantile (P. J. Acklam's rational approximation, refined by one
+/// Halley step: about 1e-15 relative error).
+pub fn normal_quantile(p: f64) -> f64 {
+    if p <= 0.0 {
+        return f64::NEG_INFINITY;
+    }
+    if p >= 1.0 {
+        return f64::INFINITY;
+    }
+    const A: [f64; 6] = [
+        -3.969683028665376e1,
+        2.209460984245205e2,
+        -2.759285104469687e2,
+        1.383577518672690e2,
+        -3.066479806614716e1,
+        2.506628277459239,
+    ];
+    const B: [f64; 5] = [
+        -5.447609879822406e1,
+        1.615858368580409e2,
+        -1.556989798598866e2,
+        6.680131188771972e1,
+        -1.328068155288572e1,
+    ];
+    const C: [f64; 6] = [
+        -7.784894002430293e-3,
+        -3.223964580411365e-1,
+        -2.400758277161838,
+        -2.549732539343734,
+        4.374664141464968,
+        2.938163982698783,
+    ];
+    const D: [f64; 4] = [
+        7.784695709041462e-3,
+        3.224671290700398e-1,
+        2.445134137142996,
+        3.754408661907416,
+    ];
+    let tail = |q: f64| {
+        (((((C[0] * q + C[1]) * q + C[2]) * q + C[3]) * q + C[4]) * q + C[5])
+            / ((((D[0] * q + D[1]) * q + D[2]) * q + D[3]) * q + 1.0)
+    };
+    let x = if p < 0.02425 {
+        tail((-2.0 * p.ln()).sqrt())
+    } else if p > 1.0 - 0.02425 {
+        -tail((-2.0 * (1.0 - p).ln()).sqrt())
+    } else {
+        let q = p - 0.5;
+        let r = q * q;
+        (((((A[0] * r + A[1]) * r + A[2]) * r + A[3]) * r + A[4]) * r + A[5]) * q
+            / (((((B[0] * r + B[1]) * r + B[2]) * r + B[3]) * r + B[4]) * r + 1.0)
+    };
+    x
+}
+
+/// A two-sided p-value recomputed for a variance `deff` times larger than the test assumed
+/// (the design effect of correlated samples): its normal score shrinks by `sqrt(deff)`.
+pub fn deflate(p: f64, deff: f64) -> f64 {
+    if !(deff > 1.0) || !(p > 0.0 && p < 1.0) {
+        return p;
+    }
+    // Upper-tail score of p / 2, through the lower tail for accuracy at small p.
+    let z = -normal_quantile(p / 2.0);
+    normal_two_sided(z / deff.sqrt())
+}
+
+/// The design effect of a difference between two means with `n1` and `n2` samples whose own
+/// design effects are `d1` and `d2`: the ratio of `d1/n1 + d2/n2` to `1/n1 + 1/n2`.
+pub fn combined_design_effect(d1: f64, n1: u64, d2: f64, n2: u64) -> f64 {
+    if n1 == 0 || n2 == 0 {
+        return d1.max(d2).max(1.0);
+    }
+    let (a, b) = (1.0 / n1 as f64, 1.0 / n2 as f64);
+    ((d1 * a + d2 * b) / (a + b)).max(1.0)
+}
+
 /// Sums the probabilities `pmf(x)` for `x` in `lo..=hi` that are at most `pmf(obs)` (the
 /// two-sided exact p-value of R's `binom.test` and `fisher.test`), with their relative tolerance.
 fn exact_two_sided(lo: u64, hi: u64, obs: u64, ln_pmf: impl Fn(u64) -> f64) -> f64 {
@@ -367,6 +443,22 @@ mod tests {
         assert!(close(normal_two_sided(1.959_963_985), 0.05, 1e-5));
         assert!(close(normal_two_sided(0.0), 1.0, 1e-6));
         assert!(close(normal_two_sided(-3.0), 0.002_699_796, 1e-5));
+    }
+
+    #[test]
+    fn deflation() {
+        assert!(close(normal_quantile(0.975), 1.959_963_985, 1e-7));
+        assert!(close(normal_quantile(1e-10), -6.361_340_902, 1e-6));
+        assert_eq!(deflate(0.01, 1.0), 0.01);
+        // z = 1.96 over sqrt(4): z = 0.98, p = 0.327.
+        assert!(close(deflate(0.05, 4.0), 0.327_086, 1e-4));
+        // z = 11.46 over sqrt(100): z = 1.146, p = 0.25.
+        assert!((0.2..0.3).contains(&deflate(1e-30, 100.0)));
+        assert!(close(
+            combined_design_effect(1.0, 100, 9.0, 100),
+            5.0,
+            1e-12
+        ));
     }
 
     #[test]

@@ -139,6 +139,7 @@ fn side(rng: &mut Rng, n: u64, factors: &[f64]) -> Side {
         complete: true,
         groups,
         totals,
+        blocks: Default::default(),
     }
 }
 

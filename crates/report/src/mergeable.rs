@@ -15,6 +15,19 @@ pub struct Mergeable {
     pub response: LatencyJson,
     /// Service time (what the digest ranks by).
     pub service: LatencyJson,
+    /// Totals only: the capture's requests in time blocks (how alike the requests of one
+    /// moment are), which `dbtap diff` turns into a design effect.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blocks: Option<TimeBlocks>,
+}
+
+/// Consecutive blocks of `len_ns` from `start_ns`: per block `[count, sum of ln(service ns),
+/// sum of its squares]`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct TimeBlocks {
+    pub start_ns: u64,
+    pub len_ns: u64,
+    pub blocks: Vec<[f64; 3]>,
 }
 
 /// One distribution, in nanoseconds: exact counters, the log10 decade counts, and either the
@@ -80,14 +93,23 @@ impl Mergeable {
         Mergeable {
             response: (&s.latency).into(),
             service: (&s.service).into(),
+            blocks: None,
         }
     }
 }
 
-/// Fills the `mergeable` block of the totals and of every group listed in `report` (built by
-/// [`crate::json::build`] from the same `agg` and `opts`).
-pub fn attach(report: &mut Report, agg: &Aggregator, opts: &ReportOptions) {
-    report.totals.stats.mergeable = Some(Mergeable::of(&agg.totals().stats));
+/// Fills the `mergeable` block of the totals (with `blocks`) and of every group listed in
+/// `report` (built by [`crate::json::build`] from the same `agg` and `opts`).
+pub fn attach(
+    report: &mut Report,
+    agg: &Aggregator,
+    opts: &ReportOptions,
+    blocks: Option<TimeBlocks>,
+) {
+    report.totals.stats.mergeable = Some(Mergeable {
+        blocks,
+        ..Mergeable::of(&agg.totals().stats)
+    });
     for (q, g) in report.queries.iter_mut().zip(ranked(agg, opts.order_by)) {
         q.stats.mergeable = Some(Mergeable::of(&g.stats));
     }
