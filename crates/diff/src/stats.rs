@@ -91,7 +91,7 @@ pub fn normal_quantile(p: f64) -> f64 {
         -3.969683028665376e1,
         2.209460984245205e2,
         -2.759285104469687e2,
-        1.383577518672690e2,
+        1.383_577_518_672_69e2,
         -3.066479806614716e1,
         2.506628277459239,
     ];
@@ -120,7 +120,7 @@ pub fn normal_quantile(p: f64) -> f64 {
         (((((C[0] * q + C[1]) * q + C[2]) * q + C[3]) * q + C[4]) * q + C[5])
             / ((((D[0] * q + D[1]) * q + D[2]) * q + D[3]) * q + 1.0)
     };
-    let x = if p < 0.02425 {
+    if p < 0.02425 {
         tail((-2.0 * p.ln()).sqrt())
     } else if p > 1.0 - 0.02425 {
         -tail((-2.0 * (1.0 - p).ln()).sqrt())
@@ -129,14 +129,13 @@ pub fn normal_quantile(p: f64) -> f64 {
         let r = q * q;
         (((((A[0] * r + A[1]) * r + A[2]) * r + A[3]) * r + A[4]) * r + A[5]) * q
             / (((((B[0] * r + B[1]) * r + B[2]) * r + B[3]) * r + B[4]) * r + 1.0)
-    };
-    x
+    }
 }
 
 /// A two-sided p-value recomputed for a variance `deff` times larger than the test assumed
 /// (the design effect of correlated samples): its normal score shrinks by `sqrt(deff)`.
 pub fn deflate(p: f64, deff: f64) -> f64 {
-    if !(deff > 1.0) || !(p > 0.0 && p < 1.0) {
+    if deff.is_nan() || deff <= 1.0 || p.is_nan() || p <= 0.0 || p >= 1.0 {
         return p;
     }
     // Upper-tail score of p / 2, through the lower tail for accuracy at small p.
