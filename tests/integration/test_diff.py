@@ -6,15 +6,16 @@ over TCP and captured with the real tcpdump on lo:
 1. The same workload captured with an index and again after `DROP INDEX`: the group that lost its
    index is ranked first and called a regression, with a significant latency verdict; the
    server's own pg_stat_statements confirms its mean execution time rose.
-2. Five captures of an unchanged workload, each split into two sides by alternating 50 ms turns
-   (`--before`/`--after` lists of ranges): no group may be called a
-   regression (the false-positive count is printed and recorded in
+2. Five captures of the same unchanged workload, each split into two sides by alternating
+   50 ms turns of one connection (`--before`/`--after` lists of ranges): no group may be called
+   a regression (the false-positive count is printed and recorded in
    tests/out/diff/null-pairs.json).
 3. A pair where the after side runs one more statement: that group is reported as new, and
    `--fail-on new` exits with status 3.
 
-Every diff is made twice, from the captures and from `--mergeable` JSON digests of them, and
-both must give the same groups, numbers and verdicts.
+The diffs of 1 and 3 are made twice, from the captures and from `--mergeable` JSON digests of
+them, and both must give the same groups, numbers and verdicts (a digest has no time ranges, so
+2 reads the captures only).
 
 Run: `cargo build -p dbtap && DBTAP_BIN=target/debug/dbtap /usr/bin/python3 -m pytest -q
 tests/integration/test_diff.py` (or the release binary). Truth is the clients' own counts and
@@ -150,32 +151,68 @@ def pg():
         srv.stop()
 
 
-def run_alternating(pg: ph.PgServer, seconds: float, statements, seed: int, slot: float = 0.05):
-    """One connection runs the statements for `seconds` in all, in turns of `slot` seconds that
-    alternate between the two sides of a pair. Returns each side's turns as (start, end) wall
-    clock ns, and each side's own counts."""
+def run_alternating(servers, seconds: float, statements, seed: int, slot: float = 0.05):
+    """One connection per side (to `servers[side]`) runs the statements for `seconds` in all,
+    in turns of `slot` seconds that alternate between the two sides, so that both see the same
+    state of the machine. Returns each side's turns as (start, end) wall clock ns, and each
+    side's own counts."""
     import psycopg2
     rnd = random.Random(seed)
     turns: list[list] = [[], []]
     counts = [collections.Counter(), collections.Counter()]
-    conn = psycopg2.connect(pg.dsn())
-    conn.autocommit = True
+    # One server for both sides: one connection (two backends of one server need not run
+    # alike: they may sit on different cores).
+    conns = [psycopg2.connect(s.dsn()) for s in (servers[:1] if servers[0] is servers[1] else servers)]
     try:
-        with conn.cursor() as cur:
-            for turn in range(2 * round(seconds / slot)):
-                side = turn % 2
-                t0 = time.time_ns()
-                end = time.monotonic() + slot
-                while time.monotonic() < end:
-                    for name, sql, arg in statements:
-                        cur.execute(sql, (arg(rnd),))
-                        if cur.description:
-                            cur.fetchall()
-                        counts[side][name] += 1
-                turns[side].append((t0, time.time_ns()))
+        for c in conns:
+            c.autocommit = True
+        curs = [c.cursor() for c in conns] * (2 // len(conns))
+        for turn in range(2 * round(seconds / slot)):
+            side = turn % 2
+            t0 = time.time_ns()
+            end = time.monotonic() + slot
+            while time.monotonic() < end:
+                for name, sql, arg in statements:
+                    curs[side].execute(sql, (arg(rnd),))
+                    if curs[side].description:
+                        curs[side].fetchall()
+                    counts[side][name] += 1
+            turns[side].append((t0, time.time_ns()))
     finally:
-        conn.close()
+        for c in conns:
+            c.close()
     return turns, counts
+
+
+def check_counts(d: dict, counts) -> None:
+    """Each side of the diff counted exactly what its client sent."""
+    for g in d["groups"]:
+        name = next((n for n, sql, _ in (LOOKUP, BY_ID, BUMP, EXTRA)
+                     if sql.split("%s")[0].strip().lower() in g["fingerprint"].lower()), None)
+        if name:
+            assert (g["count_before"], g["count_after"]) == (counts[0][name], counts[1][name])
+
+
+def record(results: list, i: int, d: dict, rc: int) -> None:
+    calls = {g["fingerprint"]: {m["name"]: m["verdict"] for m in g["metrics"]}
+             for g in d["groups"]}
+    results.append({"pair": i, "summary": d["summary"]["line"], "tests": d["tests"],
+                    "regressed": d["summary"]["regressed"], "rc": rc, "verdicts": calls,
+                    "design_effect": [d["before"]["design_effect"], d["after"]["design_effect"]]})
+    assert d["summary"]["new"] == 0 and d["summary"]["gone"] == 0, d["summary"]
+
+
+def report_null(results: list, name: str) -> None:
+    regressions = sum(r["regressed"] for r in results)
+    tests = sum(r["tests"] for r in results)
+    (OUT / f"{name}.json").write_text(json.dumps(results, indent=1) + "\n")
+    print(f"\n{name}: {regressions} groups called regressed over {len(results)} pairs "
+          f"({tests} tests in all)")
+    for r in results:
+        print(f"  pair {r['pair']}: {r['summary']} (design effects {r['design_effect'][0]:.1f}, "
+              f"{r['design_effect'][1]:.1f})")
+    assert regressions == 0, results
+    assert all(r["rc"] == 0 for r in results)
 
 
 def first_packet_ns(pcap: Path) -> int:
@@ -193,19 +230,20 @@ def ranges(turns, start_ns: int) -> str:
 
 
 def test_null_pairs_call_no_regression(pg):
-    """The same workload, its two sides taken in alternating 50 ms turns of one capture (the
-    `--before`/`--after` ranges of `dbtap diff`), five times over: no regression may be called.
+    """The same unchanged workload on both sides, five times over: no regression may be called.
 
-    Alternating turns give both sides the same state of the machine: on a shared machine the
-    server's own speed drifts from one second to the next (other processes take the CPU), and
-    such drift is a real change of the server, not the noise of the workload this test is
-    about. Captures taken one after the other on a busy machine do show it (see the README)."""
+    Each pair is one capture split into two sides by alternating 50 ms turns of one connection
+    (`--before`/`--after` lists of ranges), so that both sides see the same state of the
+    machine: on a shared machine a server's speed drifts from one second to the next (other
+    processes take the CPU), and two server processes, even two backends of one server, need
+    not run alike; such differences are real changes of what served the requests, not the
+    noise of the workload this test is about (see the README for what they look like)."""
     results = []
     for i in range(5):
-        cap = ph.Tcpdump(OUT / f"null-{i}.pcap", PORT, iface="lo")
+        cap = ph.Tcpdump(OUT / f"turns-{i}.pcap", PORT, iface="lo")
         try:
             cap.start()
-            turns, counts = run_alternating(pg, 1.0, [LOOKUP, BY_ID, BUMP], seed=10 + i)
+            turns, counts = run_alternating([pg, pg], 0.8, [LOOKUP, BY_ID, BUMP], seed=30 + i)
             stats = cap.stop()
         finally:
             cap.stop()
@@ -216,27 +254,9 @@ def test_null_pairs_call_no_regression(pg):
                           "--fail-on", "regression", check=False)
         assert r.returncode in (0, EXIT_FAIL_ON), r.stderr.decode()[-2000:]
         d = json.loads(r.stdout)
-        # Each side counted exactly what the client sent in its turns.
-        for g in d["groups"]:
-            name = next((n for n, sql, _ in (LOOKUP, BY_ID, BUMP)
-                         if sql.split("%s")[0].strip().lower() in g["fingerprint"].lower()), None)
-            if name:
-                assert (g["count_before"], g["count_after"]) == (counts[0][name], counts[1][name])
-        calls = {g["fingerprint"]: {m["name"]: m["verdict"] for m in g["metrics"]}
-                 for g in d["groups"]}
-        results.append({"pair": i, "summary": d["summary"]["line"], "tests": d["tests"],
-                        "regressed": d["summary"]["regressed"], "rc": r.returncode,
-                        "verdicts": calls})
-        assert d["summary"]["new"] == 0 and d["summary"]["gone"] == 0, d["summary"]
-    regressions = sum(r["regressed"] for r in results)
-    tests = sum(r["tests"] for r in results)
-    (OUT / "null-pairs.json").write_text(json.dumps(results, indent=1) + "\n")
-    print(f"\nnull pairs: {regressions} groups called regressed over {len(results)} pairs "
-          f"({tests} tests in all)")
-    for r in results:
-        print(f"  pair {r['pair']}: {r['summary']}")
-    assert regressions == 0, results
-    assert all(r["rc"] == 0 for r in results)
+        check_counts(d, counts)
+        record(results, i, d, r.returncode)
+    report_null(results, "null-pairs")
 
 
 def test_dropped_index_is_the_first_regression(pg):
