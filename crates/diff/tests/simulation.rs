@@ -246,3 +246,88 @@ fn new_and_gone_groups() {
     assert_eq!((d.summary.new, d.summary.gone), (1, 1));
     assert!(d.summary.line.contains("1 new") && d.summary.line.contains("1 gone"));
 }
+
+/// A side of 5 groups over one second, every request slowed by the factor of its 50 ms spell
+/// (log-normal, log-sd 0.3: another process on the CPU, a checkpoint): requests of one moment
+/// are alike, as in real traffic.
+fn clustered_side(rng: &mut Rng, n: u64, with_blocks: bool, slower: f64) -> Side {
+    let mut s = side(rng, 0, &[1.0; 5]);
+    let mut blocks = diff::blocks::Blocks::new(0);
+    let mut spell = (u64::MAX, 1.0);
+    for i in 0..n {
+        let ts = i * 1_000_000_000 / n;
+        if ts / 50_000_000 != spell.0 {
+            spell = (ts / 50_000_000, (0.3 * rng.normal()).exp());
+        }
+        let g = (i % 5) as usize;
+        let f = if g == 4 { slower } else { 1.0 };
+        let ns = (rng.latency((g as f64 + 1.0) * 100_000.0 * f) as f64 * spell.1) as u64;
+        let key = Key {
+            protocol: "postgres".into(),
+            command: "query".into(),
+            id: format!("{g:04}"),
+        };
+        if let Some(gd) = s.groups.get_mut(&key) {
+            gd.count += 1;
+            gd.service.record(ns);
+            gd.response.record(ns);
+        }
+        s.totals.count += 1;
+        s.totals.service.record(ns);
+        blocks.record(ts, ns);
+    }
+    if with_blocks {
+        s.blocks = blocks;
+    }
+    s
+}
+
+#[test]
+fn clustered_requests_are_not_called_regressions_once_the_design_effect_is_applied() {
+    let runs = 100u64;
+    let mut rng = Rng(2024);
+    let (mut naive, mut corrected) = (0u64, 0u64);
+    for _ in 0..runs {
+        let seed = rng.next();
+        let (mut r1, mut r2) = (Rng(seed | 1), Rng(seed | 1));
+        let (b, a) = (
+            clustered_side(&mut r1, 3_000, false, 1.0),
+            clustered_side(&mut r1, 3_000, false, 1.0),
+        );
+        let (bb, ab) = (
+            clustered_side(&mut r2, 3_000, true, 1.0),
+            clustered_side(&mut r2, 3_000, true, 1.0),
+        );
+        let s = Settings::default();
+        naive += u64::from(compare(&b, &a, &s).summary.regressed > 0);
+        corrected += u64::from(compare(&bb, &ab, &s).summary.regressed > 0);
+    }
+    println!(
+        "clustered null pairs: {naive}/{runs} called a regression as independent requests, \
+         {corrected}/{runs} with the design effect"
+    );
+    assert!(
+        corrected as f64 / runs as f64 <= ceiling(runs),
+        "{corrected}"
+    );
+    assert!(
+        naive >= 3 * corrected.max(5),
+        "the simulation should show the problem: {naive}"
+    );
+}
+
+#[test]
+fn a_slower_group_is_still_found_among_clustered_requests() {
+    let runs = 50u64;
+    let mut rng = Rng(77);
+    let mut found = 0;
+    for _ in 0..runs {
+        let b = clustered_side(&mut rng, 3_000, true, 1.0);
+        let a = clustered_side(&mut rng, 3_000, true, 2.0);
+        let d = compare(&b, &a, &Settings::default());
+        let g = d.groups.iter().find(|g| g.id == "0004").unwrap();
+        found += u64::from(g.status == Status::Regressed);
+    }
+    println!("twice as slow group among clustered requests: found in {found}/{runs}");
+    assert!(found >= 45, "{found}");
+}
