@@ -23,7 +23,7 @@ use crate::fp::Fingerprinter;
 use crate::pipeline::{Consumer, Settings};
 
 /// Exit codes: 0 success (possibly with warnings about partial input), 1 unexpected failure,
-/// 2 bad input or usage (clap's own code for usage errors).
+/// 2 bad input or usage (clap's own code for usage errors), 3 `dbtap diff --fail-on` met.
 const EXIT_BAD_INPUT: u8 = 2;
 
 fn main() -> ExitCode {
