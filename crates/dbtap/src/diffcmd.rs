@@ -66,11 +66,11 @@ pub struct DiffArgs {
     pub min_samples: u64,
 
     /// Exit with status 3 when a group regressed (`regression`), a group is new (`new`), or
-    /// either or a group is gone (`any`).
+    /// a group regressed, is new or is gone (`any`).
     #[arg(long = "fail-on", value_enum, value_name = "WHAT")]
     pub fail_on: Option<FailOn>,
 
-    // The default ports are the registered protocols'.
+    /// A server port, besides the protocols' default ports (as `digest --port`). Repeatable.
     #[arg(long = "port", value_name = "N")]
     pub ports: Vec<u16>,
 
@@ -348,6 +348,40 @@ pub fn run(args: DiffArgs) -> Result<bool> {
         Some(FailOn::New) => s.new > 0,
         Some(FailOn::Any) => s.regressed + s.new + s.gone > 0,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::{Cli, Command};
+    use clap::Parser;
+
+    fn args(a: &[&str]) -> Result<DiffArgs, clap::Error> {
+        Cli::try_parse_from([&["dbtap", "diff"][..], a].concat()).map(|c| match c.command {
+            Command::Diff(d) => d,
+            _ => unreachable!("dbtap diff parses as Diff"),
+        })
+    }
+
+    #[test]
+    fn diff_options() {
+        let d = args(&["a.pcap", "b.json"]).unwrap();
+        assert_eq!(d.sides, ["a.pcap", "b.json"]);
+        assert_eq!((d.min_change, d.alpha, d.fail_on), (0.1, 0.05, None));
+        let d = args(&["a", "b", "--min-change", "25%", "--fail-on", "new"]).unwrap();
+        assert_eq!((d.min_change, d.fail_on), (0.25, Some(FailOn::New)));
+        assert_eq!(
+            args(&["a", "b", "--min-change", "0.2"]).unwrap().min_change,
+            0.2
+        );
+        assert!(args(&["a", "b", "--min-change", "lots"]).is_err());
+        assert!(args(&["a", "b", "--alpha", "1.5"]).is_err());
+        assert!(
+            args(&["a", "--before", "+0-+1"]).is_err(),
+            "--before needs --after"
+        );
+        assert!(args(&["a", "--before", "+0-+1", "--after", "+1-+2"]).is_ok());
+    }
 }
 
 /// TEMPORARY (issue 11): a tiny private parser of the two range forms, to be replaced by
