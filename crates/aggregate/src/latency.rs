@@ -10,6 +10,10 @@
 
 use histogram::Histogram;
 
+pub mod state;
+
+pub use state::{LatencyState, StateError};
+
 /// Histogram grouping power: buckets are at most 2^-7 (0.78%) of their lower bound wide.
 pub const GROUPING_POWER: u8 = 7;
 /// Largest value the histogram holds is 2^44 - 1 ns (about 4.9 hours); longer latencies are

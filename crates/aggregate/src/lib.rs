@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 pub use dims::{Dim, DimSet, DimShares, DimValues, Scope};
 pub use filter::Filter;
-pub use latency::{DECADE_LABELS, Latency};
+pub use latency::{DECADE_LABELS, Latency, LatencyState, StateError};
 pub use stats::{
     DIM_CAP, DIM_SHOW, ERROR_CAP, ErrorCounts, ErrorStat, Example, Stats, Summary, TopCounter,
 };

@@ -31,6 +31,10 @@ pub enum Command {
     Live(LiveArgs),
     /// Live capture shown full-screen: the query groups of the last second, sortable, like top.
     Top(TopArgs),
+    /// Compare two captures, JSON digests or time ranges: which groups regressed (tested, not
+    /// eyeballed), which are new or gone, and what moved the load. Exit status 3 when
+    /// --fail-on is met.
+    Diff(crate::diffcmd::DiffArgs),
 }
 
 #[derive(Args, Debug, Clone)]
@@ -328,6 +332,7 @@ impl Command {
             Command::Events(a) => &a.input.grouping,
             Command::Live(a) => &a.capture.grouping,
             Command::Top(a) => &a.capture.grouping,
+            Command::Diff(a) => &a.grouping,
         }
     }
 }
@@ -412,6 +417,11 @@ pub struct DigestArgs {
     pub report: ReportArgs,
     #[command(flatten)]
     pub timeline: TimelineArgs,
+
+    /// With --format json: add each group's and the totals' exact, mergeable latency
+    /// distributions (`mergeable`), which `dbtap diff` reads. Use with --limit 0 for a diff.
+    #[arg(long)]
+    pub mergeable: bool,
 }
 
 #[derive(Args, Debug)]

@@ -4,6 +4,7 @@
 
 mod agent;
 mod cli;
+mod diffcmd;
 mod fp;
 mod pipeline;
 mod rotate;
@@ -25,7 +26,7 @@ use crate::fp::Fingerprinter;
 use crate::pipeline::{Consumer, Settings};
 
 /// Exit codes: 0 success (possibly with warnings about partial input), 1 unexpected failure,
-/// 2 bad input or usage (clap's own code for usage errors).
+/// 2 bad input or usage (clap's own code for usage errors), 3 `dbtap diff --fail-on` met.
 const EXIT_BAD_INPUT: u8 = 2;
 
 fn main() -> ExitCode {
@@ -39,6 +40,10 @@ fn main() -> ExitCode {
         Command::Events(args) => events(args),
         Command::Live(args) => agent::live(args),
         Command::Top(args) => agent::top(args),
+        Command::Diff(args) => match diffcmd::run(args) {
+            Ok(true) => return ExitCode::from(diffcmd::EXIT_FAIL_ON),
+            other => other.map(|_| ()),
+        },
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -88,6 +93,22 @@ struct DigestConsumer {
     agg: Aggregator,
     window: timespec::Window,
     timeline: Option<timeline::Timeline<BufWriter<std::io::Stdout>>>,
+    /// `--mergeable` (and the capture sides of `dbtap diff`): the time blocks of the events
+    /// counted.
+    recorder: Option<diff::blocks::Recorder>,
+}
+
+impl DigestConsumer {
+    /// Every event of the capture, no timeline, no time blocks.
+    fn new(fp: Fingerprinter, agg: Aggregator) -> Self {
+        DigestConsumer {
+            fp,
+            agg,
+            window: timespec::Window::ALL,
+            timeline: None,
+            recorder: None,
+        }
+    }
 }
 
 impl Consumer for DigestConsumer {
@@ -97,6 +118,9 @@ impl Consumer for DigestConsumer {
         }
         if !self.fp.add_to(&mut self.agg, &ev) {
             return; // left out by --where
+        }
+        if let Some(r) = &mut self.recorder {
+            r.record(ev.start_ns, ev.service_ns());
         }
         if let Some(t) = &mut self.timeline {
             t.event(&mut self.fp, &ev);
@@ -145,7 +169,10 @@ fn digest(args: DigestArgs) -> anyhow::Result<()> {
         }),
         window,
         timeline,
+        recorder: None,
     };
+    // --mergeable: also the time blocks `dbtap diff` needs (diffcmd.rs).
+    consumer.recorder = args.mergeable.then(diff::blocks::Recorder::default);
     consumer
         .agg
         .track_transactions(aggregate::txn::TxnConfig::default());
@@ -164,7 +191,7 @@ fn digest(args: DigestArgs) -> anyhow::Result<()> {
         DigestFormat::Text if sel.is_none() && series.is_none() => {
             report::text::render(agg, &health, &opts, &mut out)?
         }
-        DigestFormat::Json if sel.is_none() && series.is_none() => {
+        DigestFormat::Json if sel.is_none() && series.is_none() && !args.mergeable => {
             report::json::render(agg, &health, &opts, &mut out)?
         }
         DigestFormat::Text => {
@@ -179,8 +206,13 @@ fn digest(args: DigestArgs) -> anyhow::Result<()> {
             }
         }
         DigestFormat::Json => {
+            let mut report = report::json::build(agg, &health, &opts);
+            if args.mergeable {
+                let blocks = consumer.recorder.take().and_then(|r| r.blocks);
+                report::mergeable::attach(&mut report, agg, &opts, blocks.as_ref().map(Into::into));
+            }
             let doc = selection::Doc {
-                report: &report::json::build(agg, &health, &opts),
+                report: &report,
                 time_range: sel.as_ref().map(selection::Selection::json),
                 timeline: series,
             };

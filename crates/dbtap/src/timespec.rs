@@ -276,7 +276,6 @@ pub fn parse_time(s: &str) -> Result<TimeSpec, String> {
 
 /// Parses a range `A-B` (either side may be empty, not both): the first split at a `-` where
 /// both sides parse. (For `dbtap diff --before/--after`; `digest` takes the ends apart.)
-#[allow(dead_code)]
 pub fn parse_range(s: &str) -> Result<TimeRange, String> {
     let t = s.trim();
     let side = |x: &str| -> Result<Option<TimeSpec>, String> {

@@ -173,6 +173,9 @@ pub struct StatsJson {
     /// Executions flagged `SERVER_QUERY_NO_GOOD_INDEX_USED`; omitted when 0.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub no_good_index_used: u64,
+    /// The exact, mergeable latency distributions (`--mergeable` only; see `mergeable.rs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mergeable: Option<crate::mergeable::Mergeable>,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -386,6 +389,7 @@ pub fn stats_json(s: &Stats) -> StatsJson {
         }),
         no_index_used: s.no_index_used,
         no_good_index_used: s.no_good_index_used,
+        mergeable: None,
     }
 }
 

@@ -14,6 +14,7 @@ pub mod fine;
 pub mod fmt;
 pub mod health;
 pub mod json;
+pub mod mergeable;
 pub mod text;
 pub mod txn;
 
