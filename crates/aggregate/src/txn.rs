@@ -87,7 +87,8 @@ pub struct Txn {
     pub end_ns: u64,
     /// Idle-in-transaction time inside it.
     pub idle_ns: u64,
-    /// Requests in it, the one that started it and the one that ended it included.
+    /// Requests in it, the one that started it and the one that ended it included (count-only
+    /// events, [`QueryEvent::timed`] false, are not counted: they are part of an execution).
     pub statements: u64,
     /// Groups of its requests in order of first appearance (at most [`TXN_GROUPS`]).
     pub groups: Vec<GroupKey>,
@@ -199,7 +200,9 @@ impl Transactions {
         match st.open.as_mut() {
             Some(o) => {
                 o.idle_ns += ev.start_ns.saturating_sub(o.last_end_ns);
-                o.statements += 1;
+                // A count-only event (a Parse sent with its execution) is part of that
+                // execution, not a statement of its own.
+                o.statements += u64::from(ev.timed);
                 o.last_end_ns = o.last_end_ns.max(end);
                 add_group(o, key);
             }
@@ -209,7 +212,7 @@ impl Transactions {
                     start_ns: ev.start_ns,
                     last_end_ns: end,
                     idle_ns: 0,
-                    statements: 1,
+                    statements: u64::from(ev.timed),
                     groups: vec![key],
                     more_groups: false,
                 });
@@ -512,5 +515,29 @@ mod tests {
         assert_eq!(end_kind(Some("ROLLBACK TO x")), TxnEnd::Rollback);
         assert_eq!(end_kind(Some("create table t (a int)")), TxnEnd::Other);
         assert_eq!(end_kind(None), TxnEnd::Other);
+    }
+
+    #[test]
+    fn count_only_parse_events_are_part_of_their_execution() {
+        // PostgreSQL extended protocol: each statement is a count-only Parse and its
+        // execution, one Sync batch; the batch's end state is on both when in a transaction,
+        // on the execution only when idle.
+        let parse = |s, e, txn| QueryEvent {
+            timed: false,
+            ..ev(1, "x", s, e, txn)
+        };
+        let mut t = Transactions::new(TxnConfig::default());
+        t.record(&parse(10 * MS, 11 * MS, Some(T)), key(1));
+        t.record(&ev(1, "BEGIN", 10 * MS, 11 * MS, Some(T)), key(1));
+        t.record(&parse(20 * MS, 21 * MS, Some(T)), key(2));
+        t.record(&ev(1, "update", 20 * MS, 22 * MS, Some(T)), key(2));
+        t.record(&parse(30 * MS, 31 * MS, None), key(3));
+        t.record(&ev(1, "COMMIT", 30 * MS, 32 * MS, Some(Idle)), key(3));
+        let x = t.top_transactions()[0];
+        assert_eq!((x.start_ns, x.end_ns), (10 * MS, 32 * MS));
+        assert_eq!(x.statements, 3);
+        assert_eq!(x.idle_ns, (9 + 8) * MS);
+        assert_eq!(x.ended, TxnEnd::Commit);
+        assert_eq!(t.totals().statements, 3);
     }
 }

@@ -153,6 +153,8 @@ pub struct QueryEvent {
     /// The transaction state the response left the connection in, where the protocol says
     /// it at the end of this response (PostgreSQL ReadyForQuery `I`/`T`/`E`, MySQL/MariaDB
     /// `SERVER_STATUS_IN_TRANS` in the OK/EOF that ends the command); `None` when unknown.
+    /// PostgreSQL extended protocol: the state at the end of the request's Sync batch (see
+    /// `postgres/session/batch.rs`).
     pub txn: Option<TxnState>,
     /// MySQL/MariaDB: the server status flags of the response said no index
     /// (`SERVER_QUERY_NO_INDEX_USED`) or no good index (`SERVER_QUERY_NO_GOOD_INDEX_USED`) was

@@ -29,6 +29,8 @@ impl Conn {
             }
             self.emit(u, outcome, sink);
         }
+        // What is still held will not see its batch's ReadyForQuery.
+        self.release(None, sink);
         self.open = CLOSED;
         self.skip = None;
         self.copy_in = None;
@@ -64,9 +66,11 @@ impl Conn {
         self.items.clear();
         while let Some(u) = self.units.pop_front() {
             if !self.close_unit(u, sink) {
-                return;
+                break;
             }
         }
+        // The batch's ReadyForQuery will not come.
+        self.release(None, sink);
     }
 
     /// Emits a request at the end of the connection. Returns false if the queue was lost on

@@ -22,6 +22,8 @@
 //! - `server`: backend messages against the owed responses (extended protocol, COPY);
 //! - `query`: simple-query messages split into statements;
 //! - `loss`: gaps and the end of the connection on the conversation side;
+//! - `batch`: extended-protocol events held until their Sync's ReadyForQuery gives their
+//!   transaction state;
 //! - `resync`: the framing shell: feeding bytes, losing and regaining sync.
 
 use std::collections::VecDeque;
@@ -31,6 +33,7 @@ use super::wire::Framer;
 use crate::kit::{Framing, NameCache, PerDir};
 use crate::{ConnMeta, Direction, Progress, Session, SessionConfig, Sink};
 
+mod batch;
 mod client;
 mod loss;
 mod params;
@@ -150,6 +153,7 @@ impl PgSession {
                 max_items,
                 pending_text: Default::default(),
                 param_types: Default::default(),
+                held: VecDeque::new(),
             },
             dirs: PerDir::new(Dir::new(!saw_open, client), Dir::new(true, server)),
             stopped: false,
@@ -192,6 +196,7 @@ impl PgSession {
             })
             .sum();
         dirs + units
+            + self.conn.held.len() * (std::mem::size_of::<crate::QueryEvent>() + 128)
             + self.conn.items.len() * std::mem::size_of::<Item>()
             + self.conn.stmts.heap_bytes()
             + self.conn.portals.heap_bytes()

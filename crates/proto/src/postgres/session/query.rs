@@ -239,7 +239,7 @@ impl Conn {
             return;
         };
         let ev = self.statement_event(u, false);
-        sink.event(ev);
+        self.send_plain(ev, sink);
         let Some(u) = self.unit_mut(unit) else { return };
         let Some(q) = u.query.as_mut() else { return };
         q.attributed += (q.next - q.piece_start) as u64;

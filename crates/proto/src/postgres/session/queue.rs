@@ -5,11 +5,10 @@ use super::super::message::{
     MAX_NAME, backend_len_ok, be, fe, frontend_len_ok, is_backend_tag, is_frontend_tag,
 };
 use super::super::wire::{Header, MAX_STARTUP_LEN, Message};
-use super::TxStatus;
 use super::state::{CLOSED, Conn, Item, Kind, Unit, Want, name_hash};
 use super::{CLIENT, ERROR_KEEP, MAX_PORTALS};
 use crate::kit::{Origin, Tags};
-use crate::{Direction, Outcome, Protocol, QueryEvent, Sink, TxnState};
+use crate::{Direction, Outcome, Protocol, QueryEvent, Sink};
 
 /// Requests in flight a Bind looks back through for the Parse it executes (bounded, so a long
 /// pipeline costs O(1) per Bind; a Parse further back keeps its own time).
@@ -110,13 +109,7 @@ impl Conn {
         if let Some(o) = outcome {
             ev.outcome = o;
         }
-        // A simple query or function call is emitted after its ReadyForQuery: the state it
-        // reported is this request's. (Extended-protocol units end before their Sync's.)
-        let answered = matches!(ev.outcome, Outcome::Ok | Outcome::Error);
-        if answered && matches!(u.kind, Kind::Query | Kind::FunctionCall) {
-            ev.txn = self.tx.map(txn_state);
-        }
-        sink.event(ev);
+        self.send(&u, ev, sink);
     }
 
     /// Emits the units at the front that owe nothing and can no longer grow.
@@ -245,14 +238,5 @@ impl Conn {
             u.core.damaged |= damaged;
             u.core.text_partial |= damaged;
         }
-    }
-}
-
-/// The event's form of a ReadyForQuery status.
-fn txn_state(s: TxStatus) -> TxnState {
-    match s {
-        TxStatus::Idle => TxnState::Idle,
-        TxStatus::InTransaction => TxnState::InTransaction,
-        TxStatus::Failed => TxnState::Failed,
     }
 }

@@ -10,6 +10,14 @@ use crate::Sink;
 
 impl Conn {
     pub(super) fn on_server(&mut self, m: &Message<'_>, ts: u64, sink: &mut dyn Sink) -> Act {
+        let act = self.on_server_message(m, ts, sink);
+        if m.tag == be::READY_FOR_QUERY {
+            self.ready_seen(sink);
+        }
+        act
+    }
+
+    fn on_server_message(&mut self, m: &Message<'_>, ts: u64, sink: &mut dyn Sink) -> Act {
         if let Some(act) = self.on_server_outside_queries(m, sink) {
             return act;
         }
@@ -230,6 +238,7 @@ impl Conn {
         c.first_response_ns.get_or_insert(m.start_ts);
         if item.want == Want::Ready {
             c.end_ns.get_or_insert(ts);
+            u.synced |= tag == be::READY_FOR_QUERY;
         } else if !(item.want == Want::Function && tag == be::READY_FOR_QUERY) {
             c.end_ns = Some(ts);
         }

@@ -152,6 +152,9 @@ pub(super) struct Unit {
     pub timed: bool,
     /// The share of the run's text budget this request's text holds (given back on emit).
     pub text_charge: Charge,
+    /// An extended-protocol request that received its Sync's ReadyForQuery (the Sync joined
+    /// it, or it failed and the ReadyForQuery ended the skipping): its event carries the state.
+    pub synced: bool,
 }
 
 impl Unit {
@@ -169,6 +172,7 @@ impl Unit {
             stmt: None,
             timed: true,
             text_charge: Charge::default(),
+            synced: false,
         }
     }
 
@@ -246,6 +250,9 @@ pub(super) struct Conn {
     pub pending_text: RefCell<Charge>,
     /// Parameter types named by each statement's Parse (for bound values).
     pub param_types: super::params::ParamTypes,
+    /// Events of extended-protocol requests waiting for their batch's ReadyForQuery
+    /// ([`super::batch`]); at most `max_inflight`.
+    pub held: VecDeque<crate::QueryEvent>,
 }
 
 /// Result of one server message against the item at the front.
