@@ -282,6 +282,38 @@ pub struct DimShares {
     index: HashMap<u64, usize, foldhash::fast::FixedState>,
     combos: Vec<Combo>,
     other: Share,
+    /// The combination of the last event recorded: events come in runs per connection, and a
+    /// hit (same connection, server, client and the same database and user allocations) skips
+    /// the hash of two strings and the lookup. Holding the `Arc`s keeps their addresses from
+    /// being reused by other strings while compared.
+    last: Option<LastHit>,
+}
+
+#[derive(Clone, Debug)]
+struct LastHit {
+    conn: u64,
+    server: SocketAddr,
+    client: SocketAddr,
+    database: Option<Arc<str>>,
+    user: Option<Arc<str>>,
+    index: usize,
+}
+
+impl LastHit {
+    fn matches(&self, ev: &QueryEvent) -> bool {
+        fn same(a: &Option<Arc<str>>, b: &Option<Arc<str>>) -> bool {
+            match (a, b) {
+                (None, None) => true,
+                (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+                _ => false,
+            }
+        }
+        self.conn == ev.conn
+            && self.server == ev.server
+            && self.client == ev.client
+            && same(&self.database, &ev.database)
+            && same(&self.user, &ev.user)
+    }
 }
 
 impl PartialEq for DimShares {
@@ -333,6 +365,15 @@ impl DimShares {
             count: 1,
             service_ns: ev.service_ns().map_or(0, u128::from),
         };
+        if let Some(c) = self
+            .last
+            .as_ref()
+            .filter(|l| l.matches(ev))
+            .and_then(|l| self.combos.get_mut(l.index))
+        {
+            c.share.add(&share);
+            return;
+        }
         let (db, user) = (ev.database.as_deref(), ev.user.as_deref());
         let h = Self::combo_hash(ev.protocol, ev.server, ev.client.ip(), db, user);
         let i = match self.index.get(&h) {
@@ -357,6 +398,14 @@ impl DimShares {
         if let Some(c) = self.combos.get_mut(i) {
             c.share.add(&share);
         }
+        self.last = Some(LastHit {
+            conn: ev.conn,
+            server: ev.server,
+            client: ev.client,
+            database: ev.database.clone(),
+            user: ev.user.clone(),
+            index: i,
+        });
     }
 
     /// Adds everything `o` counted (its combinations in a deterministic order).

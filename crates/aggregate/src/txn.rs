@@ -157,7 +157,8 @@ struct ConnState {
 #[derive(Clone, Debug, Default)]
 pub struct Transactions {
     cfg: TxnConfig,
-    conns: HashMap<u64, ConnState>,
+    /// Connections seen in a transaction (looked up per event: a fast hash of the id).
+    conns: HashMap<u64, ConnState, foldhash::fast::RandomState>,
     top_txns: Vec<Txn>,
     top_conns: Vec<ConnIdle>,
     totals: TxnTotals,
