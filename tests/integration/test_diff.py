@@ -402,8 +402,8 @@ def test_two_connection_null_pairs_call_no_regression(pg):
     Two sides run the same statements (keys drawn alike, different seeds) against the same
     server for the same 1.5 s, strictly in turn, each on its own connection (renewed every
     100 ms, see below); one tcpdump captures both, and tcpdump splits that capture into two
-    files by client port: two real captures of the same moments. In turn, not free-running: two clients running at once on this 2-core
-    machine hold a core each, and the kernel's own accounting (/proc/PID/schedstat of the two
+    files by client port: two real captures of the same moments. In turn, not free-running:
+    two clients running at once on this 2-core machine hold a core each, and the kernel's own accounting (/proc/PID/schedstat of the two
     backends) showed one backend spending up to 35% more CPU time per statement than the other
     for a whole run (its core shared with other work): a real difference of what served the
     requests, which dbtap rightly called (one run of 6 free-running pairs had 9 groups called
