@@ -400,21 +400,21 @@ def test_two_connection_null_pairs_call_no_regression(pg):
     regression may be called.
 
     Two sides run the same statements (keys drawn alike, different seeds) against the same
-    server for the same 1.5 s, strictly in turn, each on its own connection (renewed every
-    100 ms, see below); one tcpdump captures both, and tcpdump splits that capture into two
-    files by client port: two real captures of the same moments. In turn, not free-running:
-    two clients running at once on this 2-core machine hold a core each, and the kernel's own accounting (/proc/PID/schedstat of the two
-    backends) showed one backend spending up to 35% more CPU time per statement than the other
-    for a whole run (its core shared with other work): a real difference of what served the
-    requests, which dbtap rightly called (one run of 6 free-running pairs had 9 groups called
-    regressed in 3 pairs; a later run had groups called improved in 4 pairs, every one on the
-    backend the kernel showed faster). In turn, both backends get the same free cores a
-    few hundred microseconds apart; but one backend can still run slower for a whole run (two
-    connections in turn kept for 1.5 s: 1 pair of 8 had 2 groups called regressed, +15%, its
-    backend using 16% more CPU per statement), so both sides get fresh backends every 100 ms
-    and a coin gives them to the sides: the two sides are then exchangeable, as a null needs.
-    The kernel's figures per side are recorded with the verdicts. Diffed from the captures and
-    from their JSON digests."""
+    server for the same 1.5 s, strictly in turn, each on its own connection (renewed every 100
+    ms, see below); one tcpdump captures both, and tcpdump splits that capture into two files by
+    client port: two real captures of the same moments. In turn, not free-running: two clients
+    running at once on this 2-core machine hold a core each, and the kernel's own accounting
+    (/proc/PID/schedstat of the two backends) showed one backend spending up to 35% more CPU
+    time per statement than the other for a whole run (its core shared with other work): a real
+    difference of what served the requests, which dbtap rightly called (one run of 6 free-
+    running pairs had 9 groups called regressed in 3 pairs; a later run had groups called
+    improved in 4 pairs, every one on the backend the kernel showed faster). In turn, both
+    backends get the same free cores a few hundred microseconds apart; but one backend can still
+    run slower for a whole run (two connections in turn kept for 1.5 s: 1 pair of 8 had 2 groups
+    called regressed, +15%, its backend using 16% more CPU per statement), so both sides get
+    fresh backends every 100 ms and a coin gives them to the sides: the two sides are then
+    exchangeable, as a null needs. The kernel's figures per side are recorded with the verdicts.
+    Diffed from the captures and from their JSON digests."""
     results = []
     for i in range(8):
         cap = ph.Tcpdump(OUT / f"twoconn-{i}.pcap", PORT, iface="lo")
