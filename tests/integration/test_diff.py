@@ -387,8 +387,8 @@ def split_by_client(all_pcap: Path, ports) -> list[Path]:
 
 
 def significant(d: dict) -> list[str]:
-    """Every metric with a significant verdict that is not a regression (`small`, `improved`, a
-    rate change): recorded, not asserted, so that what differs between two sides is seen."""
+    """Every metric with a significant verdict (`regressed`, `small`, `improved`, a rate change),
+    recorded with its size and adjusted p, so that what differs between two sides is seen."""
     return [f"{g['fingerprint'][:40]} {m['name']} {m['change_pct']:+.1f}% {m['verdict']} "
             f"p_adj={m['p_adjusted']:.2g}"
             for g in d["groups"] for m in g["metrics"]
@@ -441,10 +441,9 @@ def test_two_connection_null_pairs_call_no_regression(pg):
     improved = sum(r["verdicts"][fp].get(m) == "improved" for r in results
                    for fp in r["verdicts"] for m in r["verdicts"][fp])
     print(f"\nnull-two-connections: {sum(len(r['significant']) for r in results)} significant "
-          f"verdicts that are not regressions in {sum(bool(r['significant']) for r in results)} "
-          f"of {len(results)} pairs ({improved} latency verdicts `improved`: on a null the "
-          f"direction is arbitrary, so these are false positives too; `small` and rate verdicts "
-          f"are not regressions)")
+          f"verdicts in {sum(bool(r['significant']) for r in results)} of {len(results)} pairs "
+          f"({improved} latency verdicts `improved`: on a null the direction is arbitrary, so "
+          f"these are false positives too; `small` and rate verdicts are not regressions)")
     for r in results:
         print(f"  pair {r['pair']}: backends a, b: {r['backend_us_per_statement']}")
         for s in r["significant"]:
