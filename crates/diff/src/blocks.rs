@@ -26,6 +26,41 @@ pub struct Blocks {
     pub blocks: Vec<[f64; 3]>,
 }
 
+/// Neighbouring blocks summed two by two.
+fn pairs(blocks: &[[f64; 3]]) -> Vec<[f64; 3]> {
+    blocks
+        .chunks(2)
+        .map(|c| {
+            let mut s = [0.0; 3];
+            for b in c {
+                (0..3).for_each(|k| s[k] += b[k]);
+            }
+            s
+        })
+        .collect()
+}
+
+/// The design effect at one block length (see [`Blocks::design_effect`]).
+fn design_effect_of(blocks: &[[f64; 3]]) -> f64 {
+    let used: Vec<&[f64; 3]> = blocks.iter().filter(|b| b[0] > 0.0).collect();
+    let nb = used.len() as f64;
+    let n: f64 = used.iter().map(|b| b[0]).sum();
+    if used.len() < MIN_BLOCKS || n < 2.0 {
+        return 1.0;
+    }
+    let mean = used.iter().map(|b| b[1]).sum::<f64>() / n;
+    let var = (used.iter().map(|b| b[2]).sum::<f64>() / n - mean * mean) * n / (n - 1.0);
+    if var <= 0.0 {
+        return 1.0;
+    }
+    let between: f64 = used
+        .iter()
+        .map(|b| (b[1] - b[0] * mean).powi(2)) // n_b² (m_b - m)²
+        .sum();
+    let robust = nb / (nb - 1.0) * between / (n * n);
+    (robust / (var / n)).max(1.0)
+}
+
 impl Blocks {
     pub fn new(start_ns: u64) -> Blocks {
         Blocks {
@@ -56,40 +91,24 @@ impl Blocks {
     /// Merges neighbours: half as many blocks, twice as long.
     fn halve(&mut self) {
         self.len_ns = self.len_ns.saturating_mul(2);
-        self.blocks = self
-            .blocks
-            .chunks(2)
-            .map(|c| {
-                let mut s = [0.0; 3];
-                for b in c {
-                    (0..3).for_each(|k| s[k] += b[k]);
-                }
-                s
-            })
-            .collect();
+        self.blocks = pairs(&self.blocks);
     }
 
     /// The design effect of the mean log service time: its variance between blocks (cluster
     /// robust) over its variance were the requests independent; at least 1, and 1 when fewer
-    /// than [`MIN_BLOCKS`] blocks hold requests.
+    /// than [`MIN_BLOCKS`] blocks hold requests. Clustering can last longer than a block (a
+    /// stall of 100 ms over blocks of 30 ms makes neighbours alike, and the between-block
+    /// variance then understates it), so the estimate is taken at this block length and at
+    /// each doubling that still leaves [`MIN_BLOCKS`] blocks with requests (batch means), and
+    /// the largest is used: conservative where the clustering's reach is not known.
     pub fn design_effect(&self) -> f64 {
-        let used: Vec<&[f64; 3]> = self.blocks.iter().filter(|b| b[0] > 0.0).collect();
-        let nb = used.len() as f64;
-        let n: f64 = used.iter().map(|b| b[0]).sum();
-        if used.len() < MIN_BLOCKS || n < 2.0 {
-            return 1.0;
+        let mut best = design_effect_of(&self.blocks);
+        let mut blocks = self.blocks.clone();
+        while blocks.iter().filter(|b| b[0] > 0.0).count() >= 2 * MIN_BLOCKS {
+            blocks = pairs(&blocks);
+            best = best.max(design_effect_of(&blocks));
         }
-        let mean = used.iter().map(|b| b[1]).sum::<f64>() / n;
-        let var = (used.iter().map(|b| b[2]).sum::<f64>() / n - mean * mean) * n / (n - 1.0);
-        if var <= 0.0 {
-            return 1.0;
-        }
-        let between: f64 = used
-            .iter()
-            .map(|b| (b[1] - b[0] * mean).powi(2)) // n_b² (m_b - m)²
-            .sum();
-        let robust = nb / (nb - 1.0) * between / (n * n);
-        (robust / (var / n)).max(1.0)
+        best
     }
 
     /// The dispersion of the blocks' request counts (variance over mean, blocks from the first
@@ -213,6 +232,25 @@ mod tests {
             );
         }
         assert!(b.design_effect() > 20.0, "{}", b.design_effect());
+    }
+
+    #[test]
+    fn clustering_longer_than_a_block_is_measured_at_a_longer_length() {
+        // 64 blocks of 1 ms; slow spells last 8 ms (8 blocks) and vary within each block.
+        let mut b = Blocks::new(0);
+        for i in 0..64_000u64 {
+            let ts = i * 1_000; // one request per µs
+            let spell = (ts / 8_000_000) % 2 == 1;
+            let noise = (i * 7919 % 1000) * 200; // up to 200 µs of per-request noise
+            b.record(ts, if spell { 400_000 } else { 300_000 } + noise);
+        }
+        assert_eq!(b.blocks.len(), 64);
+        let one_length = design_effect_of(&b.blocks);
+        assert!(
+            b.design_effect() > 1.5 * one_length,
+            "{} vs {one_length}",
+            b.design_effect()
+        );
     }
 
     #[test]

@@ -26,7 +26,7 @@ fn verdict(v: Verdict) -> &'static str {
         Verdict::Increased => "increased",
         Verdict::Decreased => "decreased",
         Verdict::Small => "small change",
-        Verdict::NoChange => "no change",
+        Verdict::NoChange => "not significant",
         Verdict::NotTested => "not tested",
     }
 }
@@ -52,7 +52,7 @@ fn pvalue(p: Option<f64>) -> String {
 fn side_line(out: &mut impl Write, name: &str, s: &SideSummary) -> io::Result<()> {
     writeln!(
         out,
-        "{name}: {}: {}, {} queries{}, load {}, design effect {:.1}, count dispersion {:.1}{}",
+        "{name}: {}: {}, {} queries{}, load {} AAS, design effect {:.1}, count dispersion {:.1}{}",
         s.label,
         opt(s.span_s, |x| format!("{x:.1} s")),
         s.queries,
@@ -70,7 +70,7 @@ fn side_line(out: &mut impl Write, name: &str, s: &SideSummary) -> io::Result<()
 
 fn group(out: &mut impl Write, g: &GroupDiff) -> io::Result<()> {
     let load = match (g.load_before, g.load_after, g.load_change) {
-        (Some(b), Some(a), Some(d)) => format!("load {d:+.4} ({b:.4} -> {a:.4})"),
+        (Some(b), Some(a), Some(d)) => format!("load {d:+.4} AAS ({b:.4} -> {a:.4})"),
         _ => "load unknown".to_string(),
     };
     writeln!(

@@ -31,8 +31,11 @@ pub fn summarize(groups: &[GroupDiff], before: &SideSummary, after: &SideSummary
         g.load_change
             .is_some_and(|d| d != 0.0 && (d > 0.0) == (total > 0.0))
     });
+    let changed = regressed + improved + new + gone > 0;
     let mut parts = Vec::new();
-    parts.push(if regressed == 0 {
+    parts.push(if !changed {
+        "no significant change".to_string()
+    } else if regressed == 0 {
         "no group regressed".to_string()
     } else {
         format!("{} regressed", plural(regressed, "group", "groups"))
@@ -45,7 +48,8 @@ pub fn summarize(groups: &[GroupDiff], before: &SideSummary, after: &SideSummary
     let mut line = parts.join(", ");
     if let Some(p) = load_change_pct {
         line.push_str(&format!("; load {p:+.0}%"));
-        if let (Some(g), true) = (mostly, p.abs() >= 0.5) {
+        // Naming a group when nothing changed significantly would send a reader after noise.
+        if let (Some(g), true) = (mostly, changed && p.abs() >= 0.5) {
             let text = report::fmt::shorten(&report::fmt::sanitize(&g.fingerprint, false), 50);
             line.push_str(&format!(" mostly from {} ({text})", g.id));
         }
