@@ -218,8 +218,14 @@ def report_null(results: list, name: str) -> None:
     for r in results:
         print(f"  pair {r['pair']}: {r['summary']} (design effects {r['design_effect'][0]:.1f}, "
               f"{r['design_effect'][1]:.1f})")
-    assert regressions == 0, results
-    assert all(r["rc"] == 0 for r in results)
+    # The verdicts are tests at a 5% level per diff: on an unchanged workload a pair is called a
+    # regression by chance in up to about 5% of pairs (measured: 1 pair in 80, 10 runs of this
+    # test). No test can promise zero in every run of eight pairs; two or more pairs would put
+    # the false-positive rate well above the level (at most a 6% chance at 5% per pair).
+    flagged = [r for r in results if r["regressed"]]
+    assert len(flagged) <= 1, [(r["pair"], r["summary"], r.get("significant")) for r in flagged]
+    assert all(r["rc"] == (3 if r["regressed"] else 0) for r in results), \
+        [(r["pair"], r["rc"], r["regressed"]) for r in results]
 
 
 def first_packet_ns(pcap: Path) -> int:
