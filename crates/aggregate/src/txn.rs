@@ -393,7 +393,7 @@ fn sorted<T>(v: &[T], k: usize, ord: fn(&T, &T) -> std::cmp::Ordering) -> Vec<&T
 #[cfg(test)]
 mod tests {
     use super::*;
-    use proto::{Outcome, Protocol};
+    use proto::Protocol;
 
     const MS: u64 = 1_000_000;
 
@@ -407,32 +407,14 @@ mod tests {
 
     fn ev(conn: u64, text: &str, start: u64, end: u64, txn: Option<TxnState>) -> QueryEvent {
         QueryEvent {
-            protocol: Protocol::Postgres,
             conn,
             client: "127.0.0.1:5000".parse().unwrap(),
             server: "127.0.0.1:5432".parse().unwrap(),
-            start_ns: start,
-            first_response_ns: Some(end),
-            end_ns: Some(end),
-            service_start_ns: Some(start),
             user: Some(Arc::from("app")),
             database: Some(Arc::from("shop")),
-            command: "query",
             text: Some(Arc::from(text)),
-            text_truncated: false,
-            text_partial: false,
-            statement_id: None,
-            bytes_in: 0,
-            bytes_out: 0,
-            rows_sent: 0,
-            rows_affected: 0,
-            warnings: 0,
-            outcome: Outcome::Ok,
-            error: None,
-            timed: true,
             txn,
-            index: Default::default(),
-            params: None,
+            ..proto::testing::event(Protocol::Postgres, "query", start, Some(end))
         }
     }
 

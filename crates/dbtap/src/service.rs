@@ -50,41 +50,16 @@ impl ServiceClock {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use proto::{Outcome, Protocol};
+    use proto::Protocol;
 
     fn ev(conn: u64, start: u64, end: Option<u64>) -> QueryEvent {
         let addr = "127.0.0.1:1".parse().unwrap();
         QueryEvent {
-            protocol: Protocol::Redis,
             conn,
             client: addr,
             server: addr,
-            start_ns: start,
-            first_response_ns: end,
-            end_ns: end,
             service_start_ns: None,
-            user: None,
-            database: None,
-            command: "get",
-            text: None,
-            text_truncated: false,
-            text_partial: false,
-            statement_id: None,
-            bytes_in: 0,
-            bytes_out: 0,
-            rows_sent: 0,
-            rows_affected: 0,
-            warnings: 0,
-            outcome: if end.is_some() {
-                Outcome::Ok
-            } else {
-                Outcome::NoResponse
-            },
-            error: None,
-            timed: true,
-            txn: None,
-            index: Default::default(),
-            params: None,
+            ..proto::testing::event(Protocol::Redis, "get", start, end)
         }
     }
 

@@ -496,7 +496,6 @@ fn json_row(start: u64, end: u64, secs: f64, name: &str, w: &ServerWindow, by: T
 #[cfg(test)]
 mod tests {
     use super::*;
-    use proto::Outcome;
 
     const S: u64 = 1_000_000_000;
     const T0: u64 = 1_795_600_800 * S;
@@ -504,32 +503,9 @@ mod tests {
     fn ev(start: u64, latency: u64, server: u16) -> QueryEvent {
         let addr = |p: u16| SocketAddr::from(([127, 0, 0, 1], p));
         QueryEvent {
-            protocol: Protocol::Redis,
-            conn: 1,
             client: addr(50_000),
             server: addr(server),
-            start_ns: start,
-            first_response_ns: Some(start + latency),
-            end_ns: Some(start + latency),
-            service_start_ns: Some(start),
-            user: None,
-            database: None,
-            command: "get",
-            text: None,
-            text_truncated: false,
-            text_partial: false,
-            statement_id: None,
-            bytes_in: 0,
-            bytes_out: 0,
-            rows_sent: 0,
-            rows_affected: 0,
-            warnings: 0,
-            outcome: Outcome::Ok,
-            error: None,
-            timed: true,
-            txn: None,
-            index: Default::default(),
-            params: None,
+            ..proto::testing::event(Protocol::Redis, "get", start, Some(start + latency))
         }
     }
 

@@ -370,6 +370,50 @@ pub fn to_hex_transcript(t: &Transcript) -> String {
     s
 }
 
+/// An event for tests of what consumes events (aggregates, reports, trackers): a `command` of
+/// `protocol` from 127.0.0.1:50000 to 127.0.0.1:1 that started at `start_ns` and, when `end_ns`
+/// is given, was answered then (`ok`, response and service time from `start_ns`), else has no
+/// response. Every other field is empty; set what a test needs with struct update syntax.
+pub fn event(
+    protocol: crate::Protocol,
+    command: &'static str,
+    start_ns: u64,
+    end_ns: Option<u64>,
+) -> QueryEvent {
+    QueryEvent {
+        protocol,
+        conn: 1,
+        client: std::net::SocketAddr::from(([127, 0, 0, 1], 50_000)),
+        server: std::net::SocketAddr::from(([127, 0, 0, 1], 1)),
+        start_ns,
+        first_response_ns: end_ns,
+        end_ns,
+        service_start_ns: end_ns.map(|_| start_ns),
+        user: None,
+        database: None,
+        command,
+        text: None,
+        text_truncated: false,
+        text_partial: false,
+        statement_id: None,
+        bytes_in: 0,
+        bytes_out: 0,
+        rows_sent: 0,
+        rows_affected: 0,
+        warnings: 0,
+        outcome: if end_ns.is_some() {
+            crate::Outcome::Ok
+        } else {
+            crate::Outcome::NoResponse
+        },
+        error: None,
+        timed: true,
+        txn: None,
+        index: Default::default(),
+        params: None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

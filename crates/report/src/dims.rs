@@ -209,37 +209,17 @@ pub fn scope_json(agg: &Aggregator) -> Option<ScopeJson> {
 mod tests {
     use super::*;
     use aggregate::{AggConfig, GroupKey};
-    use proto::{Outcome, Protocol, QueryEvent};
+    use proto::{Protocol, QueryEvent};
     use std::net::SocketAddr;
 
     fn event(client: u8, service_ns: u64) -> QueryEvent {
         QueryEvent {
-            protocol: Protocol::Redis,
             conn: u64::from(client),
             client: SocketAddr::from(([10, 0, 0, client], 5000)),
             server: SocketAddr::from(([10, 0, 0, 1], 6379)),
-            start_ns: 1_000,
-            first_response_ns: Some(1_000 + service_ns),
-            end_ns: Some(1_000 + service_ns),
-            service_start_ns: Some(1_000),
-            user: None,
-            database: None,
-            command: "get",
-            text: None,
-            text_truncated: false,
-            text_partial: false,
-            statement_id: None,
             bytes_in: 1,
             bytes_out: 1,
-            rows_sent: 0,
-            rows_affected: 0,
-            warnings: 0,
-            outcome: Outcome::Ok,
-            error: None,
-            timed: true,
-            txn: None,
-            index: Default::default(),
-            params: None,
+            ..proto::testing::event(Protocol::Redis, "get", 1_000, Some(1_000 + service_ns))
         }
     }
 

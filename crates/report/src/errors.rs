@@ -119,26 +119,8 @@ mod tests {
 
     fn ev(code: u32, msg: &str, ts: u64) -> QueryEvent {
         QueryEvent {
-            protocol: Protocol::Mysql,
-            conn: 1,
             client: "127.0.0.1:5000".parse().unwrap(),
             server: "127.0.0.1:3306".parse().unwrap(),
-            start_ns: ts,
-            first_response_ns: Some(ts + 10),
-            end_ns: Some(ts + 10),
-            service_start_ns: Some(ts),
-            user: None,
-            database: None,
-            command: "query",
-            text: None,
-            text_truncated: false,
-            text_partial: false,
-            statement_id: None,
-            bytes_in: 0,
-            bytes_out: 0,
-            rows_sent: 0,
-            rows_affected: 0,
-            warnings: 0,
             outcome: if code == 0 {
                 Outcome::Ok
             } else {
@@ -149,10 +131,7 @@ mod tests {
                 state: Some("42S02".into()),
                 message: msg.into(),
             }),
-            timed: true,
-            txn: None,
-            index: Default::default(),
-            params: None,
+            ..proto::testing::event(Protocol::Mysql, "query", ts, Some(ts + 10))
         }
     }
 
