@@ -22,8 +22,9 @@ table of a join, `Select_range_check` +1 per range-checked table. So:
   once per statement, equal to ΔSelect_range_check when one table per statement is range-checked
   (test_no_index_flags_where_the_counters_differ shows each case with its numbers).
 
-Run: `cargo build -p dbtap && /usr/bin/python3 -m pytest -q tests/integration/test_dba_details.py`
-(the debug binary unless DBTAP_BIN says otherwise). Truth: SHOW GLOBAL STATUS over the UNIX
+Run: `cargo build --release -p dbtap && /usr/bin/python3 -m pytest -q
+tests/integration/test_dba_details.py` (or set DBTAP_BIN; the harness's binary, the same for
+every test file: a module must not change it for the others). Truth: SHOW GLOBAL STATUS over the UNIX
 socket (not captured), the servers themselves (EXPLAIN, SELECT <literal>) and the clients' own
 values.
 """
@@ -32,7 +33,6 @@ from __future__ import annotations
 
 import datetime
 import decimal
-import os
 import re
 import struct
 import subprocess
@@ -46,8 +46,6 @@ sys.path.insert(0, str(Path(__file__).parent))
 import binproto  # noqa: E402
 import harness  # noqa: E402
 import pg_harness as ph  # noqa: E402
-
-harness.DBTAP = Path(os.environ.get("DBTAP_BIN", harness.REPO / "target" / "debug" / "dbtap"))
 
 OUT = harness.REPO / "tests" / "out" / "dba"
 MARIA_PORT = 38140
