@@ -91,29 +91,43 @@ fn group(out: &mut impl Write, g: &GroupDiff) -> io::Result<()> {
     )?;
     for m in &g.metrics {
         if m.name == "shift" {
-            // No before/after values: the typical request's change (Hodges-Lehmann).
-            writeln!(
-                out,
-                "      {:<10} {:>26} {:>8}  {:<12} {}",
+            // No before/after values: the typical request's change (Hodges-Lehmann), and what
+            // it comes to at the median before.
+            let p50 = g
+                .metrics
+                .iter()
+                .find(|x| x.name == "p50")
+                .and_then(|x| x.before);
+            let typical = match (p50, m.change_pct) {
+                (Some(ms), Some(c)) => {
+                    let d = ms * c / 100.0 * 1e6;
+                    let sign = if d < 0.0 { "-" } else { "+" };
+                    format!("typical request {sign}{}", report::fmt::duration(d.abs()))
+                }
+                _ => "typical request".to_string(),
+            };
+            let row = format!(
+                "      {:<10} {:>26} {:>8}  {:<15} {}",
                 m.name,
-                "typical request",
+                typical,
                 opt(m.change_pct, |c| format!("{c:+.1}%")),
                 verdict(m.verdict),
                 pvalue(m.p_adjusted)
-            )?;
+            );
+            writeln!(out, "{}", row.trim_end())?;
             continue;
         }
         let (before, after) = (value(m, m.before), value(m, m.after));
-        writeln!(
-            out,
-            "      {:<10} {:>11} -> {:<11} {:>8}  {:<12} {}",
+        let row = format!(
+            "      {:<10} {:>11} -> {:<11} {:>8}  {:<15} {}",
             m.name,
             before,
             after,
             opt(m.change_pct, |c| format!("{c:+.1}%")),
             verdict(m.verdict),
             pvalue(m.p_adjusted)
-        )?;
+        );
+        writeln!(out, "{}", row.trim_end())?;
     }
     Ok(())
 }
@@ -136,6 +150,12 @@ pub fn text(d: &Diff, limit: usize, out: &mut impl Write) -> io::Result<()> {
         d.tests,
         d.settings.alpha * 100.0,
         d.settings.min_change * 100.0
+    )?;
+    writeln!(
+        out,
+        "Design effect: how much the requests of one moment resemble each other (1: not at all); \
+         each latency test counts the requests as that many times fewer (count dispersion: the \
+         same for the rate test)"
     )?;
     let shown: Vec<&GroupDiff> = d
         .groups
