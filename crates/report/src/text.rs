@@ -64,10 +64,11 @@ pub fn render(
     }
     crate::dims::scope_lines(out, agg)?;
     let mut overall = format!(
-        "# Overall: {} queries, {} unique, {} errors",
+        "# Overall: {} queries, {} unique, {} {}",
         thousands(t.count),
         thousands(totals.unique_groups),
-        thousands(t.errors)
+        thousands(t.errors),
+        if t.errors == 1 { "error" } else { "errors" }
     );
     if let Some(qps) = rate(t.count, span) {
         overall.push_str(&format!(", {qps:.2} QPS"));
