@@ -10,6 +10,8 @@ use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 
 use proto::{Protocol, QueryEvent};
+
+use crate::dims::Dim;
 use regex::Regex;
 
 /// Fingerprint hashes whose verdict is cached; past it the cache starts over.
@@ -18,17 +20,6 @@ const FP_CACHE_MAX: usize = 1 << 16;
 const ADDR_CACHE_MAX: usize = 1 << 14;
 /// Longest compiled regular expression, bytes (a pathological pattern is refused, not run).
 const REGEX_SIZE_LIMIT: usize = 1 << 20;
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Field {
-    Server,
-    Db,
-    User,
-    Client,
-    Protocol,
-    Command,
-    Fingerprint,
-}
 
 #[derive(Clone, Debug)]
 enum Test {
@@ -72,7 +63,7 @@ fn canon(ip: IpAddr) -> IpAddr {
 
 #[derive(Clone, Debug)]
 struct Pred {
-    field: Field,
+    field: Dim,
     negate: bool,
     test: Test,
 }
@@ -119,13 +110,13 @@ impl Filter {
         let mut has_fp = false;
         for (i, p) in self.preds.iter().enumerate() {
             let pass = match (&p.test, p.field) {
-                (_, Field::Fingerprint) => {
+                (_, Dim::Fingerprint) => {
                     has_fp = true;
                     true
                 }
-                (Test::Regex(_), Field::Server | Field::Client) => {
+                (Test::Regex(_), Dim::Server | Dim::Client) => {
                     let a = match p.field {
-                        Field::Server => ev.server,
+                        Dim::Server => ev.server,
                         _ => SocketAddr::new(ev.client.ip(), 0),
                     };
                     if let Some(&v) = self.addr_cache.get(&(i, a)) {
@@ -154,7 +145,7 @@ impl Filter {
         let v = self
             .preds
             .iter()
-            .filter(|p| p.field == Field::Fingerprint)
+            .filter(|p| p.field == Dim::Fingerprint)
             .all(|p| p.eval_text(Some(fp_text)));
         if self.fp_cache.len() >= FP_CACHE_MAX {
             self.fp_cache.clear();
@@ -170,12 +161,12 @@ impl Pred {
             (Test::Server(p), _) => p.matches(ev.server),
             (Test::Ip(ip), _) => canon(*ip) == canon(ev.client.ip()),
             (Test::Protocol(p), _) => *p == ev.protocol,
-            (Test::Regex(r), Field::Server) => r.is_match(&ev.server.to_string()),
-            (Test::Regex(r), Field::Client) => r.is_match(&ev.client.ip().to_string()),
-            (Test::Regex(r), Field::Protocol) => r.is_match(ev.protocol.name()),
-            (_, Field::Db) => return self.eval_text(ev.database.as_deref()),
-            (_, Field::User) => return self.eval_text(ev.user.as_deref()),
-            (_, Field::Command) => return self.eval_text(Some(ev.command)),
+            (Test::Regex(r), Dim::Server) => r.is_match(&ev.server.to_string()),
+            (Test::Regex(r), Dim::Client) => r.is_match(&ev.client.ip().to_string()),
+            (Test::Regex(r), Dim::Protocol) => r.is_match(ev.protocol.name()),
+            (_, Dim::Db) => return self.eval_text(ev.database.as_deref()),
+            (_, Dim::User) => return self.eval_text(ev.user.as_deref()),
+            (_, Dim::Command) => return self.eval_text(Some(ev.command)),
             _ => false,
         };
         hit != self.negate
@@ -199,16 +190,11 @@ fn parse_expr(e: &str) -> Result<Pred, String> {
         return Err("expected FIELD=VALUE, FIELD!=VALUE, FIELD~REGEX or FIELD!~REGEX".into());
     };
     let (name, rest) = e.split_at(at);
-    let field = match name.trim().to_ascii_lowercase().as_str() {
-        "server" => Field::Server,
-        "db" | "database" => Field::Db,
-        "user" => Field::User,
-        "client" | "host" => Field::Client,
-        "protocol" => Field::Protocol,
-        "command" => Field::Command,
-        "fingerprint" => Field::Fingerprint,
-        "" => return Err("missing field name".into()),
-        other => {
+    // The same names (and aliases) as `--group-by`: one list of dimensions.
+    let field = match (name.trim(), Dim::parse(name)) {
+        ("", _) => return Err("missing field name".into()),
+        (_, Some(d)) => d,
+        (other, None) => {
             return Err(format!(
                 "unknown field {other:?} (fields: server, db, user, client, protocol, command, \
                  fingerprint)"
@@ -236,13 +222,13 @@ fn parse_expr(e: &str) -> Result<Pred, String> {
         )
     } else {
         match field {
-            Field::Server => Test::Server(parse_server(value)?),
-            Field::Client => Test::Ip(
+            Dim::Server => Test::Server(parse_server(value)?),
+            Dim::Client => Test::Ip(
                 value
                     .parse()
                     .map_err(|_| format!("{value:?} is not an IP address"))?,
             ),
-            Field::Protocol => Test::Protocol(parse_protocol(value)?),
+            Dim::Protocol => Test::Protocol(parse_protocol(value)?),
             _ => Test::Text(value.to_string()),
         }
     };
