@@ -183,27 +183,22 @@ fn digest(args: DigestArgs) -> anyhow::Result<()> {
         s.clip(&mut health);
     }
     warn(&health);
-    let opts = args.report.options();
+    let opts = report::ReportOptions {
+        selected: sel.as_ref().map(selection::Selection::describe),
+        ..args.report.options()
+    };
     let stdout = std::io::stdout();
     let mut out = BufWriter::new(stdout.lock());
     let agg = &consumer.agg;
     match args.report.format {
-        DigestFormat::Text if sel.is_none() && series.is_none() => {
+        DigestFormat::Text => {
+            if series.is_some() {
+                writeln!(out)?; // after the timeline's lines
+            }
             report::text::render(agg, &health, &opts, &mut out)?
         }
         DigestFormat::Json if sel.is_none() && series.is_none() && !args.mergeable => {
             report::json::render(agg, &health, &opts, &mut out)?
-        }
-        DigestFormat::Text => {
-            if series.is_some() {
-                writeln!(out)?;
-            }
-            let mut buf = Vec::new();
-            report::text::render(agg, &health, &opts, &mut buf)?;
-            match &sel {
-                Some(s) => out.write_all(&selection::insert_text_line(&buf, s))?,
-                None => out.write_all(&buf)?,
-            }
         }
         DigestFormat::Json => {
             let mut report = report::json::build(agg, &health, &opts);

@@ -116,23 +116,6 @@ pub fn capture_bounds(files: &[PathBuf], to_end: bool) -> Result<Option<Bounds>>
     }))
 }
 
-/// Inserts the `# Selected:` line into a text report: after its `# Time range:` line (else
-/// after its first line).
-pub fn insert_text_line(report: &[u8], sel: &Selection) -> Vec<u8> {
-    let line = format!("# Selected: {}\n", sel.describe());
-    let text = String::from_utf8_lossy(report);
-    let start = text.find("\n# Time range: ").map_or(0, |i| i + 1);
-    let at = text
-        .get(start..)
-        .and_then(|t| t.find('\n'))
-        .map_or(text.len(), |j| start + j + 1);
-    let mut out = Vec::with_capacity(report.len() + line.len());
-    out.extend_from_slice(text.get(..at).unwrap_or_default().as_bytes());
-    out.extend_from_slice(line.as_bytes());
-    out.extend_from_slice(text.get(at..).unwrap_or_default().as_bytes());
-    out
-}
-
 /// `time_range` in the JSON digest.
 #[derive(serde::Serialize, Debug)]
 pub struct RangeJson {
@@ -232,25 +215,6 @@ mod tests {
         };
         none.clip(&mut h);
         assert_eq!((h.first_ts_ns, h.last_ts_ns), (None, None));
-    }
-
-    #[test]
-    fn the_selected_line_follows_the_time_range_line() {
-        let b = Bounds {
-            first_ns: T0,
-            last_ns: T0,
-        };
-        let s = sel(None, Some(TimeSpec::At(T0)), b);
-        let report = b"# dbtap query digest\n# Overall: x\n# Time range: a to b\n# Attribute\n";
-        let out = String::from_utf8(insert_text_line(report, &s)).expect("utf8");
-        assert_eq!(
-            out,
-            "# dbtap query digest\n# Overall: x\n# Time range: a to b\n# Selected: requests that \
-             started before 2026-11-25T10:00:00.000000Z (--until 2026-11-25T10:00:00Z)\n# Attribute\n"
-        );
-        // No time range (nothing captured): after the first line.
-        let out = insert_text_line(b"# dbtap query digest\n# Overall\n", &s);
-        assert!(String::from_utf8_lossy(&out).starts_with("# dbtap query digest\n# Selected: "));
     }
 
     #[test]

@@ -87,6 +87,9 @@ pub struct ReportOptions {
     pub width: usize,
     /// The latency distribution of each group (text and JSON).
     pub histogram: Histogram,
+    /// What part of the input was selected (`--since`/`--until`), for the text header's
+    /// `# Selected:` line (after the time range); `None`: everything.
+    pub selected: Option<String>,
 }
 
 /// Which latency distribution the report prints per group.
@@ -108,6 +111,7 @@ impl Default for ReportOptions {
             color: false,
             width: 140,
             histogram: Histogram::Decade,
+            selected: None,
         }
     }
 }

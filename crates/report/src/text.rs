@@ -58,6 +58,14 @@ pub fn render(
 
     // Overall.
     writeln!(out, "{}", p.bold("# dbtap query digest"))?;
+    let (first, last) = match (health.first_ts_ns, health.last_ts_ns) {
+        (Some(a), Some(b)) => (Some(a), Some(b)),
+        _ => (t.first_seen_ns, t.last_seen_ns),
+    };
+    let selected = opts.selected.as_ref().map(|s| format!("# Selected: {s}"));
+    if let (None, Some(sel)) = (first.zip(last), &selected) {
+        writeln!(out, "{sel}")?; // no time range to follow
+    }
     if !health.files.is_empty() {
         let files: Vec<String> = health.files.iter().map(|f| sanitize(f, false)).collect();
         writeln!(out, "# Files: {}", files.join(", "))?;
@@ -79,10 +87,6 @@ pub fn render(
     writeln!(out, "{overall}")?;
     writeln!(out, "{TIMES_NOTE}")?;
     writeln!(out, "# Times: {}", crate::fmt::TIME_POLICY)?;
-    let (first, last) = match (health.first_ts_ns, health.last_ts_ns) {
-        (Some(a), Some(b)) => (Some(a), Some(b)),
-        _ => (t.first_seen_ns, t.last_seen_ns),
-    };
     if let (Some(a), Some(b)) = (first, last) {
         writeln!(
             out,
@@ -91,6 +95,9 @@ pub fn render(
             rfc3339(b),
             duration(b.saturating_sub(a) as f64)
         )?;
+        if let Some(sel) = &selected {
+            writeln!(out, "{sel}")?;
+        }
     }
     attribute_table(out, t, None)?;
     writeln!(out, "{}", outcomes(t))?;

@@ -254,3 +254,31 @@ fn fine_histogram_only_when_asked() {
     assert!(lines[lines.len() - 1].ends_with(&"#".repeat(16)));
     assert!(lines[1..lines.len() - 1].iter().all(|l| !l.ends_with('#')));
 }
+
+#[test]
+fn the_selected_line_follows_the_time_range_line() {
+    let mut agg = Aggregator::new(AggConfig::default());
+    add(&mut agg, &ev(1, "SELECT 1", 0, MS, None));
+    let o = ReportOptions {
+        selected: Some("requests that started before X (--until X)".into()),
+        ..ReportOptions::default()
+    };
+    let (t, _) = render(&agg, &health(10), &o);
+    let lines: Vec<&str> = t.lines().collect();
+    let at = lines
+        .iter()
+        .position(|l| l.starts_with("# Time range: "))
+        .expect("time range");
+    assert_eq!(
+        lines[at + 1],
+        "# Selected: requests that started before X (--until X)"
+    );
+    assert_eq!(t.matches("# Selected: ").count(), 1);
+    // No time range (nothing captured): right after the first line.
+    let empty = Aggregator::new(AggConfig::default());
+    let (t, _) = render(&empty, &CaptureHealth::default(), &o);
+    assert!(t.starts_with("# dbtap query digest\n# Selected: "), "{t}");
+    // Nothing selected: no such line.
+    let (t, _) = render(&agg, &health(10), &ReportOptions::default());
+    assert!(!t.contains("# Selected:"));
+}
