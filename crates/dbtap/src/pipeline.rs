@@ -221,6 +221,7 @@ impl<C: Consumer> flow::Handler for Conns<C> {
             client,
             server,
             saw_open: saw_syn,
+            after_tls: false,
         };
         let known = self
             .ports

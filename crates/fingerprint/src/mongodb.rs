@@ -373,6 +373,7 @@ mod vectors {
             client: "127.0.0.1:5000".parse::<SocketAddr>().unwrap(),
             server: "127.0.0.1:27017".parse::<SocketAddr>().unwrap(),
             saw_open: true,
+            after_tls: false,
         };
         let mut s = proto::mongodb::new_session(meta, SessionConfig::default());
         let mut sink = VecSink::default();

@@ -41,6 +41,12 @@ pub struct ConnMeta {
     /// False when the capture began after the connection was opened (no SYN seen): the session
     /// must pick up at the next plausible command boundary and cannot know the handshake.
     pub saw_open: bool,
+    /// True when the bytes delivered are the decrypted plaintext that follows a TLS handshake
+    /// and the plaintext before TLS (MySQL greeting and SSL request, PostgreSQL SSLRequest and
+    /// 'S') was not delivered: MySQL's first client packet is the HandshakeResponse (sequence
+    /// id 2), PostgreSQL's first client message the StartupMessage; Redis and MongoDB read it
+    /// as [`ConnMeta::saw_open`]. False for packet captures.
+    pub after_tls: bool,
 }
 
 /// Limits a session must respect.
@@ -293,4 +299,14 @@ pub trait Session {
     /// The connection ended (FIN/RST, idle, or end of capture). Requests never answered are
     /// emitted with [`Outcome::NoResponse`].
     fn close(&mut self, ts_ns: u64, sink: &mut dyn Sink);
+    /// From now on the stream delivers decrypted TLS plaintext (a source that reads TLS
+    /// libraries saw the connection switch; packet captures never call it). Returns true when
+    /// the session continues: MySQL expects the HandshakeResponse next, PostgreSQL the
+    /// StartupMessage; a session that has parsed nothing yet reads on as if opened with
+    /// [`ConnMeta::after_tls`]. Works after the session returned [`Progress::Stop`] because
+    /// the connection went TLS; a connection counted in [`Health::encrypted_connections`]
+    /// is uncounted at the session's next call with a sink (it was read after all).
+    fn start_tls(&mut self) -> bool {
+        false
+    }
 }

@@ -219,6 +219,7 @@ pub fn loopback_meta(server_port: u16, saw_open: bool) -> ConnMeta {
         client: "127.0.0.1:40000".parse().unwrap(),
         server: ([127, 0, 0, 1], server_port).into(),
         saw_open,
+        after_tls: false,
     }
 }
 

@@ -66,6 +66,7 @@ fn meta(saw_open: bool) -> ConnMeta {
         client: "127.0.0.1:40000".parse::<SocketAddr>().unwrap(),
         server: "127.0.0.1:23306".parse::<SocketAddr>().unwrap(),
         saw_open,
+        after_tls: false,
     }
 }
 

@@ -89,6 +89,7 @@ fn meta(saw_open: bool) -> ConnMeta {
         client: "127.0.0.1:40000".parse::<SocketAddr>().unwrap(),
         server: "127.0.0.1:25432".parse::<SocketAddr>().unwrap(),
         saw_open,
+        after_tls: false,
     }
 }
 

@@ -197,6 +197,7 @@ mod tests {
             client: "10.0.0.1:5000".parse().unwrap(),
             server: "10.0.0.2:5432".parse().unwrap(),
             saw_open: true,
+            after_tls: false,
         }
     }
 

@@ -118,15 +118,34 @@ pub struct MongoSession {
     dirs: PerDir<Dir>,
     conn: Conn,
     stopped: bool,
+    /// Stopped at a TLS ClientHello: [`Session::start_tls`] resumes the connection.
+    tls_stop: bool,
+    /// Bytes or a gap were fed: [`Session::start_tls`] cannot start from scratch.
+    fed: bool,
+    /// `start_tls` resumed a connection counted in `Health::encrypted_connections`: uncounted
+    /// at the next call with a sink.
+    uncount: bool,
 }
 
 impl MongoSession {
     pub fn new(meta: ConnMeta, cfg: SessionConfig) -> Self {
-        let synced = meta.saw_open;
+        // TLS wraps the whole connection: after it, the stream starts as on a seen open.
+        let synced = meta.saw_open || meta.after_tls;
         MongoSession {
             dirs: PerDir::new(Dir::new(synced), Dir::new(synced)),
             conn: Conn::new(meta, cfg),
             stopped: false,
+            tls_stop: false,
+            fed: false,
+            uncount: false,
+        }
+    }
+
+    /// Applies a pending uncount of the encrypted-connection counter.
+    fn settle(&mut self, sink: &mut dyn Sink) {
+        if std::mem::take(&mut self.uncount) {
+            let h = sink.health();
+            h.encrypted_connections = h.encrypted_connections.saturating_sub(1);
         }
     }
 
@@ -335,6 +354,7 @@ impl MongoSession {
             // A TLS ClientHello: the connection is encrypted.
             sink.health().encrypted_connections += 1;
             self.stopped = true;
+            self.tls_stop = true;
             return;
         }
         let side_ok = if client {
@@ -410,6 +430,8 @@ impl MongoSession {
 
 impl Session for MongoSession {
     fn feed(&mut self, dir: Direction, data: &[u8], ts_ns: u64, sink: &mut dyn Sink) -> Progress {
+        self.settle(sink);
+        self.fed |= !data.is_empty();
         if !self.stopped {
             self.feed_dir(dir, data, ts_ns, sink);
         }
@@ -421,6 +443,8 @@ impl Session for MongoSession {
     }
 
     fn gap(&mut self, dir: Direction, len: u64, ts_ns: u64, sink: &mut dyn Sink) {
+        self.settle(sink);
+        self.fed = true;
         if self.stopped || len == 0 {
             return;
         }
@@ -459,6 +483,7 @@ impl Session for MongoSession {
     }
 
     fn close(&mut self, _ts_ns: u64, sink: &mut dyn Sink) {
+        self.settle(sink);
         for d in [CLIENT, SERVER] {
             let dir = &mut self.dirs[d];
             let mut lost = dir.framing.probe.clear() + dir.hdr_have as u64;
@@ -484,6 +509,22 @@ impl Session for MongoSession {
             let ev = self.conn.event(u, outcome);
             sink.event(ev);
         }
+    }
+
+    /// MongoDB has no in-protocol switch to TLS: TLS wraps the whole connection. Told so
+    /// before any byte, the session reads the decrypted stream as after an open (true); after
+    /// the session stopped at the ClientHello (the ciphertext's first bytes), it starts over
+    /// in sync at the first decrypted message and the connection is no longer counted as
+    /// encrypted (true); after anything else was fed, false.
+    fn start_tls(&mut self) -> bool {
+        if self.tls_stop {
+            self.tls_stop = false;
+            self.stopped = false;
+            self.uncount = true;
+            self.dirs = PerDir::new(Dir::new(true), Dir::new(true));
+            return true;
+        }
+        !self.fed && !self.stopped
     }
 }
 

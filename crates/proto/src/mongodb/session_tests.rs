@@ -20,6 +20,7 @@ fn meta(saw_open: bool) -> ConnMeta {
         client: "10.0.0.1:50000".parse::<SocketAddr>().unwrap(),
         server: "10.0.0.2:27017".parse::<SocketAddr>().unwrap(),
         saw_open,
+        after_tls: false,
     }
 }
 
@@ -1479,4 +1480,68 @@ fn gap_across_a_message_boundary_still_resyncs() {
             assert!(r.events.iter().all(|e| !e.text_partial));
         }
     }
+}
+
+// ---- TLS read on as decrypted plaintext ----------------------------------------------------
+
+fn tls_conv() -> Transcript {
+    let find = cmd(10, Doc::new().str("find", "users").str("$db", "test"));
+    conv(vec![
+        (C, find),
+        (S, cursor_reply(10, 10, 0, "test.users", true, 2)),
+    ])
+}
+
+#[test]
+fn after_tls_reads_as_a_seen_open() {
+    let t = tls_conv();
+    for saw_open in [true, false] {
+        let make = || {
+            let m = ConnMeta {
+                after_tls: true,
+                ..meta(saw_open)
+            };
+            super::super::new_session(m, SessionConfig::default())
+        };
+        let r = assert_chunking_invariant(make, &steps(&t));
+        assert_eq!(r.health, Health::default());
+        assert_eq!(r.events.len(), 1);
+        assert_eq!(
+            (r.events[0].command, r.events[0].outcome),
+            ("find", Outcome::Ok)
+        );
+        assert_eq!(r.events[0].rows_sent, 2);
+    }
+    // Told before any byte: the same as opened with after_tls.
+    let make = || {
+        let mut s = session(true);
+        assert!(s.start_tls());
+        s
+    };
+    assert_eq!(assert_chunking_invariant(make, &steps(&t)).events.len(), 1);
+}
+
+#[test]
+fn start_tls_after_the_client_hello_reads_on_and_uncounts() {
+    let mut hello = vec![
+        0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01, 0xfc, 0x03, 0x03,
+    ];
+    hello.extend([7u8; 40]);
+    let mut s = session(true);
+    let mut sink = VecSink::default();
+    assert_eq!(s.feed(C, &hello, 1, &mut sink), crate::Progress::Stop);
+    assert_eq!(sink.health.encrypted_connections, 1);
+    assert!(s.start_tls());
+    for (d, b, ts) in tls_conv() {
+        assert_eq!(s.feed(d, &b, ts + 10, &mut sink), crate::Progress::Continue);
+    }
+    s.close(99_999, &mut sink);
+    assert_eq!(sink.health, Health::default());
+    assert_eq!(sink.events.len(), 1);
+    assert_eq!(sink.events[0].outcome, Outcome::Ok);
+    // Anything but the ClientHello fed first: refused.
+    let mut s = session(true);
+    let (d, b, ts) = &tls_conv()[0];
+    s.feed(*d, b, *ts, &mut VecSink::default());
+    assert!(!s.start_tls());
 }

@@ -34,11 +34,14 @@ pub struct RedisSession {
     /// may start that request's reply.
     framing: PerDir<Framing>,
     stopped: bool,
+    /// Bytes or a gap were fed: [`Session::start_tls`] is refused from then on.
+    fed: bool,
 }
 
 impl RedisSession {
     pub(crate) fn new(meta: ConnMeta, cfg: SessionConfig) -> Self {
-        let saw_open = meta.saw_open;
+        // TLS wraps the whole connection: after it, the stream starts as on a seen open.
+        let saw_open = meta.saw_open || meta.after_tls;
         let framing = || {
             if saw_open {
                 Framing::synced()
@@ -54,6 +57,7 @@ impl RedisSession {
             reply: ReplyReader::new(),
             framing: PerDir::new(framing(), framing()),
             stopped: false,
+            fed: false,
         }
     }
 
@@ -258,6 +262,7 @@ impl RedisSession {
 impl Session for RedisSession {
     fn feed(&mut self, dir: Direction, data: &[u8], ts_ns: u64, sink: &mut dyn Sink) -> Progress {
         if !self.stopped && !data.is_empty() {
+            self.fed = true;
             match dir {
                 Direction::ToServer => self.feed_client(data, ts_ns, sink),
                 Direction::ToClient => self.feed_server(data, ts_ns, sink),
@@ -271,6 +276,7 @@ impl Session for RedisSession {
     }
 
     fn gap(&mut self, dir: Direction, len: u64, _ts_ns: u64, sink: &mut dyn Sink) {
+        self.fed = true;
         if self.stopped {
             return;
         }
@@ -299,6 +305,15 @@ impl Session for RedisSession {
             self.framing.client.probe.clear() + self.req.reset() + std::mem::take(&mut self.credit);
         self.conn.close(sink);
         self.stopped = true;
+    }
+
+    /// Redis has no in-protocol switch to TLS: TLS wraps the whole connection. Told so before
+    /// any byte, the session reads the decrypted stream as it would have read the plaintext
+    /// (true); after bytes were fed, those bytes were the TLS handshake, not Redis, and the
+    /// session cannot tell what it made of them (false: the caller may start a new session
+    /// with [`crate::ConnMeta::after_tls`]).
+    fn start_tls(&mut self) -> bool {
+        !self.fed && !self.stopped
     }
 }
 

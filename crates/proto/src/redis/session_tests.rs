@@ -20,6 +20,7 @@ fn meta(saw_open: bool) -> ConnMeta {
         client: "10.0.0.1:50000".parse::<SocketAddr>().unwrap(),
         server: "10.0.0.2:6379".parse::<SocketAddr>().unwrap(),
         saw_open,
+        after_tls: false,
     }
 }
 
@@ -1226,4 +1227,45 @@ fn bytes_lost_in_a_held_gap_are_never_unparsed() {
     assert_eq!(r.events[0].outcome, Outcome::Incomplete);
     assert_eq!(r.events[0].bytes_out, (rat + 600) as u64);
     assert_eq!(r.health, Health::default());
+}
+
+// ---- TLS read on as decrypted plaintext ----------------------------------------------------
+
+#[test]
+fn after_tls_reads_as_a_seen_open() {
+    let t = tr(&[
+        (C, &c("AUTH alice secret")),
+        (S, b"+OK\r\n"),
+        (C, &c("SET k v")),
+        (S, b"+OK\r\n"),
+    ]);
+    let opened = run(&t);
+    for saw_open in [true, false] {
+        let make = || {
+            let m = ConnMeta {
+                after_tls: true,
+                ..meta(saw_open)
+            };
+            super::super::new_session(m, SessionConfig::default())
+        };
+        let r = assert_chunking_invariant(make, &steps(&t));
+        assert_eq!(r.health, Health::default());
+        assert_eq!(texts(&r.events), texts(&opened.events));
+        let last = r.events.last().unwrap();
+        assert_eq!(last.user.as_deref(), Some("alice"));
+        assert_eq!(last.database.as_deref(), Some("0"));
+    }
+    // Told before any byte: reads on (true); after bytes: refused.
+    let make = || {
+        let mut s = session(true);
+        assert!(s.start_tls());
+        s
+    };
+    assert_eq!(
+        texts(&assert_chunking_invariant(make, &steps(&t)).events),
+        texts(&opened.events)
+    );
+    let mut s = session(true);
+    s.feed(C, &c("PING"), 1, &mut VecSink::default());
+    assert!(!s.start_tls());
 }

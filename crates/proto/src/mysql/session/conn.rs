@@ -130,6 +130,11 @@ pub(super) struct Conn {
     pub(super) pending_text: RefCell<Charge>,
     /// Parameter counts and types of prepared statements (for bound values).
     pub(super) params: super::params::ParamFacts,
+    /// The client asked for TLS (SSL request): the session stopped, counted encrypted.
+    pub(super) tls_requested: bool,
+    /// The bytes are decrypted TLS plaintext: a handshake response with CLIENT_SSL is the
+    /// login, not a request for TLS.
+    pub(super) in_tls: bool,
 }
 
 impl Conn {

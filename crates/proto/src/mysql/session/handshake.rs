@@ -38,8 +38,9 @@ impl Conn {
     fn handshake_response(&mut self, m: &Message<'_>, wire: u64, sink: &mut dyn Sink) -> Act {
         let mut act = Act::default();
         match HandshakeResponse::parse(m.head) {
-            Ok(r) if r.ssl_request => {
+            Ok(r) if r.ssl_request && !self.in_tls => {
                 sink.health().encrypted_connections += 1;
+                self.tls_requested = true;
                 act.stop = true;
             }
             Ok(r) => {

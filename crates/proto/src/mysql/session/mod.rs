@@ -21,6 +21,7 @@ mod params;
 mod result;
 mod resync;
 mod text;
+mod tls;
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -128,12 +129,20 @@ pub struct MysqlSession {
     /// handshake; mid-stream, once the first command was recognised).
     framing_known: bool,
     stopped: bool,
+    /// Bytes or a gap were fed: [`Session::start_tls`] can no longer start from scratch.
+    fed: bool,
+    /// `start_tls` resumed a connection counted in `Health::encrypted_connections`: uncounted
+    /// at the next call with a sink.
+    uncount: bool,
 }
 
 impl MysqlSession {
     pub(crate) fn new(meta: ConnMeta, cfg: SessionConfig) -> Self {
-        let saw_open = meta.saw_open;
-        let (phase, client, server) = if saw_open {
+        let saw_open = meta.saw_open || meta.after_tls;
+        let after_tls = meta.after_tls;
+        let (phase, client, server) = if after_tls {
+            (Phase::ClientResponse, Framing::synced(), Framing::synced())
+        } else if saw_open {
             (Phase::Greeting, Framing::synced(), Framing::synced())
         } else {
             (Phase::Command, Framing::lost(true), Framing::lost(false))
@@ -143,7 +152,11 @@ impl MysqlSession {
                 meta,
                 cfg,
                 phase,
-                server_caps: 0,
+                server_caps: if after_tls {
+                    tls::UNKNOWN_SERVER_CAPS
+                } else {
+                    0
+                },
                 caps: None,
                 deprecate_eof: None,
                 user: None,
@@ -156,10 +169,14 @@ impl MysqlSession {
                 multi_statements: None,
                 pending_text: Default::default(),
                 params: Default::default(),
+                tls_requested: false,
+                in_tls: after_tls,
             },
             dirs: PerDir::new(Dir::new(client), Dir::new(server)),
             framing_known: saw_open,
             stopped: false,
+            fed: false,
+            uncount: false,
         }
     }
 
@@ -342,12 +359,14 @@ fn keep_for(conn: &Conn, d: Direction, first: u8, len: u64) -> usize {
 
 impl Session for MysqlSession {
     fn feed(&mut self, dir: Direction, data: &[u8], ts_ns: u64, sink: &mut dyn Sink) -> Progress {
+        self.settle(sink);
         if self.stopped {
             return Progress::Stop;
         }
         if data.is_empty() {
             return Progress::Continue;
         }
+        self.fed = true;
         let d = dir;
         if self.conn.phase == Phase::Greeting && d == CLIENT {
             // The server speaks first in MySQL: this is another protocol.
@@ -375,6 +394,8 @@ impl Session for MysqlSession {
     }
 
     fn gap(&mut self, dir: Direction, len: u64, ts_ns: u64, sink: &mut dyn Sink) {
+        self.settle(sink);
+        self.fed = true;
         if self.stopped || self.skip_inside(dir, len, ts_ns, sink) {
             return;
         }
@@ -396,6 +417,7 @@ impl Session for MysqlSession {
     }
 
     fn close(&mut self, _ts_ns: u64, sink: &mut dyn Sink) {
+        self.settle(sink);
         if !self.stopped && !self.dirs[CLIENT].framing.probe.is_empty() {
             self.eval_probe(sink);
         }
@@ -404,6 +426,10 @@ impl Session for MysqlSession {
             sink.health().unparsed_bytes += dir.reset();
         }
         self.stopped = true;
+    }
+
+    fn start_tls(&mut self) -> bool {
+        self.switch_to_tls()
     }
 }
 

@@ -43,6 +43,7 @@ mod resync;
 mod server;
 mod startup;
 mod state;
+mod tls;
 
 use state::{CLOSED, Conn, Item, Unit};
 
@@ -119,11 +120,20 @@ pub struct PgSession {
     conn: Conn,
     dirs: PerDir<Dir>,
     stopped: bool,
+    /// Stopped because the connection went TLS ('S' to an SSLRequest, or a ClientHello
+    /// first): [`Session::start_tls`] resumes it.
+    tls_stop: bool,
+    /// Bytes or a gap were fed: [`Session::start_tls`] can no longer start from scratch.
+    fed: bool,
+    /// `start_tls` resumed a connection counted in `Health::encrypted_connections`: uncounted
+    /// at the next call with a sink.
+    uncount: bool,
 }
 
 impl PgSession {
     pub(crate) fn new(meta: ConnMeta, cfg: SessionConfig) -> Self {
-        let saw_open = meta.saw_open;
+        // After TLS the first client message is the StartupMessage, as on a seen open.
+        let saw_open = meta.saw_open || meta.after_tls;
         let (phase, client, server) = if saw_open {
             (Phase::Startup, Framing::synced(), Framing::synced())
         } else {
@@ -157,6 +167,9 @@ impl PgSession {
             },
             dirs: PerDir::new(Dir::new(!saw_open, client), Dir::new(true, server)),
             stopped: false,
+            tls_stop: false,
+            fed: false,
+            uncount: false,
         }
     }
 
@@ -205,12 +218,14 @@ impl PgSession {
 
 impl Session for PgSession {
     fn feed(&mut self, dir: Direction, data: &[u8], ts_ns: u64, sink: &mut dyn Sink) -> Progress {
+        self.settle(sink);
         if self.stopped {
             return Progress::Stop;
         }
         if data.is_empty() {
             return Progress::Continue;
         }
+        self.fed = true;
         if dir == SERVER {
             self.client_turn(sink);
         } else if self.conn.phase == Phase::Startup
@@ -220,6 +235,7 @@ impl Session for PgSession {
             // A TLS ClientHello straight away (`sslnegotiation=direct`).
             sink.health().encrypted_connections += 1;
             self.stopped = true;
+            self.tls_stop = true;
             return Progress::Stop;
         }
         self.feed_dir(dir, data, ts_ns, sink);
@@ -231,6 +247,8 @@ impl Session for PgSession {
     }
 
     fn gap(&mut self, dir: Direction, len: u64, ts_ns: u64, sink: &mut dyn Sink) {
+        self.settle(sink);
+        self.fed = true;
         if self.stopped {
             return;
         }
@@ -264,6 +282,7 @@ impl Session for PgSession {
     }
 
     fn close(&mut self, _ts_ns: u64, sink: &mut dyn Sink) {
+        self.settle(sink);
         if !self.stopped && !self.dirs[CLIENT].framing.probe.is_empty() {
             self.eval_probe(CLIENT, sink);
         }
@@ -273,6 +292,10 @@ impl Session for PgSession {
             h.unparsed_bytes += dir.drop_partial() + dir.framing.probe.clear();
         }
         self.stopped = true;
+    }
+
+    fn start_tls(&mut self) -> bool {
+        self.switch_to_tls()
     }
 }
 

@@ -90,7 +90,10 @@ impl PgSession {
 
     pub(super) fn feed_dir(&mut self, d: Direction, mut data: &[u8], ts: u64, sink: &mut dyn Sink) {
         while !data.is_empty() && !self.stopped {
-            if d == SERVER && self.conn.phase == Phase::Startup && self.conn.meta.saw_open {
+            if d == SERVER
+                && self.conn.phase == Phase::Startup
+                && (self.conn.meta.saw_open || self.conn.meta.after_tls)
+            {
                 // The server speaks before the client's startup packet: not PostgreSQL.
                 sink.health().malformed += 1;
                 self.stopped = true;

@@ -86,6 +86,8 @@ impl PgSession {
             b'S' | b'G' => {
                 sink.health().encrypted_connections += 1;
                 self.stopped = true;
+                // TLS can be read on by a source that sees the plaintext (GSSAPI cannot).
+                self.tls_stop = b == b'S';
             }
             b'N' => self.conn.phase = Phase::Startup,
             b'E' => {

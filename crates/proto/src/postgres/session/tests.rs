@@ -20,6 +20,7 @@ fn meta(saw_open: bool) -> ConnMeta {
         client: "10.0.0.1:50000".parse::<SocketAddr>().unwrap(),
         server: "10.0.0.2:5432".parse::<SocketAddr>().unwrap(),
         saw_open,
+        after_tls: false,
     }
 }
 
@@ -1829,6 +1830,7 @@ fn a_prepared_statement_holds_its_text_budget_while_cached() {
     drop(s);
     assert_eq!(budget.used(), 0);
 }
+mod tls;
 mod txn;
 
 #[test]

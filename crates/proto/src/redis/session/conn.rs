@@ -196,7 +196,7 @@ pub(super) struct Conn {
 
 impl Conn {
     pub(super) fn new(meta: ConnMeta, cfg: SessionConfig) -> Self {
-        let saw_open = meta.saw_open;
+        let saw_open = meta.saw_open || meta.after_tls;
         Conn {
             meta,
             cfg,
