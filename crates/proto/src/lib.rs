@@ -233,7 +233,8 @@ pub struct Health {
     pub inflight_overflow: u64,
     /// Times the session lost sync and searched for the next message boundary.
     pub resyncs: u64,
-    /// Connections that switched to TLS (or another encryption) and were skipped.
+    /// Connections that switched to TLS (or another encryption) and were skipped (one read on
+    /// decrypted after [`Session::start_tls`] is taken out again).
     pub encrypted_connections: u64,
     /// Messages that failed to parse (malformed, or an unsupported variant).
     pub malformed: u64,

@@ -94,7 +94,9 @@
 //!
 //! An SSLRequest or GSSENCRequest answered `S` or `G` (or a TLS ClientHello sent straight away)
 //! means an encrypted connection: it is counted in [`crate::Health::encrypted_connections`] and
-//! the session stops. Answered `N`, the plaintext startup follows. The authentication exchange
+//! the session stops (a source that reads TLS can resume it: [`crate::Session::start_tls`], then
+//! the StartupMessage comes inside TLS, and the count is undone). Answered `N`, the plaintext
+//! startup follows. The authentication exchange
 //! is skipped until the first ReadyForQuery. A connection that fails authentication produces no
 //! event.
 //!
