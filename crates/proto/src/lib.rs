@@ -45,7 +45,8 @@ pub struct ConnMeta {
     /// and the plaintext before TLS (MySQL greeting and SSL request, PostgreSQL SSLRequest and
     /// 'S') was not delivered: MySQL's first client packet is the HandshakeResponse (sequence
     /// id 2), PostgreSQL's first client message the StartupMessage; Redis and MongoDB read it
-    /// as [`ConnMeta::saw_open`]. False for packet captures.
+    /// as [`ConnMeta::saw_open`]. It implies the start of the TLS stream is delivered, whatever
+    /// `saw_open` says. False for packet captures.
     pub after_tls: bool,
 }
 

@@ -29,6 +29,8 @@ pub struct Stats {
     pub short_len_records: u64,
     /// Connections closed to stay under the connection cap (the least recently active).
     pub evicted: u64,
+    /// Connections closed by [`Reassembler::expire`] after no record for the idle time.
+    pub expired: u64,
     /// Connections that switched to TLS (or were first seen inside it).
     pub tls_starts: u64,
 }
@@ -41,6 +43,8 @@ struct Conn {
     tls: bool,
     /// The key of this connection in the recency index.
     tick: u64,
+    /// The timestamp of its last record.
+    last_ts: u64,
 }
 
 /// Turns [`Record`]s into ordered data and exact gaps for a [`StreamHandler`].
@@ -118,11 +122,31 @@ impl Reassembler {
         }
     }
 
-    /// Marks `conn` as the most recently active; false when it is not open.
-    fn touch(&mut self, conn: u64) -> bool {
+    /// Closes the connections with no record since `now_ns - idle_ns` (a source can lose a
+    /// close); returns how many. Walks from the least recently active and stops at the first
+    /// recent one, so records are assumed to come roughly in time order.
+    pub fn expire(&mut self, now_ns: u64, idle_ns: u64, h: &mut impl StreamHandler) -> usize {
+        let before = now_ns.saturating_sub(idle_ns);
+        let mut n = 0;
+        while let Some((&tick, &conn)) = self.recent.first_key_value() {
+            if self.conns.get(&conn).is_some_and(|c| c.last_ts >= before) {
+                break;
+            }
+            self.recent.remove(&tick);
+            self.conns.remove(&conn);
+            self.stats.expired += 1;
+            n += 1;
+            h.close(conn, now_ns);
+        }
+        n
+    }
+
+    /// Marks `conn` as the most recently active at `ts`; false when it is not open.
+    fn touch(&mut self, conn: u64, ts: u64) -> bool {
         let Some(c) = self.conns.get_mut(&conn) else {
             return false;
         };
+        c.last_ts = c.last_ts.max(ts);
         self.recent.remove(&c.tick);
         self.tick += 1;
         c.tick = self.tick;
@@ -149,6 +173,7 @@ impl Reassembler {
             next: [0, 0],
             tls: false,
             tick: self.tick,
+            last_ts: o.ts_ns,
         };
         self.conns.insert(o.conn, c);
         self.recent.insert(self.tick, o.conn);
@@ -167,7 +192,7 @@ impl Reassembler {
         tls: bool,
         h: &mut impl StreamHandler,
     ) {
-        if !self.touch(conn) {
+        if !self.touch(conn, ts) {
             self.stats.unknown_conn_records += 1;
             return;
         }

@@ -155,6 +155,32 @@ fn the_cap_evicts_the_least_recently_active() {
     assert_eq!(r.stats().evicted, 1);
 }
 
+#[test]
+fn idle_connections_expire() {
+    let mut r = Reassembler::new(8);
+    let mut h = Log::default();
+    r.push(&open(1), &mut h); // ts 1
+    r.push(&open(2), &mut h); // ts 1
+    r.push(
+        &Record::Data {
+            conn: 2,
+            dir: C,
+            ts_ns: 50,
+            offset: 0,
+            len: 1,
+            bytes: b"a",
+            tls: false,
+        },
+        &mut h,
+    );
+    assert_eq!(r.expire(40, 100, &mut h), 0);
+    assert_eq!(r.expire(120, 100, &mut h), 1);
+    assert_eq!(h.0.last(), Some(&Ev::Close(1)));
+    assert_eq!(r.expire(151, 100, &mut h), 1);
+    assert_eq!(h.0.last(), Some(&Ev::Close(2)));
+    assert_eq!((r.stats().expired, r.open_conns()), (2, 0));
+}
+
 /// What happens to one chunk of a generated stream.
 #[derive(Debug, Clone, Copy)]
 enum Fate {
@@ -313,11 +339,22 @@ proptest! {
         r.finish(6, &mut h);
         prop_assert_eq!(r.open_conns(), 0);
         let mut pos: HashMap<(u64, bool), u64> = HashMap::new();
+        let mut tls: HashMap<u64, u32> = HashMap::new();
         for ev in &h.0 {
             let (conn, dir, n) = match ev {
                 Ev::Data(c, d, b) => (*c, *d, b.len() as u64),
                 Ev::Gap(c, d, n) => (*c, *d, *n),
-                Ev::Open(c) => { pos.retain(|k, _| k.0 != *c); continue; }
+                Ev::Open(c) => {
+                    pos.retain(|k, _| k.0 != *c);
+                    tls.remove(c);
+                    continue;
+                }
+                Ev::Tls(c) => {
+                    let t = tls.entry(*c).or_default();
+                    *t += 1;
+                    prop_assert_eq!(*t, 1, "start_tls twice for one connection");
+                    continue;
+                }
                 _ => continue,
             };
             let p = pos.entry((conn, dir == S)).or_default();
