@@ -338,8 +338,8 @@ fn parser_rejects_what_the_format_forbids() {
 // ---------------------------------------------------------------------------------------------
 // Building aggregates.
 
-fn addr(port: u16) -> SocketAddr {
-    SocketAddr::from(([10, 0, 0, 1], port))
+fn addr(port: u16) -> proto::Endpoint {
+    SocketAddr::from(([10, 0, 0, 1], port)).into()
 }
 
 fn event(protocol: Protocol, command: &'static str, latency_ns: u64, error: bool) -> QueryEvent {
@@ -375,6 +375,7 @@ fn event(protocol: Protocol, command: &'static str, latency_ns: u64, error: bool
         txn: None,
         index: Default::default(),
         params: None,
+        peer: None,
     }
 }
 
