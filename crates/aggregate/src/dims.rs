@@ -1,6 +1,7 @@
-//! Dimensions of query events (fingerprint, server, database, user, client host, protocol,
-//! command): what `--group-by` groups by, the values a group keyed by them carries for display,
-//! and the bounded per-dimension shares of the load shown in the overall summary.
+//! Dimensions of query events (fingerprint, server, database, user, client host, client
+//! process, protocol, command): what `--group-by` groups by, the values a group keyed by them
+//! carries for display, and the bounded per-dimension shares of the load shown in the overall
+//! summary.
 //!
 //! Grouping stays allocation-free: a [`DimSet`] is a `Copy` bitmask, and the values of an event's
 //! dimensions are folded into the 64-bit group hash with a fixed-seed hasher (so aggregators built
@@ -8,39 +9,44 @@
 //! a group is created.
 
 use std::collections::HashMap;
+use std::fmt;
 use std::hash::{BuildHasher, Hash, Hasher};
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::sync::Arc;
 
-use proto::{Protocol, QueryEvent};
+use proto::{Endpoint, Protocol, QueryEvent};
 
 /// One dimension of a query event.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Dim {
     /// The normalized statement (the default grouping).
     Fingerprint,
-    /// The server endpoint (address and port).
+    /// The server endpoint (address and port, or a Unix socket path).
     Server,
     /// The database (schema) the connection uses, when known.
     Db,
     /// The user the connection logged in as, when known.
     User,
-    /// The client host (IP address, without the port).
+    /// The client host (IP address, without the port; "local" for a Unix socket).
     Client,
     /// The wire protocol.
     Protocol,
     /// The command kind ("query", "execute", ...).
     Command,
+    /// The client process's command name, where the source knows it (eBPF).
+    /// Last in declaration order so the other dimensions keep their bits.
+    Process,
 }
 
 impl Dim {
     /// Every dimension, in the canonical display order.
-    pub const ALL: [Dim; 7] = [
+    pub const ALL: [Dim; 8] = [
         Dim::Fingerprint,
         Dim::Server,
         Dim::Db,
         Dim::User,
         Dim::Client,
+        Dim::Process,
         Dim::Protocol,
         Dim::Command,
     ];
@@ -55,10 +61,12 @@ impl Dim {
             Dim::Client => "client",
             Dim::Protocol => "protocol",
             Dim::Command => "command",
+            Dim::Process => "process",
         }
     }
 
-    /// Parses a dimension name (case-insensitive; `database` and `host` are accepted aliases).
+    /// Parses a dimension name (case-insensitive; `database`, `host`, `proc` and `comm` are
+    /// accepted aliases).
     pub fn parse(s: &str) -> Option<Dim> {
         match s.trim().to_ascii_lowercase().as_str() {
             "fingerprint" | "fp" | "query" => Some(Dim::Fingerprint),
@@ -68,6 +76,7 @@ impl Dim {
             "client" | "host" | "client_host" => Some(Dim::Client),
             "protocol" => Some(Dim::Protocol),
             "command" => Some(Dim::Command),
+            "process" | "proc" | "comm" => Some(Dim::Process),
             _ => None,
         }
     }
@@ -110,7 +119,7 @@ impl DimSet {
                 None => {
                     return Err(format!(
                         "unknown dimension {item:?}: expected fingerprint, server, db, user, \
-                         client, protocol or command"
+                         client, process, protocol or command"
                     ));
                 }
             }
@@ -167,7 +176,10 @@ impl DimSet {
             ev.user.as_deref().hash(&mut h);
         }
         if self.contains(Dim::Client) {
-            ev.client.ip().hash(&mut h);
+            Host::of(&ev.client).hash(&mut h);
+        }
+        if self.contains(Dim::Process) {
+            comm(ev).hash(&mut h);
         }
         // Protocol and command are fields of the group key already.
         h.finish()
@@ -179,8 +191,12 @@ impl DimSet {
             set: self,
             protocol: ev.protocol,
             command: ev.command,
-            server: self.contains(Dim::Server).then_some(ev.server),
-            client: self.contains(Dim::Client).then(|| ev.client.ip()),
+            server: self.contains(Dim::Server).then(|| ev.server.clone()),
+            client: self.contains(Dim::Client).then(|| Host::of(&ev.client)),
+            process: self
+                .contains(Dim::Process)
+                .then(|| ev.peer.as_ref().map(|p| p.comm.clone()))
+                .flatten(),
             database: self
                 .contains(Dim::Db)
                 .then(|| ev.database.clone())
@@ -194,8 +210,48 @@ fn hasher() -> impl Hasher {
     foldhash::fast::FixedState::with_seed(0x6469_6d73).build_hasher()
 }
 
-/// The value shown for an unknown database or user.
+/// The value shown for an unknown database, user or process.
 pub const UNKNOWN: &str = "(unknown)";
+
+/// The client process's command name of an event, when known.
+fn comm(ev: &QueryEvent) -> Option<&str> {
+    ev.peer.as_deref().map(|p| &*p.comm)
+}
+
+/// A client host: an IP address, or a local client on a Unix domain socket.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Host {
+    Ip(IpAddr),
+    /// Connected through a Unix domain socket (shown as "local").
+    Local,
+}
+
+impl Host {
+    /// The host of an endpoint: its IP address, or `Local` for a Unix socket.
+    pub fn of(e: &Endpoint) -> Host {
+        e.ip().map_or(Host::Local, Host::Ip)
+    }
+}
+
+impl Hash for Host {
+    /// An IP host hashes as its `IpAddr` (group keys by client are what they were when hosts
+    /// were plain addresses).
+    fn hash<H: Hasher>(&self, h: &mut H) {
+        match self {
+            Host::Ip(ip) => ip.hash(h),
+            Host::Local => h.write_u8(0xfe),
+        }
+    }
+}
+
+impl fmt::Display for Host {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Host::Ip(ip) => fmt::Display::fmt(ip, f),
+            Host::Local => f.pad("local"),
+        }
+    }
+}
 
 /// The dimension values of a group keyed by more than its fingerprint.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -204,11 +260,13 @@ pub struct DimValues {
     pub set: DimSet,
     pub protocol: Protocol,
     pub command: &'static str,
-    pub server: Option<SocketAddr>,
-    pub client: Option<IpAddr>,
+    pub server: Option<Endpoint>,
+    pub client: Option<Host>,
     /// `None` when not grouped by database or when the database is unknown.
     pub database: Option<Arc<str>>,
     pub user: Option<Arc<str>>,
+    /// The client process's command name; `None` when not grouped by process or unknown.
+    pub process: Option<Arc<str>>,
 }
 
 impl DimValues {
@@ -221,10 +279,11 @@ impl DimValues {
             .filter_map(|d| {
                 let v = match d {
                     Dim::Fingerprint => return None,
-                    Dim::Server => self.server.map(|s| s.to_string())?,
+                    Dim::Server => self.server.as_ref().map(|s| s.to_string())?,
                     Dim::Client => self.client.map(|c| c.to_string())?,
                     Dim::Db => text(&self.database),
                     Dim::User => text(&self.user),
+                    Dim::Process => text(&self.process),
                     Dim::Protocol => self.protocol.name().to_string(),
                     Dim::Command => self.command.to_string(),
                 };
@@ -243,8 +302,8 @@ impl DimValues {
     }
 }
 
-/// Distinct (protocol, server, client host, database, user) combinations whose shares are kept
-/// exactly; events of later new combinations are counted in [`DimShares::other`].
+/// Distinct (protocol, server, client host, database, user, process) combinations whose shares
+/// are kept exactly; events of later new combinations are counted in [`DimShares::other`].
 pub const SHARES_CAP: usize = 4096;
 
 /// Count and service time of a set of events.
@@ -265,17 +324,19 @@ impl Share {
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Combo {
     protocol: Protocol,
-    server: SocketAddr,
-    client: IpAddr,
+    server: Endpoint,
+    client: Host,
     database: Option<Arc<str>>,
     user: Option<Arc<str>>,
+    /// The client process's command name, when known.
+    process: Option<Arc<str>>,
     share: Share,
 }
 
 /// How the load splits over the values of each dimension: bounded exact counts and service
-/// times per (protocol, server, client host, database, user) combination, from which each
-/// dimension's shares are summed. One fixed-seed hash and one lookup per event, no allocation
-/// once a combination is known. Mergeable exactly while under [`SHARES_CAP`].
+/// times per (protocol, server, client host, database, user, process) combination, from which
+/// each dimension's shares are summed. One fixed-seed hash and one lookup per event, no
+/// allocation once a combination is known. Mergeable exactly while under [`SHARES_CAP`].
 #[derive(Clone, Debug, Default)]
 pub struct DimShares {
     /// Combination hash to its place in `combos`.
@@ -283,8 +344,8 @@ pub struct DimShares {
     combos: Vec<Combo>,
     other: Share,
     /// The combination of the last event recorded: events come in runs per connection, and a
-    /// hit (same connection, server, client and the same database and user allocations) skips
-    /// the hash of two strings and the lookup. Holding the `Arc`s keeps their addresses from
+    /// hit (same connection, server, client and the same database, user and process
+    /// allocations) skips the hash of the strings and the lookup. Holding the `Arc`s keeps their addresses from
     /// being reused by other strings while compared.
     last: Option<LastHit>,
 }
@@ -292,16 +353,17 @@ pub struct DimShares {
 #[derive(Clone, Debug)]
 struct LastHit {
     conn: u64,
-    server: SocketAddr,
-    client: SocketAddr,
+    server: Endpoint,
+    client: Endpoint,
     database: Option<Arc<str>>,
     user: Option<Arc<str>>,
+    peer: Option<Arc<proto::Process>>,
     index: usize,
 }
 
 impl LastHit {
     fn matches(&self, ev: &QueryEvent) -> bool {
-        fn same(a: &Option<Arc<str>>, b: &Option<Arc<str>>) -> bool {
+        fn same<T: ?Sized>(a: &Option<Arc<T>>, b: &Option<Arc<T>>) -> bool {
             match (a, b) {
                 (None, None) => true,
                 (Some(a), Some(b)) => Arc::ptr_eq(a, b),
@@ -313,6 +375,7 @@ impl LastHit {
             && self.client == ev.client
             && same(&self.database, &ev.database)
             && same(&self.user, &ev.user)
+            && same(&self.peer, &ev.peer)
     }
 }
 
@@ -343,19 +406,17 @@ pub struct DimShare {
 }
 
 impl DimShares {
-    fn combo_hash(
-        protocol: Protocol,
-        server: SocketAddr,
-        client: IpAddr,
-        db: Option<&str>,
-        user: Option<&str>,
-    ) -> u64 {
+    fn combo_hash(ev: &QueryEvent, client: Host) -> u64 {
         let mut h = hasher();
-        protocol.hash(&mut h);
-        server.hash(&mut h);
+        ev.protocol.hash(&mut h);
+        ev.server.hash(&mut h);
         client.hash(&mut h);
-        db.hash(&mut h);
-        user.hash(&mut h);
+        ev.database.as_deref().hash(&mut h);
+        ev.user.as_deref().hash(&mut h);
+        // Only when known: combinations without a process hash as they did before it existed.
+        if let Some(c) = comm(ev) {
+            c.hash(&mut h);
+        }
         h.finish()
     }
 
@@ -374,18 +435,19 @@ impl DimShares {
             c.share.add(&share);
             return;
         }
-        let (db, user) = (ev.database.as_deref(), ev.user.as_deref());
-        let h = Self::combo_hash(ev.protocol, ev.server, ev.client.ip(), db, user);
+        let client = Host::of(&ev.client);
+        let h = Self::combo_hash(ev, client);
         let i = match self.index.get(&h) {
             Some(&i) => i,
             None if self.combos.len() < SHARES_CAP => {
                 self.index.insert(h, self.combos.len());
                 self.combos.push(Combo {
                     protocol: ev.protocol,
-                    server: ev.server,
-                    client: ev.client.ip(),
+                    server: ev.server.clone(),
+                    client,
                     database: ev.database.clone(),
                     user: ev.user.clone(),
+                    process: ev.peer.as_ref().map(|p| p.comm.clone()),
                     share: Share::default(),
                 });
                 self.combos.len() - 1
@@ -400,10 +462,11 @@ impl DimShares {
         }
         self.last = Some(LastHit {
             conn: ev.conn,
-            server: ev.server,
-            client: ev.client,
+            server: ev.server.clone(),
+            client: ev.client.clone(),
             database: ev.database.clone(),
             user: ev.user.clone(),
+            peer: ev.peer.clone(),
             index: i,
         });
     }
@@ -443,8 +506,8 @@ impl DimShares {
         self.other
     }
 
-    /// Every value of `dim` (one of server, db, user, client, protocol) with its share, largest
-    /// service time first. `None` for fingerprint and command (groups show those).
+    /// Every value of `dim` (one of server, db, user, client, process, protocol) with its share,
+    /// largest service time first. `None` for fingerprint and command (groups show those).
     pub fn of(&self, dim: Dim) -> Option<DimShare> {
         let name = |v: &Option<Arc<str>>| v.as_deref().unwrap_or(UNKNOWN).to_string();
         let value = |c: &Combo| -> Option<String> {
@@ -453,6 +516,7 @@ impl DimShares {
                 Dim::Client => c.client.to_string(),
                 Dim::Db => name(&c.database),
                 Dim::User => name(&c.user),
+                Dim::Process => name(&c.process),
                 Dim::Protocol => c.protocol.name().to_string(),
                 Dim::Fingerprint | Dim::Command => return None,
             })

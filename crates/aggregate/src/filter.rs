@@ -1,5 +1,5 @@
-//! `--where` filters: expressions such as `db=shop`, `user!=monitor`, `server=10.0.0.5:3306` or
-//! `fingerprint~^select`, parsed once and evaluated per event (all must hold).
+//! `--where` filters: expressions such as `db=shop`, `user!=monitor`, `server=10.0.0.5:3306`,
+//! `server=/run/mysqld/mysqld.sock`, `process=php-fpm` or `fingerprint~^select`, parsed once and evaluated per event (all must hold).
 //!
 //! Evaluation is cheap and allocation-free on the hot path: equality tests compare in place, and
 //! regular expressions on the fingerprint are evaluated once per fingerprint hash and cached
@@ -7,11 +7,11 @@
 //! one-line error.
 
 use std::collections::HashMap;
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 
-use proto::{Protocol, QueryEvent};
+use proto::{Endpoint, Protocol, QueryEvent};
 
-use crate::dims::Dim;
+use crate::dims::{Dim, Host};
 use regex::Regex;
 
 /// Fingerprint hashes whose verdict is cached; past it the cache starts over.
@@ -23,34 +23,50 @@ const REGEX_SIZE_LIMIT: usize = 1 << 20;
 
 #[derive(Clone, Debug)]
 enum Test {
-    /// `server=`: an exact endpoint, any port of an address, or a port on any address.
+    /// `server=`: an exact endpoint (address and port, or a Unix socket path), any port of an
+    /// address, or a port on any address.
     Server(ServerPat),
-    /// `client=`: a host address.
-    Ip(IpAddr),
+    /// `client=`: a host address, or `local` (Unix-socket clients).
+    Host(Host),
     /// `protocol=`.
     Protocol(Protocol),
-    /// Exact text (db, user, command, fingerprint); for db and user the empty string matches an
-    /// unknown value.
+    /// Exact text (db, user, command, process, fingerprint); for db, user and process the empty
+    /// string matches an unknown value.
     Text(String),
     /// `~`: a regular expression on the field's text.
     Regex(Regex),
 }
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 enum ServerPat {
-    Exact(SocketAddr),
+    Exact(Endpoint),
     Ip(IpAddr),
     Port(u16),
 }
 
 impl ServerPat {
-    fn matches(self, a: SocketAddr) -> bool {
+    fn matches(&self, a: &Endpoint) -> bool {
         match self {
             ServerPat::Exact(e) => e == a,
-            ServerPat::Ip(ip) => canon(ip) == canon(a.ip()),
-            ServerPat::Port(p) => a.port() == p,
+            ServerPat::Ip(ip) => a.ip().is_some_and(|a| canon(*ip) == canon(a)),
+            ServerPat::Port(p) => a.port() == Some(*p),
         }
     }
+}
+
+/// Compares client hosts with IPv4-mapped IPv6 addresses as their IPv4 form.
+fn canon_host(h: Host) -> Host {
+    match h {
+        Host::Ip(ip) => Host::Ip(canon(ip)),
+        local => local,
+    }
+}
+
+/// What a cached verdict on an address is keyed by (with the predicate's index).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum AddrKey {
+    Server(Endpoint),
+    Client(Host),
 }
 
 /// IPv4-mapped IPv6 addresses compare equal to their IPv4 form.
@@ -78,7 +94,7 @@ pub struct Filter {
     fp_cache: HashMap<u64, bool>,
     /// Verdict of a regular expression on an address, per (predicate, address): the address
     /// is formatted once, not per event.
-    addr_cache: HashMap<(usize, SocketAddr), bool>,
+    addr_cache: HashMap<(usize, AddrKey), bool>,
 }
 
 impl Filter {
@@ -116,17 +132,18 @@ impl Filter {
                 }
                 (Test::Regex(_), Dim::Server | Dim::Client) => {
                     let a = match p.field {
-                        Dim::Server => ev.server,
-                        _ => SocketAddr::new(ev.client.ip(), 0),
+                        Dim::Server => AddrKey::Server(ev.server.clone()),
+                        _ => AddrKey::Client(Host::of(&ev.client)),
                     };
-                    if let Some(&v) = self.addr_cache.get(&(i, a)) {
+                    let key = (i, a);
+                    if let Some(&v) = self.addr_cache.get(&key) {
                         v
                     } else {
                         let v = p.eval(ev);
                         if self.addr_cache.len() >= ADDR_CACHE_MAX {
                             self.addr_cache.clear();
                         }
-                        self.addr_cache.insert((i, a), v);
+                        self.addr_cache.insert(key, v);
                         v
                     }
                 }
@@ -158,15 +175,18 @@ impl Filter {
 impl Pred {
     fn eval(&self, ev: &QueryEvent) -> bool {
         let hit = match (&self.test, self.field) {
-            (Test::Server(p), _) => p.matches(ev.server),
-            (Test::Ip(ip), _) => canon(*ip) == canon(ev.client.ip()),
+            (Test::Server(p), _) => p.matches(&ev.server),
+            (Test::Host(h), _) => canon_host(*h) == canon_host(Host::of(&ev.client)),
             (Test::Protocol(p), _) => *p == ev.protocol,
             (Test::Regex(r), Dim::Server) => r.is_match(&ev.server.to_string()),
-            (Test::Regex(r), Dim::Client) => r.is_match(&ev.client.ip().to_string()),
+            (Test::Regex(r), Dim::Client) => r.is_match(&Host::of(&ev.client).to_string()),
             (Test::Regex(r), Dim::Protocol) => r.is_match(ev.protocol.name()),
             (_, Dim::Db) => return self.eval_text(ev.database.as_deref()),
             (_, Dim::User) => return self.eval_text(ev.user.as_deref()),
             (_, Dim::Command) => return self.eval_text(Some(ev.command)),
+            (_, Dim::Process) => {
+                return self.eval_text(ev.peer.as_deref().map(|p| &*p.comm));
+            }
             _ => false,
         };
         hit != self.negate
@@ -196,8 +216,8 @@ fn parse_expr(e: &str) -> Result<Pred, String> {
         (_, Some(d)) => d,
         (other, None) => {
             return Err(format!(
-                "unknown field {other:?} (fields: server, db, user, client, protocol, command, \
-                 fingerprint)"
+                "unknown field {other:?} (fields: server, db, user, client, process, protocol, \
+                 command, fingerprint)"
             ));
         }
     };
@@ -223,11 +243,12 @@ fn parse_expr(e: &str) -> Result<Pred, String> {
     } else {
         match field {
             Dim::Server => Test::Server(parse_server(value)?),
-            Dim::Client => Test::Ip(
-                value
-                    .parse()
-                    .map_err(|_| format!("{value:?} is not an IP address"))?,
-            ),
+            Dim::Client if value.eq_ignore_ascii_case("local") => Test::Host(Host::Local),
+            Dim::Client => {
+                Test::Host(Host::Ip(value.parse().map_err(|_| {
+                    format!("{value:?} is not an IP address (or local)")
+                })?))
+            }
             Dim::Protocol => Test::Protocol(parse_protocol(value)?),
             _ => Test::Text(value.to_string()),
         }
@@ -239,10 +260,10 @@ fn parse_expr(e: &str) -> Result<Pred, String> {
     })
 }
 
-/// `10.0.0.5:3306`, `[::1]:5432`, a bare address (`10.0.0.5`, `::1`: any port) or `:3306` (any
-/// address).
+/// `10.0.0.5:3306`, `[::1]:5432`, a Unix socket path (`/run/mysqld/mysqld.sock`, `@name`), a
+/// bare address (`10.0.0.5`, `::1`: any port) or `:3306` (any address).
 fn parse_server(v: &str) -> Result<ServerPat, String> {
-    if let Ok(a) = v.parse::<SocketAddr>() {
+    if let Ok(a) = v.parse::<Endpoint>() {
         return Ok(ServerPat::Exact(a));
     }
     if let Ok(ip) = v.parse::<IpAddr>() {
@@ -254,7 +275,8 @@ fn parse_server(v: &str) -> Result<ServerPat, String> {
         return Ok(ServerPat::Port(port));
     }
     Err(format!(
-        "{v:?} is not ADDRESS:PORT, ADDRESS or :PORT (e.g. 10.0.0.5:3306, 10.0.0.5, :3306)"
+        "{v:?} is not ADDRESS:PORT, ADDRESS, :PORT or a socket path (e.g. 10.0.0.5:3306, \
+         10.0.0.5, :3306, /run/mysqld/mysqld.sock)"
     ))
 }
 

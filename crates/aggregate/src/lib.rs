@@ -18,7 +18,7 @@ pub mod txn;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-pub use dims::{Dim, DimSet, DimShares, DimValues, Scope};
+pub use dims::{Dim, DimSet, DimShares, DimValues, Host, Scope};
 pub use filter::Filter;
 pub use latency::{DECADE_LABELS, Latency, LatencyState, StateError};
 pub use stats::{

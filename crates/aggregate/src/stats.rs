@@ -3,11 +3,11 @@
 
 use std::collections::HashMap;
 use std::hash::Hash;
-use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
-use proto::{Outcome, QueryEvent};
+use proto::{Endpoint, Outcome, QueryEvent};
 
+use crate::dims::Host;
 use crate::latency::Latency;
 
 /// Count, sum, min and max of a non-negative quantity. Exact and mergeable.
@@ -251,8 +251,10 @@ pub struct Example {
     pub latency_ns: Option<u64>,
     /// Its service time ([`QueryEvent::service_ns`]).
     pub service_ns: Option<u64>,
-    pub client: SocketAddr,
-    pub server: SocketAddr,
+    pub client: Endpoint,
+    pub server: Endpoint,
+    /// The client process, where known.
+    pub peer: Option<Arc<proto::Process>>,
     pub database: Option<Arc<str>>,
     pub user: Option<Arc<str>>,
     pub statement_id: Option<u32>,
@@ -269,8 +271,9 @@ impl Example {
             start_ns: ev.start_ns,
             latency_ns: ev.latency_ns(),
             service_ns: ev.service_ns(),
-            client: ev.client,
-            server: ev.server,
+            client: ev.client.clone(),
+            server: ev.server.clone(),
+            peer: ev.peer.clone(),
             database: ev.database.clone(),
             user: ev.user.clone(),
             statement_id: ev.statement_id,
@@ -280,7 +283,7 @@ impl Example {
 
     /// True when an event with `(latency_ns, start_ns, client)` should replace this example:
     /// slower wins; among equals the earlier one, then the lower client address.
-    fn loses_to(&self, latency_ns: Option<u64>, start_ns: u64, client: &SocketAddr) -> bool {
+    fn loses_to(&self, latency_ns: Option<u64>, start_ns: u64, client: &Endpoint) -> bool {
         latency_ns
             .cmp(&self.latency_ns)
             .then_with(|| self.start_ns.cmp(&start_ns))
@@ -335,7 +338,7 @@ pub struct Stats {
     /// Events per user; `None` when unknown.
     pub users: TopCounter<Option<Arc<str>>>,
     /// Events per client host.
-    pub clients: TopCounter<IpAddr>,
+    pub clients: TopCounter<Host>,
     /// The slowest event (only with `keep_examples`).
     pub example: Option<Example>,
     /// Events the server flagged `SERVER_QUERY_NO_INDEX_USED` (MySQL/MariaDB).
@@ -389,7 +392,7 @@ impl Stats {
         self.last_seen_ns = Some(self.last_seen_ns.map_or(end, |l| l.max(end)));
         self.databases.record(&ev.database);
         self.users.record(&ev.user);
-        self.clients.record(&ev.client.ip());
+        self.clients.record(&Host::of(&ev.client));
         if keep_example {
             match &self.example {
                 Some(ex) if !ex.loses_to(latency, ev.start_ns, &ev.client) => {}

@@ -14,10 +14,9 @@
 //! kept in top-K lists.
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::sync::Arc;
 
-use proto::{QueryEvent, TxnState};
+use proto::{Endpoint, QueryEvent, TxnState};
 
 use crate::GroupKey;
 
@@ -71,10 +70,12 @@ impl TxnEnd {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ConnWho {
     pub conn: u64,
-    pub client: SocketAddr,
-    pub server: SocketAddr,
+    pub client: Endpoint,
+    pub server: Endpoint,
     pub user: Option<Arc<str>>,
     pub database: Option<Arc<str>>,
+    /// The client process, where known.
+    pub peer: Option<Arc<proto::Process>>,
 }
 
 /// One transaction.
@@ -187,10 +188,11 @@ impl Transactions {
         let st = self.conns.entry(ev.conn).or_insert_with(|| ConnState {
             who: ConnWho {
                 conn: ev.conn,
-                client: ev.client,
-                server: ev.server,
+                client: ev.client.clone(),
+                server: ev.server.clone(),
                 user: ev.user.clone(),
                 database: ev.database.clone(),
+                peer: ev.peer.clone(),
             },
             open: None,
             transactions: 0,

@@ -5,11 +5,12 @@ use std::sync::Arc;
 
 use aggregate::{AggConfig, Aggregator, GroupKey, Stats};
 use proptest::prelude::*;
-use proto::{DbError, Outcome, Protocol, QueryEvent};
+use proto::{DbError, Endpoint, Outcome, Protocol, QueryEvent};
 
-fn addr(s: &str) -> SocketAddr {
-    s.parse()
+fn addr(s: &str) -> Endpoint {
+    s.parse::<SocketAddr>()
         .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)))
+        .into()
 }
 
 fn event(start_ns: u64, latency_ns: Option<u64>) -> QueryEvent {
@@ -44,6 +45,7 @@ fn event(start_ns: u64, latency_ns: Option<u64>) -> QueryEvent {
         txn: None,
         index: Default::default(),
         params: None,
+        peer: None,
     }
 }
 
@@ -320,7 +322,7 @@ fn arb_event() -> impl Strategy<Value = (u64, QueryEvent)> {
             e.service_start_ns = e.end_ns.map(|end| (start + queue).min(end));
             e.database = (db > 0).then(|| Arc::from(format!("db{db}")));
             e.user = (db != 1).then(|| Arc::from("u"));
-            e.client = SocketAddr::from(([10, 0, 0, host as u8], 1000 + host));
+            e.client = SocketAddr::from(([10, 0, 0, host as u8], 1000 + host)).into();
             e.rows_sent = rows;
             e.rows_affected = rows / 3;
             e.warnings = rows % 4 / 2;

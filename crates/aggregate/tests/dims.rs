@@ -1,15 +1,14 @@
 //! Dimension tests: `--where` parsing and evaluation (never panics), grouping by dimensions
 //! (merges exactly, partitions the fingerprint groups), and the per-dimension shares.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 
-use aggregate::{AggConfig, Aggregator, Dim, DimSet, Filter, GroupKey};
+use aggregate::{AggConfig, Aggregator, Dim, DimSet, Filter, GroupKey, Host};
 use proptest::prelude::*;
-use proto::{Outcome, Protocol, QueryEvent};
+use proto::{Endpoint, Outcome, Protocol, QueryEvent};
 
 fn event(server: &str, client: &str, db: Option<&str>, user: Option<&str>, lat: u64) -> QueryEvent {
-    let addr = |s: &str| s.parse::<SocketAddr>().expect("test address");
+    let addr = |s: &str| s.parse::<Endpoint>().expect("test address");
     QueryEvent {
         protocol: Protocol::Redis,
         conn: 1,
@@ -37,6 +36,7 @@ fn event(server: &str, client: &str, db: Option<&str>, user: Option<&str>, lat: 
         txn: None,
         index: Default::default(),
         params: None,
+        peer: None,
     }
 }
 
@@ -242,7 +242,7 @@ proptest! {
         for g in all.groups() {
             let v = g.dims.as_ref().expect("dims");
             if dims.contains(Dim::Server) {
-                prop_assert_eq!(g.stats.count, events.iter().filter(|e| Some(e.server) == v.server && (!dims.contains(Dim::Db) || e.database == v.database) && (!dims.contains(Dim::User) || e.user == v.user) && (!dims.contains(Dim::Client) || Some(e.client.ip()) == v.client)).count() as u64);
+                prop_assert_eq!(g.stats.count, events.iter().filter(|e| Some(&e.server) == v.server.as_ref() && (!dims.contains(Dim::Db) || e.database == v.database) && (!dims.contains(Dim::User) || e.user == v.user) && (!dims.contains(Dim::Client) || Some(Host::of(&e.client)) == v.client)).count() as u64);
             }
         }
         for d in [Dim::Server, Dim::Db, Dim::User, Dim::Client, Dim::Protocol] {

@@ -39,6 +39,7 @@ fn event(i: u64, index: IndexUse) -> QueryEvent {
             body: [0, 0, 0, 1, 0, 0, 0, 1, b'0' + (i % 10) as u8].into(),
             oids: None,
         }))),
+        peer: None,
     }
 }
 

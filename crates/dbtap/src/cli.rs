@@ -301,14 +301,16 @@ pub struct GroupingArgs {
     pub keep_key_order: bool,
 
     /// Group by these dimensions, comma separated: fingerprint (default), server, db, user,
-    /// client (host IP), protocol, command; e.g. `server,fingerprint` or `db,user`.
+    /// client (host IP, `local` for a Unix socket), process (the client's command name, where
+    /// the eBPF source knows it), protocol, command; e.g. `server,fingerprint` or `db,user`.
     #[arg(long = "group-by", value_name = "LIST")]
     pub group_by: Option<String>,
 
     /// Count only events where EXPR holds (repeatable: all must hold). FIELD OP VALUE with
-    /// fields server, db, user, client, protocol, command, fingerprint and ops = != ~ (regex)
-    /// !~; e.g. `db=shop`, `user!=monitor`, `server=10.0.0.5:3306` (or `10.0.0.5`, `:3306`),
-    /// `fingerprint~^select`. `db=` (empty) matches an unknown database.
+    /// fields server, db, user, client, process, protocol, command, fingerprint and ops = != ~
+    /// (regex) !~; e.g. `db=shop`, `user!=monitor`, `server=10.0.0.5:3306` (or `10.0.0.5`,
+    /// `:3306`, a Unix socket path), `client=local`, `process=php-fpm`, `fingerprint~^select`.
+    /// `db=` (empty) matches an unknown database.
     #[arg(long = "where", value_name = "EXPR")]
     pub where_: Vec<String>,
 }

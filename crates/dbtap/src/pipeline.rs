@@ -218,9 +218,10 @@ impl<C: Consumer> flow::Handler for Conns<C> {
     ) -> bool {
         let meta = ConnMeta {
             id,
-            client,
-            server,
+            client: client.into(),
+            server: server.into(),
             saw_open: saw_syn,
+            peer: None,
             after_tls: false,
         };
         let known = self
@@ -258,7 +259,7 @@ impl<C: Consumer> flow::Handler for Conns<C> {
                         self.unknown_midstream += 1;
                         *self
                             .unknown_midstream_ports
-                            .entry(meta.server.port())
+                            .entry(meta.server.port().unwrap_or(0))
                             .or_default() += 1;
                     }
                     self.conns.remove(&id);

@@ -53,11 +53,11 @@ mod tests {
     use proto::Protocol;
 
     fn ev(conn: u64, start: u64, end: Option<u64>) -> QueryEvent {
-        let addr = "127.0.0.1:1".parse().unwrap();
+        let addr: std::net::SocketAddr = "127.0.0.1:1".parse().unwrap();
         QueryEvent {
             conn,
-            client: addr,
-            server: addr,
+            client: addr.into(),
+            server: addr.into(),
             service_start_ns: None,
             ..proto::testing::event(Protocol::Redis, "get", start, end)
         }

@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::{self, Write};
 use std::net::SocketAddr;
 
-use proto::{Protocol, QueryEvent};
+use proto::{Endpoint, Protocol, QueryEvent};
 use serde::Serialize;
 
 use crate::agent::lines::{
@@ -37,7 +37,7 @@ type GroupKey = (Protocol, u64, &'static str);
 
 #[derive(Default)]
 struct Bucket {
-    servers: HashMap<SocketAddr, ServerWindow>,
+    servers: HashMap<Endpoint, ServerWindow>,
     groups: HashMap<GroupKey, (String, ServerWindow)>,
 }
 
@@ -107,7 +107,7 @@ pub struct Timeline<W: Write> {
     /// Start of the first interval not yet written; the last interval with a selected packet.
     next: Option<u64>,
     last: u64,
-    known: HashSet<SocketAddr>,
+    known: HashSet<Endpoint>,
     printed_header: bool,
     late: u64,
     rows: Vec<Row>,
@@ -223,9 +223,9 @@ impl<W: Write> Timeline<W> {
         Some(self.buckets.entry(b).or_default())
     }
 
-    fn server_key(&mut self, a: SocketAddr) -> SocketAddr {
+    fn server_key(&mut self, a: Endpoint) -> Endpoint {
         if self.known.contains(&a) || self.known.len() < MAX_SERVERS {
-            self.known.insert(a);
+            self.known.insert(a.clone());
             a
         } else {
             self.known.insert(other_server());
@@ -239,7 +239,9 @@ impl<W: Write> Timeline<W> {
         }
         // A server by port or address, or one that answered requests already.
         let is_server = |a: &SocketAddr| {
-            self.ports.contains(&a.port()) || self.addrs.contains(a) || self.known.contains(a)
+            self.ports.contains(&a.port())
+                || self.addrs.contains(a)
+                || self.known.contains(&Endpoint::Ip(*a))
         };
         let (server, inbound) = if is_server(&dst) {
             (dst, true)
@@ -248,7 +250,7 @@ impl<W: Write> Timeline<W> {
         } else {
             return;
         };
-        let key = self.server_key(server);
+        let key = self.server_key(server.into());
         let ts = self.cur_ns;
         if let Some(bk) = self.bucket(ts) {
             let w = bk.servers.entry(key).or_default();
@@ -267,7 +269,7 @@ impl<W: Write> Timeline<W> {
         let start = ev.start_ns;
         match self.by {
             TimelineBy::Server => {
-                let key = self.server_key(ev.server);
+                let key = self.server_key(ev.server.clone());
                 match self.bucket(start) {
                     Some(bk) => bk.servers.entry(key).or_default().record(ev),
                     None => self.late += 1,
@@ -304,7 +306,7 @@ impl<W: Write> Timeline<W> {
     fn rows_of(&self, bk: &Bucket) -> Vec<(String, ServerWindow)> {
         match self.by {
             TimelineBy::Server => {
-                let mut known: Vec<SocketAddr> = self.known.iter().copied().collect();
+                let mut known: Vec<Endpoint> = self.known.iter().cloned().collect();
                 known.sort();
                 if known.is_empty() {
                     return vec![("-".to_string(), ServerWindow::default())];
@@ -503,8 +505,8 @@ mod tests {
     fn ev(start: u64, latency: u64, server: u16) -> QueryEvent {
         let addr = |p: u16| SocketAddr::from(([127, 0, 0, 1], p));
         QueryEvent {
-            client: addr(50_000),
-            server: addr(server),
+            client: addr(50_000).into(),
+            server: addr(server).into(),
             ..proto::testing::event(Protocol::Redis, "get", start, Some(start + latency))
         }
     }
@@ -542,7 +544,8 @@ mod tests {
 
     /// Drives a request as the pipeline does: its packets, then the event at its end.
     fn request(t: &mut Timeline<Shared>, fp: &mut Fingerprinter, e: &QueryEvent) {
-        let (c, s) = (e.client, e.server);
+        let ip = |a: &Endpoint| a.socket_addr().expect("an IP endpoint");
+        let (c, s) = (ip(&e.client), ip(&e.server));
         t.packet(e.start_ns);
         t.segment(c, s, 60);
         let end = e.end_ns.unwrap_or(e.start_ns);

@@ -370,9 +370,10 @@ mod vectors {
     fn texts(cmds: Vec<Doc>) -> Vec<String> {
         let meta = ConnMeta {
             id: 1,
-            client: "127.0.0.1:5000".parse::<SocketAddr>().unwrap(),
-            server: "127.0.0.1:27017".parse::<SocketAddr>().unwrap(),
+            client: "127.0.0.1:5000".parse::<SocketAddr>().unwrap().into(),
+            server: "127.0.0.1:27017".parse::<SocketAddr>().unwrap().into(),
             saw_open: true,
+            peer: None,
             after_tls: false,
         };
         let mut s = proto::mongodb::new_session(meta, SessionConfig::default());

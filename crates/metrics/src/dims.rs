@@ -1,4 +1,4 @@
-//! The dimension labels of group series: `server` (and `db`, `user`, `client` when grouped by
+//! The dimension labels of group series: `server` (and `db`, `user`, `client`, `process` when grouped by
 //! them). Cardinality stays bounded: only the `--metrics-top` exported groups get their own
 //! series, each with the values of the one group it counts; the rest are summed per protocol
 //! into one "other" series.

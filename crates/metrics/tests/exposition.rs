@@ -338,8 +338,8 @@ fn parser_rejects_what_the_format_forbids() {
 // ---------------------------------------------------------------------------------------------
 // Building aggregates.
 
-fn addr(port: u16) -> SocketAddr {
-    SocketAddr::from(([10, 0, 0, 1], port))
+fn addr(port: u16) -> proto::Endpoint {
+    SocketAddr::from(([10, 0, 0, 1], port)).into()
 }
 
 fn event(protocol: Protocol, command: &'static str, latency_ns: u64, error: bool) -> QueryEvent {
@@ -375,6 +375,7 @@ fn event(protocol: Protocol, command: &'static str, latency_ns: u64, error: bool
         txn: None,
         index: Default::default(),
         params: None,
+        peer: None,
     }
 }
 
@@ -855,4 +856,78 @@ fn group_series_carry_server_label() {
     .into_iter()
     .collect();
     assert_eq!(got, want);
+}
+
+/// A Unix-socket server's `server` label is its path (escaped, read back exactly); a `process`
+/// label appears only on series grouped by process, one series per command name.
+#[test]
+fn unix_server_path_and_process_labels() {
+    let sock = "/run/redis/re\"dis\\.sock";
+    let add_all = |dims: aggregate::DimSet| {
+        let mut agg = Aggregator::new(AggConfig::default());
+        for (pid, comm) in [
+            (1, Some("php-fpm")),
+            (2, Some("php-fpm")),
+            (3, Some("celery")),
+            (4, None),
+        ] {
+            let mut ev = event(Protocol::Redis, "get", 1_000, false);
+            ev.server = proto::Endpoint::unix(sock);
+            ev.client = proto::Endpoint::unix("");
+            ev.peer = comm.map(|c| {
+                std::sync::Arc::new(proto::Process {
+                    pid,
+                    comm: c.into(),
+                })
+            });
+            let key = GroupKey {
+                protocol: Protocol::Redis,
+                command: "get",
+                fingerprint_hash: dims.group_hash(&ev, 1),
+            };
+            agg.add_with_dims(&ev, key, || {
+                let v = dims.values(&ev);
+                ("GET ?".to_string(), v.label(), Some(Box::new(v)))
+            });
+        }
+        agg
+    };
+    let series = |agg: &Aggregator| -> BTreeMap<BTreeMap<String, String>, f64> {
+        let mut ex = Exporter::new(10);
+        let x = render(&mut ex, agg, &CaptureHealth::default());
+        x.samples
+            .iter()
+            .filter(|s| s.name == "dbtap_queries_total" && s.labels["server"] != "other")
+            .map(|s| {
+                let mut l = s.labels.clone();
+                l.retain(|k, _| matches!(k.as_str(), "server" | "process" | "client"));
+                (l, s.value)
+            })
+            .collect()
+    };
+    let labels = |kv: &[(&str, &str)]| -> BTreeMap<String, String> {
+        kv.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    };
+    let by_process = series(&add_all(
+        aggregate::DimSet::parse_list("server,process,fingerprint").expect("dims"),
+    ));
+    let want: BTreeMap<BTreeMap<String, String>, f64> = [
+        (labels(&[("server", sock), ("process", "php-fpm")]), 2.0),
+        (labels(&[("server", sock), ("process", "celery")]), 1.0),
+        (labels(&[("server", sock), ("process", "(unknown)")]), 1.0),
+    ]
+    .into_iter()
+    .collect();
+    assert_eq!(by_process, want);
+    // Grouped by server (live's default) and client host: no process label, one series.
+    let by_server = series(&add_all(
+        aggregate::DimSet::parse_list("server,client,fingerprint").expect("dims"),
+    ));
+    let want: BTreeMap<BTreeMap<String, String>, f64> =
+        [(labels(&[("server", sock), ("client", "local")]), 4.0)]
+            .into_iter()
+            .collect();
+    assert_eq!(by_server, want);
 }

@@ -8,9 +8,9 @@
 
 #![forbid(unsafe_code)]
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 
+pub mod endpoint;
 pub mod kit;
 pub mod mongodb;
 pub mod mysql;
@@ -20,6 +20,7 @@ pub mod redis;
 pub mod registry;
 pub mod testing;
 
+pub use endpoint::{Endpoint, Process};
 pub use registry::Protocol;
 
 /// Which way bytes travel on a connection.
@@ -36,11 +37,13 @@ pub enum Direction {
 pub struct ConnMeta {
     /// Unique per run; stable for the life of the connection.
     pub id: u64,
-    pub client: SocketAddr,
-    pub server: SocketAddr,
+    pub client: Endpoint,
+    pub server: Endpoint,
     /// False when the capture began after the connection was opened (no SYN seen): the session
     /// must pick up at the next plausible command boundary and cannot know the handshake.
     pub saw_open: bool,
+    /// The client process, where the source knows it (eBPF); `None` for packet captures.
+    pub peer: Option<Arc<Process>>,
     /// True when the bytes delivered are the decrypted plaintext that follows a TLS handshake
     /// and the plaintext before TLS (MySQL greeting and SSL request, PostgreSQL SSLRequest and
     /// 'S') was not delivered: MySQL's first client packet is the HandshakeResponse (sequence
@@ -108,8 +111,8 @@ pub struct DbError {
 pub struct QueryEvent {
     pub protocol: Protocol,
     pub conn: u64,
-    pub client: SocketAddr,
-    pub server: SocketAddr,
+    pub client: Endpoint,
+    pub server: Endpoint,
     /// Timestamp of the packet that carried the first byte of the request.
     pub start_ns: u64,
     /// Timestamp of the packet that carried the first byte of the response.
@@ -171,6 +174,8 @@ pub struct QueryEvent {
     /// PostgreSQL Bind), raw and bounded; decoded only for a group's example
     /// ([`params::BoundParams::literals`]). `None` when there are none or they were not kept.
     pub params: Option<Arc<params::BoundParams>>,
+    /// The client process ([`ConnMeta::peer`]), where known.
+    pub peer: Option<Arc<Process>>,
 }
 
 /// What the server said of its index use for a statement (MySQL/MariaDB status flags).

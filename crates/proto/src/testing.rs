@@ -216,9 +216,13 @@ pub fn assert_chunking_invariant<S: Session>(make: impl Fn() -> S, steps: &[Step
 pub fn loopback_meta(server_port: u16, saw_open: bool) -> ConnMeta {
     ConnMeta {
         id: 1,
-        client: "127.0.0.1:40000".parse().unwrap(),
-        server: ([127, 0, 0, 1], server_port).into(),
+        client: "127.0.0.1:40000"
+            .parse::<std::net::SocketAddr>()
+            .unwrap()
+            .into(),
+        server: std::net::SocketAddr::from(([127, 0, 0, 1], server_port)).into(),
         saw_open,
+        peer: None,
         after_tls: false,
     }
 }
@@ -384,8 +388,8 @@ pub fn event(
     QueryEvent {
         protocol,
         conn: 1,
-        client: std::net::SocketAddr::from(([127, 0, 0, 1], 50_000)),
-        server: std::net::SocketAddr::from(([127, 0, 0, 1], 1)),
+        client: std::net::SocketAddr::from(([127, 0, 0, 1], 50_000)).into(),
+        server: std::net::SocketAddr::from(([127, 0, 0, 1], 1)).into(),
         start_ns,
         first_response_ns: end_ns,
         end_ns,
@@ -412,6 +416,7 @@ pub fn event(
         txn: None,
         index: Default::default(),
         params: None,
+        peer: None,
     }
 }
 

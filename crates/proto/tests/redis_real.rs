@@ -93,9 +93,10 @@ fn expected_pushes(text: &str) -> Option<u64> {
 fn meta(saw_open: bool) -> ConnMeta {
     ConnMeta {
         id: 1,
-        client: "127.0.0.1:40000".parse::<SocketAddr>().unwrap(),
-        server: "127.0.0.1:26379".parse::<SocketAddr>().unwrap(),
+        client: "127.0.0.1:40000".parse::<SocketAddr>().unwrap().into(),
+        server: "127.0.0.1:26379".parse::<SocketAddr>().unwrap().into(),
         saw_open,
+        peer: None,
         after_tls: false,
     }
 }

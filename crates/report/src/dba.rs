@@ -73,6 +73,7 @@ mod tests {
             service_ns: Some(1),
             client: "10.0.0.1:1".parse().unwrap(),
             server: "10.0.0.2:5432".parse().unwrap(),
+            peer: None,
             database: None,
             user: None,
             statement_id: None,

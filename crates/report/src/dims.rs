@@ -13,7 +13,14 @@ use serde::{Deserialize, Serialize};
 use crate::fmt::{sanitize, thousands};
 
 /// Dimensions of the shares panel, in display order.
-pub const PANEL_DIMS: [Dim; 5] = [Dim::Server, Dim::Db, Dim::User, Dim::Client, Dim::Protocol];
+pub const PANEL_DIMS: [Dim; 6] = [
+    Dim::Server,
+    Dim::Db,
+    Dim::User,
+    Dim::Client,
+    Dim::Process,
+    Dim::Protocol,
+];
 /// Values listed per dimension; the rest are summed in one line.
 pub const PANEL_SHOW: usize = 5;
 
@@ -131,7 +138,7 @@ pub fn group_json(g: &Group) -> Option<BTreeMap<String, String>> {
 /// One dimension's shares in JSON.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct DimensionShares {
-    /// "server", "db", "user", "client" or "protocol".
+    /// "server", "db", "user", "client", "process" or "protocol".
     pub dimension: String,
     pub values: Vec<ValueShare>,
     /// Events whose combination of values was first seen past the tracking bound.
@@ -141,7 +148,7 @@ pub struct DimensionShares {
 /// One value's share of the load.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ValueShare {
-    /// The value; "(unknown)" for a database or user not known.
+    /// The value; "(unknown)" for a database, user or process not known.
     pub value: String,
     pub count: u64,
     /// Sum of service times, microseconds.
@@ -215,8 +222,8 @@ mod tests {
     fn event(client: u8, service_ns: u64) -> QueryEvent {
         QueryEvent {
             conn: u64::from(client),
-            client: SocketAddr::from(([10, 0, 0, client], 5000)),
-            server: SocketAddr::from(([10, 0, 0, 1], 6379)),
+            client: SocketAddr::from(([10, 0, 0, client], 5000)).into(),
+            server: SocketAddr::from(([10, 0, 0, 1], 6379)).into(),
             bytes_in: 1,
             bytes_out: 1,
             ..proto::testing::event(Protocol::Redis, "get", 1_000, Some(1_000 + service_ns))

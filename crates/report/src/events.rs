@@ -5,7 +5,7 @@
 use std::fmt::Display;
 use std::io::{self, Write};
 
-use proto::{Outcome, QueryEvent};
+use proto::{Endpoint, Outcome, QueryEvent};
 use serde::{Serialize, Serializer};
 
 use crate::fmt::Rfc3339;
@@ -38,6 +38,12 @@ struct ErrorLine<'a> {
 }
 
 #[derive(Serialize)]
+struct ProcessLine<'a> {
+    pid: u32,
+    comm: &'a str,
+}
+
+#[derive(Serialize)]
 struct EventLine<'a> {
     ts: Str<Rfc3339>,
     start_ns: u64,
@@ -46,8 +52,11 @@ struct EventLine<'a> {
     id: &'a str,
     fingerprint: &'a str,
     conn: u64,
-    client: Str<std::net::SocketAddr>,
-    server: Str<std::net::SocketAddr>,
+    client: Str<&'a Endpoint>,
+    server: Str<&'a Endpoint>,
+    /// Written only when the client process is known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    process: Option<ProcessLine<'a>>,
     user: Option<&'a str>,
     database: Option<&'a str>,
     latency_us: Option<f64>,
@@ -97,8 +106,12 @@ pub fn write_ndjson(
         id,
         fingerprint,
         conn: ev.conn,
-        client: Str(ev.client),
-        server: Str(ev.server),
+        client: Str(&ev.client),
+        server: Str(&ev.server),
+        process: ev.peer.as_deref().map(|p| ProcessLine {
+            pid: p.pid,
+            comm: &p.comm,
+        }),
         user: ev.user.as_deref(),
         database: ev.database.as_deref(),
         latency_us: ev.latency_ns().map(us),

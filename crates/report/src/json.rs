@@ -251,6 +251,9 @@ pub struct Example {
     pub service_us: Option<f64>,
     pub client: String,
     pub server: String,
+    /// The client process, where known (eBPF); omitted otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub process: Option<ProcessJson>,
     pub database: Option<String>,
     pub user: Option<String>,
     pub statement_id: Option<u32>,
@@ -261,6 +264,23 @@ pub struct Example {
     /// placeholders (EXPLAIN-ready); omitted when there are none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub with_values: Option<String>,
+}
+
+/// A client process: `{"pid": 4242, "comm": "psql"}`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcessJson {
+    pub pid: u32,
+    /// The command name (at most 15 bytes, as the kernel keeps it).
+    pub comm: String,
+}
+
+impl ProcessJson {
+    pub fn of(p: &Option<Arc<proto::Process>>) -> Option<ProcessJson> {
+        p.as_deref().map(|p| ProcessJson {
+            pid: p.pid,
+            comm: p.comm.to_string(),
+        })
+    }
 }
 
 fn sat(v: u128) -> u64 {
@@ -380,6 +400,7 @@ pub fn stats_json(s: &Stats) -> StatsJson {
             service_us: opt_us(e.service_ns),
             client: e.client.to_string(),
             server: e.server.to_string(),
+            process: ProcessJson::of(&e.peer),
             database: arc_name(&e.database),
             user: arc_name(&e.user),
             statement_id: e.statement_id,

@@ -703,8 +703,15 @@ fn exec_time_distribution(out: &mut impl Write, s: &Stats) -> io::Result<()> {
 fn slowest_example(out: &mut impl Write, ex: &Example) -> io::Result<()> {
     let mut what = vec![
         format!("at {}", rfc3339(ex.start_ns)),
-        format!("client {} -> {}", ex.client, ex.server),
+        format!(
+            "client {} -> {}",
+            sanitize(&ex.client.to_string(), false),
+            sanitize(&ex.server.to_string(), false)
+        ),
     ];
+    if let Some(p) = &ex.peer {
+        what.push(format!("process {}", sanitize(&p.to_string(), false)));
+    }
     if let Some(db) = &ex.database {
         what.push(format!("database {}", sanitize(db, false)));
     }

@@ -9,6 +9,7 @@ use aggregate::{Aggregator, GroupKey};
 use serde::{Deserialize, Serialize};
 
 use crate::fmt::{duration, rfc3339, sanitize, shorten, thousands, us};
+use crate::json::ProcessJson;
 
 /// Characters of the first statement's fingerprint shown per transaction in the text report.
 const FP_CHARS: usize = 60;
@@ -51,6 +52,9 @@ pub struct TxnJson {
     pub conn: u64,
     pub client: String,
     pub server: String,
+    /// The client process, where known (eBPF); omitted otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub process: Option<ProcessJson>,
     pub user: Option<String>,
     pub database: Option<String>,
     /// The group of the statement that started it.
@@ -68,6 +72,9 @@ pub struct ConnJson {
     pub conn: u64,
     pub client: String,
     pub server: String,
+    /// The client process, where known (eBPF); omitted otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub process: Option<ProcessJson>,
     pub user: Option<String>,
     pub database: Option<String>,
     pub transactions: u64,
@@ -119,6 +126,7 @@ pub fn json(agg: &Aggregator) -> Option<TransactionsJson> {
                 conn: x.who.conn,
                 client: x.who.client.to_string(),
                 server: x.who.server.to_string(),
+                process: ProcessJson::of(&x.who.peer),
                 user: opt(&x.who.user),
                 database: opt(&x.who.database),
                 first_query_id,
@@ -135,6 +143,7 @@ pub fn json(agg: &Aggregator) -> Option<TransactionsJson> {
             conn: c.who.conn,
             client: c.who.client.to_string(),
             server: c.who.server.to_string(),
+            process: ProcessJson::of(&c.who.peer),
             user: opt(&c.who.user),
             database: opt(&c.who.database),
             transactions: c.transactions,
@@ -233,7 +242,7 @@ fn top_transactions(out: &mut impl Write, agg: &Aggregator, top: &[&Txn]) -> io:
             duration(x.idle_ns as f64),
             thousands(x.statements),
             x.ended.name(),
-            x.who.client.to_string(),
+            sanitize(&x.who.client.to_string(), false),
             user_db(&x.who),
             fp
         );
@@ -273,8 +282,8 @@ fn idle_connections(out: &mut impl Write, conns: &[ConnIdle]) -> io::Result<()> 
         let line = format!(
             "# {:>4} {:<22} {:<22} {:<20} {:>5} {:>8} {:>8} {:>5}",
             i + 1,
-            c.who.client.to_string(),
-            c.who.server.to_string(),
+            sanitize(&c.who.client.to_string(), false),
+            sanitize(&c.who.server.to_string(), false),
             user_db(&c.who),
             thousands(c.transactions),
             duration(c.in_txn_ns as f64),

@@ -40,6 +40,7 @@ fn ev(conn: u64, text: &str, start: u64, dur: u64, txn: Option<TxnState>) -> Que
         txn,
         index: Default::default(),
         params: None,
+        peer: None,
     }
 }
 

@@ -13,8 +13,8 @@ use report::{
 
 const T0: u64 = 1_704_067_200_000_000_000; // 2024-01-01T00:00:00Z
 
-fn addr(ip: [u8; 4], port: u16) -> SocketAddr {
-    SocketAddr::from((ip, port))
+fn addr(ip: [u8; 4], port: u16) -> proto::Endpoint {
+    SocketAddr::from((ip, port)).into()
 }
 
 /// xorshift64*: deterministic input without a dependency.
@@ -131,6 +131,7 @@ fn events() -> Vec<(usize, QueryEvent)> {
             txn: None,
             index: Default::default(),
             params: None,
+            peer: None,
         };
         if which == 1 && rng.below(10) == 0 {
             ev.outcome = Outcome::Error;

@@ -33,8 +33,8 @@ fn event(i: u64, s: usize, t_ns: u64) -> QueryEvent {
     QueryEvent {
         protocol: Protocol::Mysql,
         conn: i % 7,
-        client: SocketAddr::from(([10, 0, 0, (i % 3) as u8 + 1], 40000)),
-        server: SocketAddr::from(([10, 0, 0, 9], 3306)),
+        client: SocketAddr::from(([10, 0, 0, (i % 3) as u8 + 1], 40000)).into(),
+        server: SocketAddr::from(([10, 0, 0, 9], 3306)).into(),
         start_ns: t_ns,
         first_response_ns: Some(t_ns + lat / 2),
         end_ns: Some(t_ns + lat),
@@ -61,6 +61,7 @@ fn event(i: u64, s: usize, t_ns: u64) -> QueryEvent {
         txn: None,
         index: Default::default(),
         params: None,
+        peer: None,
     }
 }
 

@@ -37,8 +37,8 @@ fn event(x: &Q, start_ns: u64) -> QueryEvent {
     QueryEvent {
         protocol: Protocol::Mysql,
         conn: 1,
-        client: SocketAddr::from(([10, 0, 0, x.host], 40000)),
-        server: SocketAddr::from(([10, 0, 0, 9], 3306)),
+        client: SocketAddr::from(([10, 0, 0, x.host], 40000)).into(),
+        server: SocketAddr::from(([10, 0, 0, 9], 3306)).into(),
         start_ns,
         first_response_ns: Some(start_ns + x.lat_ns / 2),
         end_ns: Some(start_ns + x.lat_ns),
@@ -70,6 +70,7 @@ fn event(x: &Q, start_ns: u64) -> QueryEvent {
         txn: None,
         index: Default::default(),
         params: None,
+        peer: None,
     }
 }
 

@@ -2,10 +2,10 @@
 //! chooses), the startup line that precedes them, and the final digest that ends them.
 
 use std::io::Write;
-use std::net::SocketAddr;
 
 use aggregate::Aggregator;
 use anyhow::Result;
+use proto::Endpoint;
 use report::CaptureHealth;
 
 use super::merge::Interval;
@@ -77,18 +77,18 @@ pub(crate) struct Offline {
 }
 
 /// How a line names its server.
-pub(crate) fn server_name(server: &SocketAddr, c: &LineCtx<'_>) -> String {
+pub(crate) fn server_name(server: &Endpoint, c: &LineCtx<'_>) -> String {
     if c.no_servers {
         "-".to_string()
     } else if *server == other_server() {
         "other".to_string()
     } else {
-        server.to_string()
+        report::fmt::sanitize(&server.to_string(), false)
     }
 }
 
 #[cfg(test)]
-fn field_cell(f: Field, server: &SocketAddr, w: &ServerWindow, c: &LineCtx<'_>) -> String {
+fn field_cell(f: Field, server: &Endpoint, w: &ServerWindow, c: &LineCtx<'_>) -> String {
     cell(f, &server_name(server, c), w, c)
 }
 
@@ -229,7 +229,7 @@ pub(super) struct Lines {
     /// The interval lines print local times (TZ, else /etc/localtime; UTC if neither is known).
     tz: jiff::tz::TimeZone,
     sample: u64,
-    known_servers: Vec<SocketAddr>,
+    known_servers: Vec<Endpoint>,
     printed_header: bool,
 }
 
@@ -268,7 +268,7 @@ impl Lines {
         }
         for s in iv.servers.keys() {
             if !self.known_servers.contains(s) {
-                self.known_servers.push(*s);
+                self.known_servers.push(s.clone());
             }
         }
         self.known_servers.sort();
@@ -283,7 +283,7 @@ impl Lines {
             offline: None,
         };
         let empty = ServerWindow::default();
-        let rows: Vec<SocketAddr> = if self.known_servers.is_empty() {
+        let rows: Vec<Endpoint> = if self.known_servers.is_empty() {
             vec![other_server()]
         } else {
             self.known_servers.clone()
@@ -351,7 +351,7 @@ mod tests {
             no_servers: false,
             offline: None,
         };
-        let srv: SocketAddr = "127.0.0.1:3306".parse().expect("addr");
+        let srv: Endpoint = "127.0.0.1:3306".parse().expect("addr");
         assert_eq!(field_cell(Field::Count, &srv, &w, &ctx), "28");
         assert_eq!(field_cell(Field::Errors, &srv, &w, &ctx), "4");
         assert_eq!(field_cell(Field::Qps, &srv, &w, &ctx), "14.0");

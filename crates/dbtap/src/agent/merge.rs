@@ -2,13 +2,13 @@
 //! the snapshot the endpoint reads, and the stop (every worker's last window merged).
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::sync::Mutex;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
 
 use aggregate::{AggConfig, Aggregator};
+use proto::Endpoint;
 use report::CaptureHealth;
 
 use super::unix_ns;
@@ -42,7 +42,7 @@ impl Snapshot {
 /// Merged state of one interval.
 pub(super) struct Interval {
     pub(super) window: Aggregator,
-    pub(super) servers: HashMap<SocketAddr, ServerWindow>,
+    pub(super) servers: HashMap<Endpoint, ServerWindow>,
     pub(super) health: CaptureHealth,
     pub(super) ring: live::RingStats,
     pub(super) open_connections: usize,

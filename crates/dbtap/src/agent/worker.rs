@@ -11,7 +11,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use aggregate::{AggConfig, Aggregator, Latency};
 use anyhow::{Context, Result};
-use proto::{Outcome, QueryEvent};
+use proto::{Endpoint, Outcome, QueryEvent};
 use report::CaptureHealth;
 
 use super::setup::{Plan, write_limits};
@@ -71,9 +71,10 @@ impl ServerWindow {
     }
 }
 
-/// The address interval lines sum servers under once [`MAX_SERVERS`] are tracked.
-pub(crate) fn other_server() -> SocketAddr {
-    SocketAddr::from(([0, 0, 0, 0], 0))
+/// The key interval lines sum servers under once [`MAX_SERVERS`] are tracked (never a
+/// server's own endpoint: shown as "other").
+pub(crate) fn other_server() -> Endpoint {
+    Endpoint::Ip(SocketAddr::from(([0, 0, 0, 0], 0)))
 }
 
 /// Which endpoints are servers: by port, or by exact address.
@@ -94,12 +95,12 @@ pub(super) struct LiveConsumer {
     fp: Fingerprinter,
     agg_cfg: AggConfig,
     window: Aggregator,
-    servers: HashMap<SocketAddr, ServerWindow>,
+    servers: HashMap<Endpoint, ServerWindow>,
     matcher: ServerMatch,
 }
 
 impl LiveConsumer {
-    fn server(&mut self, a: SocketAddr) -> &mut ServerWindow {
+    fn server(&mut self, a: Endpoint) -> &mut ServerWindow {
         let key = if self.servers.len() >= MAX_SERVERS && !self.servers.contains_key(&a) {
             other_server()
         } else {
@@ -108,7 +109,7 @@ impl LiveConsumer {
         self.servers.entry(key).or_default()
     }
 
-    fn take_window(&mut self) -> (Aggregator, HashMap<SocketAddr, ServerWindow>) {
+    fn take_window(&mut self) -> (Aggregator, HashMap<Endpoint, ServerWindow>) {
         (
             std::mem::replace(&mut self.window, Aggregator::new(self.agg_cfg.clone())),
             std::mem::take(&mut self.servers),
@@ -121,16 +122,16 @@ impl Consumer for LiveConsumer {
         if !self.fp.add_to(&mut self.window, &ev) {
             return;
         }
-        self.server(ev.server).record(&ev);
+        self.server(ev.server.clone()).record(&ev);
     }
 
     fn segment(&mut self, src: SocketAddr, dst: SocketAddr, frame_len: usize) {
         if self.matcher.is_server(&dst) {
-            let s = self.server(dst);
+            let s = self.server(dst.into());
             s.pkts_in += 1;
             s.bytes_in += frame_len as u64;
         } else if self.matcher.is_server(&src) {
-            let s = self.server(src);
+            let s = self.server(src.into());
             s.pkts_out += 1;
             s.bytes_out += frame_len as u64;
         }
@@ -141,7 +142,7 @@ impl Consumer for LiveConsumer {
 pub(super) struct WorkerReport {
     pub(super) worker: usize,
     pub(super) window: Aggregator,
-    pub(super) servers: HashMap<SocketAddr, ServerWindow>,
+    pub(super) servers: HashMap<Endpoint, ServerWindow>,
     /// Cumulative since start.
     pub(super) health: CaptureHealth,
     /// Cumulative since start.
@@ -359,12 +360,12 @@ mod tests {
         // Neither end a server: not counted anywhere.
         c.segment(cli, "10.0.0.3:80".parse().expect("addr"), 999);
         let (_, servers) = c.take_window();
-        let s = &servers[&srv];
+        let s = &servers[&Endpoint::from(srv)];
         assert_eq!(
             (s.pkts_in, s.bytes_in, s.pkts_out, s.bytes_out),
             (2, 160, 1, 1500)
         );
-        assert_eq!(servers[&other_srv].bytes_in, 70);
+        assert_eq!(servers[&Endpoint::from(other_srv)].bytes_in, 70);
         assert_eq!(servers.len(), 2);
         // The window was handed over: the consumer starts empty.
         assert!(c.servers.is_empty());

@@ -121,8 +121,8 @@ impl RequestCore {
         QueryEvent {
             protocol: origin.protocol,
             conn: origin.meta.id,
-            client: origin.meta.client,
-            server: origin.meta.server,
+            client: origin.meta.client.clone(),
+            server: origin.meta.server.clone(),
             start_ns: self.start_ns,
             first_response_ns: self.first_response_ns,
             end_ns: self.end_ns,
@@ -145,6 +145,7 @@ impl RequestCore {
             txn: None,
             index: self.index,
             params: self.params,
+            peer: origin.meta.peer.clone(),
         }
     }
 
@@ -194,9 +195,16 @@ mod tests {
     fn meta() -> ConnMeta {
         ConnMeta {
             id: 7,
-            client: "10.0.0.1:5000".parse().unwrap(),
-            server: "10.0.0.2:5432".parse().unwrap(),
+            client: "10.0.0.1:5000"
+                .parse::<std::net::SocketAddr>()
+                .unwrap()
+                .into(),
+            server: "10.0.0.2:5432"
+                .parse::<std::net::SocketAddr>()
+                .unwrap()
+                .into(),
             saw_open: true,
+            peer: None,
             after_tls: false,
         }
     }
@@ -221,7 +229,7 @@ mod tests {
             .statement(Some(4));
         let e = c.to_event(origin, tags.clone(), Outcome::Ok);
         assert_eq!(e.protocol, Protocol::Postgres);
-        assert_eq!((e.conn, e.client, e.server), (7, m.client, m.server));
+        assert_eq!((e.conn, &e.client, &e.server), (7, &m.client, &m.server));
         assert_eq!(e.start_ns, 100);
         assert_eq!(e.first_response_ns, Some(150));
         assert_eq!(e.end_ns, Some(180));
@@ -233,9 +241,28 @@ mod tests {
         assert_eq!(e.database.as_deref(), Some("d"));
         assert_eq!(e.text.as_deref(), Some("select 1"));
         assert_eq!(e.latency_ns(), Some(80));
-        let e2 = c.into_event(origin, tags, Outcome::Error);
+        assert_eq!(e.peer, None);
+        let e2 = c.into_event(origin, tags.clone(), Outcome::Error);
         assert_eq!(e2.outcome, Outcome::Error);
         assert_eq!(e2.end_ns, e.end_ns);
+        // A Unix-socket connection with a known client process: both reach the event.
+        let unix = ConnMeta {
+            client: crate::Endpoint::unix(""),
+            server: crate::Endpoint::unix("/run/postgresql/.s.PGSQL.5432"),
+            peer: Some(Arc::new(crate::Process {
+                pid: 4242,
+                comm: Arc::from("psql"),
+            })),
+            ..meta()
+        };
+        let origin = Origin {
+            protocol: Protocol::Postgres,
+            meta: &unix,
+        };
+        let e3 = RequestCore::new(1, 1).into_event(origin, tags, Outcome::Ok);
+        assert_eq!((&e3.client, &e3.server), (&unix.client, &unix.server));
+        assert_eq!(e3.server.to_string(), "/run/postgresql/.s.PGSQL.5432");
+        assert_eq!(e3.peer.as_deref().map(|p| p.pid), Some(4242));
     }
 
     #[test]

@@ -19,9 +19,10 @@ const S: Direction = Direction::ToClient;
 fn meta(saw_open: bool) -> ConnMeta {
     ConnMeta {
         id: 7,
-        client: "10.0.0.1:50000".parse::<SocketAddr>().unwrap(),
-        server: "10.0.0.2:3306".parse::<SocketAddr>().unwrap(),
+        client: "10.0.0.1:50000".parse::<SocketAddr>().unwrap().into(),
+        server: "10.0.0.2:3306".parse::<SocketAddr>().unwrap().into(),
         saw_open,
+        peer: None,
         after_tls: false,
     }
 }
