@@ -1,0 +1,50 @@
+//! Prints what the eBPF tracer sees: `cargo run -p dbtap-ebpf --example trace -- --pid N`
+//! (also --port P, --socket PATH, --process NAME, --tcp, --seconds S).
+
+use std::time::{Duration, Instant};
+
+fn main() {
+    let mut cfg = ebpf::Config::default();
+    let mut secs = 10u64;
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        let v = || -> String { String::new() };
+        let mut val = || args.next().unwrap_or_else(v);
+        match a.as_str() {
+            "--pid" => cfg.pids.push(val().parse().expect("--pid N")),
+            "--port" => cfg.ports.push(val().parse().expect("--port P")),
+            "--socket" => cfg.unix_paths.push(val().into()),
+            "--process" => cfg.processes.push(val()),
+            "--seconds" => secs = val().parse().expect("--seconds S"),
+            "--tcp" => cfg.tcp_plaintext = true,
+            _ => {
+                eprintln!("unknown argument {a}");
+                std::process::exit(2)
+            }
+        }
+    }
+    let mut t = ebpf::Tracer::start(&cfg).unwrap_or_else(|e| {
+        eprintln!("dbtap-ebpf: {e}");
+        std::process::exit(1)
+    });
+    for target in t.targets() {
+        eprintln!("tracing {} ({}): {}", target.pid, target.comm, target.why);
+    }
+    eprintln!("libssl probed: {:?}", t.ssl_libs());
+    let end = Instant::now() + Duration::from_secs(secs);
+    while Instant::now() < end {
+        let r = t.poll(Duration::from_millis(100), &mut |e| match e {
+            ebpf::Event::Data { sock, pid, inbound, offset, len, bytes, tls, .. } => {
+                let head = String::from_utf8_lossy(&bytes[..bytes.len().min(60)]).replace(['\r', '\n'], ".");
+                println!("data sock={sock} pid={pid} in={inbound} off={offset} len={len} n={} tls={tls} {head:?}", bytes.len());
+            }
+            other => println!("{other:?}"),
+        });
+        if let Err(e) = r {
+            eprintln!("dbtap-ebpf: {e}");
+            break;
+        }
+    }
+    eprintln!("{:?}", t.stats());
+    eprintln!("{:?}", t.run_time());
+}
