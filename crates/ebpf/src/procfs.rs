@@ -146,6 +146,9 @@ fn listen_inodes(cfg: &Config) -> HashMap<u64, Why> {
 }
 
 fn holder_of(pid: u32, want: &HashMap<u64, Why>) -> Option<Why> {
+    if want.is_empty() {
+        return None;
+    }
     let dir = std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?;
     dir.flatten().find_map(|e| {
         let link = std::fs::read_link(e.path()).ok()?;
@@ -162,12 +165,10 @@ pub fn discover(cfg: &Config) -> Vec<Target> {
     for (&pid, p) in &all {
         if cfg.pids.contains(&pid) {
             found.insert(pid, Why::Pid);
-        } else if cfg.processes.iter().any(|n| *n == p.comm) {
+        } else if cfg.processes.contains(&p.comm) {
             found.insert(pid, Why::Process(p.comm.clone()));
-        } else if !want.is_empty() {
-            if let Some(w) = holder_of(pid, &want) {
-                found.insert(pid, w);
-            }
+        } else if let Some(w) = holder_of(pid, &want) {
+            found.insert(pid, w);
         }
     }
     loop {

@@ -163,6 +163,7 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    #[allow(clippy::too_many_arguments)]
     fn hdr(
         kind: u8,
         flags: u8,

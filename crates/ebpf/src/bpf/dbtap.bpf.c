@@ -496,10 +496,8 @@ int BPF_PROG(on_sys_enter, struct pt_regs *regs, long id)
 	u32 fd = regs->di;
 	u64 pid_tgid = bpf_get_current_pid_tgid();
 	struct call c = {.op = op};
-	if (op == DOP_ACCEPT) {
-		bpf_map_update_elem(&calls, &pid_tgid, &c, BPF_ANY);
-		return 0;
-	}
+	if (op == DOP_ACCEPT)
+		return 0; /* handled at exit */
 	if (op == DOP_CLOSE) {
 		on_close(fd);
 		return 0;
@@ -537,6 +535,12 @@ int BPF_PROG(on_sys_exit, struct pt_regs *regs, long ret)
 	int op = op_of(regs->orig_ax);
 	if (!op || op == DOP_CLOSE)
 		return 0;
+	/* Accepts need no entry record: one blocked since before start still counts. */
+	if (op == DOP_ACCEPT) {
+		if (ret >= 0 && is_traced())
+			on_accepted(ret);
+		return 0;
+	}
 	u64 pid_tgid = bpf_get_current_pid_tgid();
 	struct call *cp = bpf_map_lookup_elem(&calls, &pid_tgid);
 	if (!cp)
@@ -546,9 +550,6 @@ int BPF_PROG(on_sys_exit, struct pt_regs *regs, long ret)
 	if (ret <= 0)
 		return 0;
 	switch (c.op) {
-	case DOP_ACCEPT:
-		on_accepted(ret);
-		break;
 	case DOP_READ:
 		emit_buf(c.sock, c.sk, DF_INBOUND, c.buf, ret);
 		break;
