@@ -288,3 +288,61 @@ fn tls_plaintext_without_ciphertext() {
     check_stream(&seen, sock, false, b"pong-tlsping-tls");
     assert_eq!(seen.closes, vec![sock]);
 }
+
+const FORKING_SERVER: &str = r#"
+import os, socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.bind(sys.argv[1]); s.listen(4)
+print("ready", flush=True)
+for _ in range(2):
+    c, _ = s.accept()
+    if os.fork() == 0:
+        got = b""
+        while len(got) < 5:
+            got += c.recv(100)
+        c.sendall(b"re:" + got)
+        os._exit(0)  # no close(2): the kernel closes the socket at exit
+    c.close()  # the parent's copy: the connection stays open in the child
+    os.wait()
+"#;
+
+/// PostgreSQL's model: the parent accepts, a forked child serves the connection and exits.
+#[test]
+fn forked_children_are_traced_and_their_exit_closes() {
+    if !can_run() {
+        return;
+    }
+    let dir = out_dir("fork");
+    let path = dir.join("srv.sock");
+    let mut server = python(FORKING_SERVER, &[path.to_str().unwrap_or("")]);
+    let cfg = Config {
+        unix_paths: vec![path.clone()],
+        ..Config::default()
+    };
+    let mut t = Tracer::start(&cfg).unwrap_or_else(|e| panic!("start: {e}"));
+    for msg in [b"first", b"secnd"] {
+        let mut c = UnixStream::connect(&path).unwrap_or_else(|e| panic!("connect: {e}"));
+        c.write_all(msg).unwrap_or_else(|e| panic!("{e}"));
+        let mut back = [0u8; 8];
+        c.read_exact(&mut back).unwrap_or_else(|e| panic!("{e}"));
+    }
+    let _ = server.wait();
+    let mut seen = Seen::default();
+    collect(&mut t, &mut seen, |s| s.closes.len() >= 2);
+    assert_eq!(seen.opens.len(), 2, "{seen:?}");
+    for (i, msg) in [b"first", b"secnd"].iter().enumerate() {
+        let sock = seen.opens[i].0;
+        assert_eq!(seen.opens[i].3, Some(std::process::id()));
+        check_stream(&seen, sock, true, &msg[..]);
+        check_stream(&seen, sock, false, &[&b"re:"[..], &msg[..]].concat());
+    }
+    let mut closes = seen.closes.clone();
+    closes.sort_unstable();
+    let mut socks: Vec<u64> = seen.opens.iter().map(|o| o.0).collect();
+    socks.sort_unstable();
+    assert_eq!(
+        closes, socks,
+        "one close per connection, none for the parent's copy"
+    );
+    assert_eq!(t.stats().exit_closes, 2, "{:?}", t.stats());
+}
