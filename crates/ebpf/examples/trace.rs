@@ -1,11 +1,12 @@
 //! Prints what the eBPF tracer sees: `cargo run -p dbtap-ebpf --example trace -- --pid N`
-//! (also --port P, --socket PATH, --process NAME, --tcp, --seconds S).
+//! (also --port P, --socket PATH, --process NAME, --tcp, --seconds S, --quiet: counters only).
 
 use std::time::{Duration, Instant};
 
 fn main() {
     let mut cfg = ebpf::Config::default();
     let mut secs = 10u64;
+    let mut quiet = false;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         let v = || -> String { String::new() };
@@ -17,6 +18,7 @@ fn main() {
             "--process" => cfg.processes.push(val()),
             "--seconds" => secs = val().parse().expect("--seconds S"),
             "--tcp" => cfg.tcp_plaintext = true,
+            "--quiet" => quiet = true,
             _ => {
                 eprintln!("unknown argument {a}");
                 std::process::exit(2)
@@ -34,6 +36,7 @@ fn main() {
     let end = Instant::now() + Duration::from_secs(secs);
     while Instant::now() < end {
         let r = t.poll(Duration::from_millis(100), &mut |e| match e {
+            _ if quiet => {}
             ebpf::Event::Data { sock, pid, inbound, offset, len, bytes, tls, .. } => {
                 let head = String::from_utf8_lossy(&bytes[..bytes.len().min(60)]).replace(['\r', '\n'], ".");
                 println!("data sock={sock} pid={pid} in={inbound} off={offset} len={len} n={} tls={tls} {head:?}", bytes.len());

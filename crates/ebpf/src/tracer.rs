@@ -5,7 +5,7 @@ use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::rc::Rc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use libbpf_rs::{
     Link, MapCore, MapFlags, Object, ObjectBuilder, RingBuffer, RingBufferBuilder, UprobeOpts,
@@ -35,6 +35,9 @@ const SSL_FUNCS: &[(&str, &str)] = &[
     ("SSL_shutdown", "ssl_other_enter"),
 ];
 
+/// How often `poll` looks for new server processes and libssl files.
+const RESCAN: Duration = Duration::from_secs(10);
+
 /// Cap on sockets remembered in user space (owner pid per socket, for closes at process exit).
 const MAX_SOCKS: usize = 1 << 20;
 
@@ -50,6 +53,8 @@ pub struct Tracer {
     mono_to_real: i128,
     owners: HashMap<u64, u32>,
     stats: Stats,
+    cfg: Config,
+    next_scan: Instant,
 }
 
 fn err(what: &str, e: impl std::fmt::Display) -> Error {
@@ -152,6 +157,8 @@ impl Tracer {
             mono_to_real: mono_to_real(),
             owners: HashMap::new(),
             stats: Stats::default(),
+            cfg: cfg.clone(),
+            next_scan: Instant::now() + RESCAN,
         };
         t.attach_ssl()?;
         Ok(t)
@@ -193,6 +200,36 @@ impl Tracer {
         let mut v: Vec<PathBuf> = self.libs.iter().cloned().collect();
         v.sort();
         v
+    }
+
+    /// Looks for server processes started since (a restarted server, a new `--process`) and
+    /// probes the libssl files they map; `poll` calls it every 10 s. Returns how many were added.
+    pub fn rescan(&mut self) -> Result<usize, Error> {
+        self.next_scan = Instant::now() + RESCAN;
+        self.targets
+            .retain(|t| std::path::Path::new(&format!("/proc/{}", t.pid)).exists());
+        let fresh: Vec<Target> = procfs::discover(&self.cfg)
+            .into_iter()
+            .filter(|t| {
+                !self
+                    .targets
+                    .iter()
+                    .any(|o| o.pid == t.pid && o.comm == t.comm)
+            })
+            .collect();
+        if fresh.is_empty() {
+            return Ok(0);
+        }
+        let traced = map(&self.obj, "traced")?;
+        for t in &fresh {
+            traced
+                .update(&t.pid.to_le_bytes(), &1u32.to_le_bytes(), MapFlags::ANY)
+                .map_err(|e| err("adding a traced pid", e))?;
+        }
+        let n = fresh.len();
+        self.targets.extend(fresh);
+        self.attach_ssl()?;
+        Ok(n)
     }
 
     /// Waits up to `timeout` for records (the kernel wakes this side only when much is pending),

@@ -148,12 +148,19 @@ struct {
 	__type(value, struct open_rec);
 } open_scratch SEC(".maps");
 
+/* Per thread: the syscall in flight and the SSL call state (task storage: no hash, freed
+ * with the thread). */
+struct tstate {
+	struct call c;
+	struct ssl_ctx x;
+};
+
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 16384);
-	__type(key, u64);
-	__type(value, struct call);
-} calls SEC(".maps");
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct tstate);
+} tstates SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -162,12 +169,6 @@ struct {
 	__type(value, struct sock_state);
 } socks SEC(".maps");
 
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 16384);
-	__type(key, u64);
-	__type(value, struct ssl_ctx);
-} ssl_ctxs SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -175,6 +176,12 @@ struct {
 	__type(key, struct ssl_key);
 	__type(value, struct sock_ref);
 } ssl_socks SEC(".maps");
+
+static __always_inline struct tstate *tstate(int create)
+{
+	return bpf_task_storage_get(&tstates, bpf_get_current_task_btf(), 0,
+				    create ? BPF_LOCAL_STORAGE_GET_F_CREATE : 0);
+}
 
 static __always_inline struct counters *ctrs(void)
 {
@@ -474,10 +481,9 @@ static __always_inline void on_close(u32 fd)
 }
 
 /* Inside an SSL call: the socket belongs to the SSL* of the call; ciphertext is not data. */
-static __always_inline int inside_ssl(u64 id, u64 sock, u64 sk)
+static __always_inline int inside_ssl(struct ssl_ctx *x, u64 id, u64 sock, u64 sk)
 {
-	struct ssl_ctx *x = bpf_map_lookup_elem(&ssl_ctxs, &id);
-	if (!x || !x->depth)
+	if (!x->depth)
 		return 0;
 	x->sock = sock;
 	x->sk = sk;
@@ -503,13 +509,16 @@ int BPF_PROG(on_sys_enter, struct pt_regs *regs, long id)
 		return 0;
 	}
 	c.sock = file_sock(fd_file(fd), &c.sk, &c.tcp);
-	if (!c.sock || inside_ssl(pid_tgid, c.sock, c.sk))
+	if (!c.sock)
+		return 0;
+	struct tstate *ts = tstate(1);
+	if (!ts || inside_ssl(&ts->x, pid_tgid, c.sock, c.sk))
 		return 0;
 	if (c.tcp && !tcp_plaintext())
 		return 0;
 	c.buf = regs->si;
 	c.vlen = regs->dx;
-	bpf_map_update_elem(&calls, &pid_tgid, &c, BPF_ANY);
+	ts->c = c;
 	return 0;
 }
 
@@ -541,12 +550,11 @@ int BPF_PROG(on_sys_exit, struct pt_regs *regs, long ret)
 			on_accepted(ret);
 		return 0;
 	}
-	u64 pid_tgid = bpf_get_current_pid_tgid();
-	struct call *cp = bpf_map_lookup_elem(&calls, &pid_tgid);
-	if (!cp)
+	struct tstate *ts = tstate(0);
+	if (!ts || !ts->c.op)
 		return 0;
-	struct call c = *cp;
-	bpf_map_delete_elem(&calls, &pid_tgid);
+	struct call c = ts->c;
+	ts->c.op = 0;
 	if (ret <= 0)
 		return 0;
 	switch (c.op) {
@@ -608,15 +616,10 @@ static __always_inline int ssl_enter(u64 ssl, u32 op, u64 buf, u64 exptr)
 {
 	if (!is_traced())
 		return 0;
-	u64 id = bpf_get_current_pid_tgid();
-	struct ssl_ctx *x = bpf_map_lookup_elem(&ssl_ctxs, &id);
-	if (!x) {
-		struct ssl_ctx fresh = {};
-		bpf_map_update_elem(&ssl_ctxs, &id, &fresh, BPF_ANY);
-		x = bpf_map_lookup_elem(&ssl_ctxs, &id);
-		if (!x)
-			return 0;
-	}
+	struct tstate *ts = tstate(1);
+	if (!ts)
+		return 0;
+	struct ssl_ctx *x = &ts->x;
 	if (x->depth == 0) {
 		x->ssl = ssl;
 		x->sock = 0;
@@ -632,9 +635,10 @@ static __always_inline int ssl_enter(u64 ssl, u32 op, u64 buf, u64 exptr)
 static __always_inline int ssl_exit(long ret)
 {
 	u64 id = bpf_get_current_pid_tgid();
-	struct ssl_ctx *x = bpf_map_lookup_elem(&ssl_ctxs, &id);
-	if (!x || !x->depth)
+	struct tstate *ts = tstate(0);
+	if (!ts || !ts->x.depth)
 		return 0;
+	struct ssl_ctx *x = &ts->x;
 	if (--x->depth)
 		return 0;
 	u32 op = x->op;
