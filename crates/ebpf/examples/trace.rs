@@ -1,5 +1,5 @@
 //! Prints what the eBPF tracer sees: `cargo run -p dbtap-ebpf --example trace -- --pid N`
-//! (also --port P, --socket PATH, --process NAME, --tcp, --seconds S, --quiet: counters only).
+//! (also --port P, --socket PATH, --process NAME, --tcp, --seconds S, --ring-kb N, --quiet: counters only).
 
 use std::time::{Duration, Instant};
 
@@ -19,6 +19,7 @@ fn main() {
             "--seconds" => secs = val().parse().expect("--seconds S"),
             "--tcp" => cfg.tcp_plaintext = true,
             "--quiet" => quiet = true,
+            "--ring-kb" => cfg.ring_bytes = val().parse::<usize>().expect("--ring-kb N") << 10,
             _ => {
                 eprintln!("unknown argument {a}");
                 std::process::exit(2)
@@ -34,8 +35,17 @@ fn main() {
     }
     eprintln!("libssl probed: {:?}", t.ssl_libs());
     let end = Instant::now() + Duration::from_secs(secs);
+    // Bytes missing per (socket, direction): offset jumps and records shorter than their `len`
+    // (should equal lost_bytes + truncated_bytes).
+    let mut next: std::collections::HashMap<(u64, bool), u64> = std::collections::HashMap::new();
+    let mut gaps = 0u64;
     while Instant::now() < end {
         let r = t.poll(Duration::from_millis(100), &mut |e| match e {
+            ebpf::Event::Data { sock, inbound, offset, len, bytes, .. } if quiet => {
+                let at = next.entry((sock, inbound)).or_insert(0);
+                gaps += offset.saturating_sub(*at) + (len - bytes.len() as u64);
+                *at = offset + len;
+            }
             _ if quiet => {}
             ebpf::Event::Data { sock, pid, inbound, offset, len, bytes, tls, .. } => {
                 let head = String::from_utf8_lossy(&bytes[..bytes.len().min(60)]).replace(['\r', '\n'], ".");
@@ -49,5 +59,8 @@ fn main() {
         }
     }
     eprintln!("{:?}", t.stats());
+    if quiet {
+        eprintln!("missing bytes seen: {gaps}");
+    }
     eprintln!("{:?}", t.run_time());
 }

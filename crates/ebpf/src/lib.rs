@@ -122,6 +122,8 @@ pub struct Stats {
     pub synthesized_opens: u64,
     /// Closes made in user space for sockets of a traced process that exited.
     pub exit_closes: u64,
+    /// Close records the ring had no room for (delivered from a kernel map instead).
+    pub lost_closes: u64,
 }
 
 /// The error of the tracer; Display is one line.

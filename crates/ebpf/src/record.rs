@@ -44,16 +44,15 @@ pub enum Raw<'a> {
         bytes: &'a [u8],
         tls: bool,
     },
+    /// `ends`: the stream offsets at close, [outbound, inbound] (bytes the kernel counted).
     Close {
         sock: u64,
         ts: u64,
         pid: u32,
+        ends: [u64; 2],
     },
     /// The last thread of a traced process exited.
-    Exit {
-        ts: u64,
-        pid: u32,
-    },
+    Exit { ts: u64, pid: u32 },
 }
 
 fn u16_at(b: &[u8], at: usize) -> Option<u16> {
@@ -152,7 +151,12 @@ pub fn decode(b: &[u8]) -> Option<Raw<'_>> {
                 accepted: flags & F_ACCEPTED != 0,
             })
         }
-        K_CLOSE if b.len() >= HDR => Some(Raw::Close { sock, ts, pid }),
+        K_CLOSE if b.len() >= HDR => Some(Raw::Close {
+            sock,
+            ts,
+            pid,
+            ends: [u64_at(b, 24)?, u64_at(b, 32)?],
+        }),
         K_EXIT if b.len() >= HDR => Some(Raw::Exit { ts, pid }),
         _ => None,
     }
@@ -274,11 +278,12 @@ mod tests {
     #[test]
     fn close_and_exit() {
         assert_eq!(
-            decode(&hdr(K_CLOSE, 0, 3, 8, 99, 0, 0, 0)),
+            decode(&hdr(K_CLOSE, 0, 3, 8, 99, 10, 20, 0)),
             Some(Raw::Close {
                 sock: 99,
                 ts: 8,
-                pid: 3
+                pid: 3,
+                ends: [10, 20]
             })
         );
         assert_eq!(

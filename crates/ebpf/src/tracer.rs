@@ -38,8 +38,20 @@ const SSL_FUNCS: &[(&str, &str)] = &[
 /// How often `poll` looks for new server processes and libssl files.
 const RESCAN: Duration = Duration::from_secs(10);
 
-/// Cap on sockets remembered in user space (owner pid per socket, for closes at process exit).
+/// Cap on sockets remembered in user space (owner pid, data seen: for closes at process exit
+/// and gaps at the end).
 const MAX_SOCKS: usize = 1 << 20;
+
+/// What user space knows of a socket it announced.
+#[derive(Clone, Copy, Debug, Default)]
+struct SockSeen {
+    /// The process that last used it (its exit closes the socket).
+    pid: u32,
+    /// The end of the last data seen, [outbound, inbound].
+    next: [u64; 2],
+    /// Whether the last data was TLS plaintext.
+    tls: bool,
+}
 
 /// A running tracer. Not `Send`: build it on the thread that polls it.
 pub struct Tracer {
@@ -51,7 +63,8 @@ pub struct Tracer {
     targets: Vec<Target>,
     libs: HashSet<PathBuf>,
     mono_to_real: i128,
-    owners: HashMap<u64, u32>,
+    socks: HashMap<u64, SockSeen>,
+    spare: SockSeen,
     stats: Stats,
     cfg: Config,
     next_scan: Instant,
@@ -155,7 +168,8 @@ impl Tracer {
             targets,
             libs: HashSet::new(),
             mono_to_real: mono_to_real(),
-            owners: HashMap::new(),
+            socks: HashMap::new(),
+            spare: SockSeen::default(),
             stats: Stats::default(),
             cfg: cfg.clone(),
             next_scan: Instant::now() + RESCAN,
@@ -239,9 +253,14 @@ impl Tracer {
         timeout: Duration,
         f: &mut dyn FnMut(Event<'_>),
     ) -> Result<usize, Error> {
-        self.ring
-            .poll(timeout)
-            .map_err(|e| err("polling the ring", e))?;
+        if Instant::now() >= self.next_scan {
+            self.rescan()?;
+        }
+        match self.ring.poll(timeout) {
+            // A signal ended the wait early: read what is there.
+            Err(e) if e.kind() == libbpf_rs::ErrorKind::Interrupted => {}
+            r => r.map_err(|e| err("polling the ring", e))?,
+        }
         self.ring
             .consume()
             .map_err(|e| err("reading the ring", e))?;
@@ -259,6 +278,7 @@ impl Tracer {
             at += 4 + len as usize;
             n += self.dispatch(rec, f);
         }
+        n += self.drain_lost_closes(f);
         let mut back = self.queue.borrow_mut();
         if back.is_empty() && buf.capacity() <= 16 << 20 {
             let mut buf = buf;
@@ -288,10 +308,11 @@ impl Tracer {
                 peer_pid,
                 accepted,
             } => {
-                self.own(sock, pid);
+                self.seen(sock).pid = pid;
+                let ts_ns = self.real(ts);
                 f(Event::Open {
                     sock,
-                    ts_ns: self.real(ts),
+                    ts_ns,
                     pid,
                     local,
                     peer,
@@ -310,27 +331,33 @@ impl Tracer {
                 bytes,
                 tls,
             } => {
-                let mut n = 0;
-                if !self.owners.contains_key(&sock) {
+                let ts_ns = self.real(ts);
+                let mut n = 1;
+                if !self.socks.contains_key(&sock) {
                     self.stats.synthesized_opens += 1;
                     let unknown = Addr::Unix(String::new());
+                    let peer = unknown.clone();
                     f(Event::Open {
                         sock,
-                        ts_ns: self.real(ts),
+                        ts_ns,
                         pid,
-                        local: unknown.clone(),
-                        peer: unknown,
+                        local: unknown,
+                        peer,
                         peer_pid: None,
                         accepted: false,
                     });
                     n += 1;
                 }
-                self.own(sock, pid);
+                let s = self.seen(sock);
+                s.pid = pid;
+                s.tls = tls;
+                let d = &mut s.next[usize::from(inbound)];
+                *d = (*d).max(offset.saturating_add(len));
                 self.stats.data_records += 1;
                 self.stats.bytes += bytes.len() as u64;
                 f(Event::Data {
                     sock,
-                    ts_ns: self.real(ts),
+                    ts_ns,
                     pid,
                     inbound,
                     offset,
@@ -338,47 +365,113 @@ impl Tracer {
                     bytes,
                     tls,
                 });
-                n + 1
+                n
             }
-            Raw::Close { sock, ts, .. } => {
-                self.owners.remove(&sock);
-                f(Event::Close {
-                    sock,
-                    ts_ns: self.real(ts),
-                });
-                1
-            }
+            Raw::Close { sock, ts, ends, .. } => self.close(sock, ts, Some(ends), f),
             Raw::Exit { ts, pid } => self.exited(pid, ts, f),
         }
     }
 
-    fn own(&mut self, sock: u64, pid: u32) {
-        if self.owners.len() < MAX_SOCKS || self.owners.contains_key(&sock) {
-            self.owners.insert(sock, pid);
+    /// The user-space state of `sock` (not remembered beyond `MAX_SOCKS` sockets).
+    fn seen(&mut self, sock: u64) -> &mut SockSeen {
+        if self.socks.len() >= MAX_SOCKS && !self.socks.contains_key(&sock) {
+            self.spare = SockSeen::default();
+            return &mut self.spare;
         }
+        self.socks.entry(sock).or_default()
     }
 
-    /// A traced process exited: its sockets closed without close(2).
+    /// Closes `sock`; bytes the kernel counted (`ends`) but no record brought (lost at the
+    /// very end) become a gap first.
+    fn close(
+        &mut self,
+        sock: u64,
+        ts: u64,
+        ends: Option<[u64; 2]>,
+        f: &mut dyn FnMut(Event<'_>),
+    ) -> usize {
+        let ts_ns = self.real(ts);
+        let mut n = 1;
+        if let (Some(s), Some(ends)) = (self.socks.remove(&sock), ends) {
+            for (dir, &end) in ends.iter().enumerate() {
+                let next = s.next[dir];
+                if end > next {
+                    let (pid, inbound, tls) = (s.pid, dir == 1, s.tls);
+                    f(Event::Data {
+                        sock,
+                        ts_ns,
+                        pid,
+                        inbound,
+                        offset: next,
+                        len: end - next,
+                        bytes: &[],
+                        tls,
+                    });
+                    n += 1;
+                }
+            }
+        }
+        f(Event::Close { sock, ts_ns });
+        n
+    }
+
+    /// Closes whose record the ring had no room for (the kernel kept them in a map).
+    fn drain_lost_closes(&mut self, f: &mut dyn FnMut(Event<'_>)) -> usize {
+        let Ok(m) = map(&self.obj, "lost_closes") else {
+            return 0;
+        };
+        let lost: Vec<(u64, [u64; 2])> = m
+            .keys()
+            .filter_map(|k| {
+                let v = m.lookup(&k, MapFlags::ANY).ok().flatten()?;
+                let _ = m.delete(&k);
+                let sock = u64::from_le_bytes(k.get(..8)?.try_into().ok()?);
+                let out = u64::from_le_bytes(v.get(..8)?.try_into().ok()?);
+                let inb = u64::from_le_bytes(v.get(8..16)?.try_into().ok()?);
+                Some((sock, [out, inb]))
+            })
+            .collect();
+        let now = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+        let ts = u64::try_from(now.tv_sec).unwrap_or(0) * 1_000_000_000
+            + u64::try_from(now.tv_nsec).unwrap_or(0);
+        let mut n = 0;
+        for (sock, ends) in lost {
+            self.stats.lost_closes += 1;
+            n += self.close(sock, ts, Some(ends), f);
+        }
+        n
+    }
+
+    /// A traced process exited: the sockets it used last closed without close(2).
     fn exited(&mut self, pid: u32, ts: u64, f: &mut dyn FnMut(Event<'_>)) -> usize {
         let gone: Vec<u64> = self
-            .owners
+            .socks
             .iter()
-            .filter(|&(_, &p)| p == pid)
-            .map(|(&s, _)| s)
+            .filter(|(_, s)| s.pid == pid)
+            .map(|(&k, _)| k)
             .collect();
-        let socks = map(&self.obj, "socks").ok();
-        for &sock in &gone {
-            self.owners.remove(&sock);
-            if let Some(m) = &socks {
-                let _ = m.delete(&sock.to_le_bytes());
-            }
+        let ends: Vec<(u64, Option<[u64; 2]>)> = match map(&self.obj, "socks") {
+            Err(_) => gone.iter().map(|&s| (s, None)).collect(),
+            Ok(m) => gone
+                .iter()
+                .map(|&sock| {
+                    let key = sock.to_le_bytes();
+                    let v = m.lookup(&key, MapFlags::ANY).ok().flatten();
+                    let _ = m.delete(&key);
+                    let ends = v.and_then(|v| {
+                        let out = u64::from_le_bytes(v.get(..8)?.try_into().ok()?);
+                        Some([out, u64::from_le_bytes(v.get(8..16)?.try_into().ok()?)])
+                    });
+                    (sock, ends)
+                })
+                .collect(),
+        };
+        let mut n = 0;
+        for (sock, ends) in ends {
             self.stats.exit_closes += 1;
-            f(Event::Close {
-                sock,
-                ts_ns: self.real(ts),
-            });
+            n += self.close(sock, ts, ends, f);
         }
-        gone.len()
+        n
     }
 
     /// Counters since start (kernel-side losses summed over CPUs).

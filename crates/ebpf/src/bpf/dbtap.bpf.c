@@ -169,6 +169,14 @@ struct {
 	__type(value, struct sock_state);
 } socks SEC(".maps");
 
+/* Closes the ring had no room for: socket -> final offsets {out, in}; user space drains it. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, u64);
+	__type(value, u64[2]);
+} lost_closes SEC(".maps");
+
 
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -470,12 +478,16 @@ static __always_inline void on_close(u32 fd)
 	if (!st)
 		return;
 	if (st->announced) {
+		/* The final offsets let user space see a loss at the very end as a gap. */
 		struct hdr h = {};
 		h.kind = DK_CLOSE;
 		h.pid = bpf_get_current_pid_tgid() >> 32;
 		h.ts = bpf_ktime_get_ns();
 		h.sock = sock;
-		bpf_ringbuf_output(&ring, &h, sizeof(h), wake_flags());
+		h.offset = st->off[0];
+		h.len = st->off[1];
+		if (bpf_ringbuf_output(&ring, &h, sizeof(h), wake_flags()))
+			bpf_map_update_elem(&lost_closes, &sock, st->off, BPF_ANY);
 	}
 	bpf_map_delete_elem(&socks, &sock);
 }
