@@ -346,3 +346,76 @@ fn forked_children_are_traced_and_their_exit_closes() {
     );
     assert_eq!(t.stats().exit_closes, 2, "{:?}", t.stats());
 }
+
+const SINK_SERVER: &str = r#"
+import socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.bind(sys.argv[1]); s.listen(1)
+print("ready", flush=True)
+c, _ = s.accept()
+n = 0
+while n < int(sys.argv[2]):
+    b = c.recv(4096)
+    if not b:
+        break
+    n += len(b)
+c.sendall(b"done")
+c.close()
+"#;
+
+/// A ring far too small for the burst: every lost byte is an exact gap, the stream length exact.
+#[test]
+fn lost_records_are_exact_gaps() {
+    if !can_run() {
+        return;
+    }
+    let dir = out_dir("loss");
+    let path = dir.join("srv.sock");
+    let total = 4 << 20;
+    let mut server = python(
+        SINK_SERVER,
+        &[path.to_str().unwrap_or(""), &total.to_string()],
+    );
+    let cfg = Config {
+        pids: vec![server.id()],
+        ring_bytes: 64 << 10,
+        ..Config::default()
+    };
+    let mut t = Tracer::start(&cfg).unwrap_or_else(|e| panic!("start: {e}"));
+    let data: Vec<u8> = (0..total).map(|i| (i % 253) as u8).collect();
+    let mut c = UnixStream::connect(&path).unwrap_or_else(|e| panic!("connect: {e}"));
+    c.write_all(&data).unwrap_or_else(|e| panic!("{e}"));
+    let mut done = [0u8; 4];
+    c.read_exact(&mut done).unwrap_or_else(|e| panic!("{e}"));
+    let _ = server.wait();
+    let mut seen = Seen::default();
+    collect(&mut t, &mut seen, |s| !s.closes.is_empty());
+    let sock = seen
+        .opens
+        .first()
+        .map(|o| o.0)
+        .unwrap_or_else(|| panic!("no open"));
+    let (mut at, mut missing) = (0u64, 0u64);
+    for (s, inbound, off, len, bytes, _) in &seen.data {
+        if *s != sock || !*inbound {
+            continue;
+        }
+        assert!(*off >= at, "offsets go forward");
+        missing += off - at + (len - bytes.len() as u64);
+        let start = usize::try_from(*off).unwrap_or(usize::MAX);
+        assert_eq!(
+            &data[start..start + bytes.len()],
+            &bytes[..],
+            "bytes at offset {off}"
+        );
+        at = off + len;
+    }
+    assert_eq!(at, total as u64, "the stream's length is exact");
+    let st = t.stats();
+    assert!(
+        st.lost_records > 0,
+        "a 64 KiB ring must overflow here: {st:?}"
+    );
+    assert_eq!(missing, st.lost_bytes + st.truncated_bytes, "{st:?}");
+    assert_eq!(seen.closes, vec![sock]);
+}
