@@ -1,0 +1,714 @@
+// SPDX-License-Identifier: (Apache-2.0 OR GPL-2.0-only)
+// dbtap's kernel side: socket data of traced database server processes (syscall tracepoints)
+// and TLS plaintext (OpenSSL uprobes), as records in one BPF ring buffer.
+// Record layouts are mirrored in crates/ebpf/src/record.rs; keep both in step.
+// x86_64 only (syscall numbers and pt_regs argument registers).
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+#include <bpf/bpf_endian.h>
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
+
+#define COPY_MAX 16384 /* bytes copied per record; the rest of a chunk is an exact gap */
+#define MAX_CHUNKS 4   /* records per plain buffer (the rest is one gap) */
+#define MAX_IOV 16     /* iovecs read per readv/writev/recvmsg/sendmsg (the rest is one gap) */
+
+#define AF_UNIX 1
+#define AF_INET 2
+#define AF_INET6 10
+#define S_IFMT 00170000
+#define S_IFSOCK 0140000
+#define SOCK_STREAM 1
+#define IPPROTO_TCP 6
+
+enum { DK_DATA = 1, DK_OPEN = 2, DK_CLOSE = 3, DK_EXIT = 4 };
+enum { DF_INBOUND = 1, DF_TLS = 2, DF_ACCEPTED = 4, DF_PEER_PID = 8 };
+enum { DOP_READ = 1, DOP_WRITE, DOP_READV, DOP_WRITEV, DOP_RECVMSG, DOP_SENDMSG, DOP_ACCEPT, DOP_CLOSE };
+
+struct hdr {
+	u8 kind;
+	u8 flags;
+	u16 _pad;
+	u32 pid;
+	u64 ts;
+	u64 sock;
+	u64 offset;
+	u64 len;
+	u32 nbytes;
+	u32 _pad2;
+};
+
+struct data_rec {
+	struct hdr h;
+	u8 data[COPY_MAX];
+};
+
+struct open_rec {
+	struct hdr h;
+	u16 lfam, lport, rfam, rport;
+	u8 laddr[16];
+	u8 raddr[16];
+	u32 peer_pid;
+	u16 lpath_len, rpath_len;
+	char lpath[112];
+	char rpath[112];
+};
+
+struct config {
+	u32 tcp_plaintext;
+	u32 _pad;
+	u64 wake_bytes;
+};
+
+struct counters {
+	u64 lost_records;
+	u64 lost_bytes;
+	u64 truncated_records;
+	u64 truncated_bytes;
+	u64 lost_opens;
+	u64 iov_gaps;
+};
+
+struct call {
+	u64 sock;
+	u64 sk;
+	u64 buf;
+	u32 vlen;
+	u16 op;
+	u16 tcp;
+};
+
+struct sock_state {
+	u64 off[2];
+	u8 announced;
+	u8 accepted;
+	u8 _pad[6];
+};
+
+struct ssl_ctx {
+	u32 depth;
+	u32 op;
+	u64 ssl;
+	u64 buf;
+	u64 exptr;
+	u64 sock;
+	u64 sk;
+};
+
+struct ssl_key {
+	u64 ssl;
+	u32 tgid;
+	u32 _pad;
+};
+
+struct sock_ref {
+	u64 sock;
+	u64 sk;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 8 << 20);
+} ring SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, u32);
+	__type(value, u32);
+} traced SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct config);
+} cfg SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct counters);
+} counters SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct data_rec);
+} scratch SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct open_rec);
+} open_scratch SEC(".maps");
+
+/* Per thread: the syscall in flight and the SSL call state (task storage: no hash, freed
+ * with the thread). */
+struct tstate {
+	struct call c;
+	struct ssl_ctx x;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct tstate);
+} tstates SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, u64);
+	__type(value, struct sock_state);
+} socks SEC(".maps");
+
+/* Closes the ring had no room for: socket -> final offsets {out, in}; user space drains it. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, u64);
+	__type(value, u64[2]);
+} lost_closes SEC(".maps");
+
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct ssl_key);
+	__type(value, struct sock_ref);
+} ssl_socks SEC(".maps");
+
+static __always_inline struct tstate *tstate(int create)
+{
+	return bpf_task_storage_get(&tstates, bpf_get_current_task_btf(), 0,
+				    create ? BPF_LOCAL_STORAGE_GET_F_CREATE : 0);
+}
+
+static __always_inline struct counters *ctrs(void)
+{
+	u32 z = 0;
+	return bpf_map_lookup_elem(&counters, &z);
+}
+
+static __always_inline u64 wake_flags(void)
+{
+	u32 z = 0;
+	struct config *c = bpf_map_lookup_elem(&cfg, &z);
+	u64 wake = c ? c->wake_bytes : 0;
+	return bpf_ringbuf_query(&ring, BPF_RB_AVAIL_DATA) >= wake ? BPF_RB_FORCE_WAKEUP
+								    : BPF_RB_NO_WAKEUP;
+}
+
+static __always_inline int tcp_plaintext(void)
+{
+	u32 z = 0;
+	struct config *c = bpf_map_lookup_elem(&cfg, &z);
+	return c && c->tcp_plaintext;
+}
+
+static __always_inline int is_traced(void)
+{
+	u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	return bpf_map_lookup_elem(&traced, &tgid) != 0;
+}
+
+/* The struct file behind `fd` of the current task, or 0. */
+static __always_inline struct file *fd_file(u32 fd)
+{
+	struct task_struct *t = bpf_get_current_task_btf();
+	struct fdtable *fdt = BPF_CORE_READ(t, files, fdt);
+	if (!fdt || fd >= BPF_CORE_READ(fdt, max_fds))
+		return 0;
+	struct file **arr = BPF_CORE_READ(fdt, fd);
+	struct file *f = 0;
+	bpf_probe_read_kernel(&f, sizeof(f), &arr[fd]);
+	return f;
+}
+
+/* A traced stream socket behind `f`: returns its inode number (the stream key), 0 if none.
+ * `*sk_out` gets the struct sock, `*tcp` whether it is TCP (else AF_UNIX). */
+static __always_inline u64 file_sock(struct file *f, u64 *sk_out, u16 *tcp)
+{
+	if (!f)
+		return 0;
+	struct inode *ino = BPF_CORE_READ(f, f_inode);
+	if ((BPF_CORE_READ(ino, i_mode) & S_IFMT) != S_IFSOCK)
+		return 0;
+	struct socket *so = BPF_CORE_READ(f, private_data);
+	struct sock *sk = BPF_CORE_READ(so, sk);
+	if (!sk || BPF_CORE_READ(so, type) != SOCK_STREAM)
+		return 0;
+	u16 fam = BPF_CORE_READ(sk, __sk_common.skc_family);
+	if (fam == AF_UNIX) {
+		*tcp = 0;
+	} else if ((fam == AF_INET || fam == AF_INET6) &&
+		   BPF_CORE_READ(sk, sk_protocol) == IPPROTO_TCP) {
+		*tcp = 1;
+	} else {
+		return 0;
+	}
+	*sk_out = (u64)sk;
+	return BPF_CORE_READ(ino, i_ino);
+}
+
+static __always_inline void read_unix_path(struct sock *sk, u16 *len, char *path)
+{
+	struct unix_sock *us = (struct unix_sock *)sk;
+	struct unix_address *a = BPF_CORE_READ(us, addr);
+	if (!a)
+		return;
+	int l = BPF_CORE_READ(a, len);
+	if (l > 2)
+		*len = l - 2 > 108 ? 108 : l - 2;
+	bpf_probe_read_kernel(path, 108, (void *)a + bpf_core_field_offset(struct unix_address, name) + 2);
+}
+
+static __always_inline void fill_ip(struct sock *sk, struct open_rec *r)
+{
+	u16 fam = BPF_CORE_READ(sk, __sk_common.skc_family);
+	r->lfam = fam;
+	r->rfam = fam;
+	r->lport = BPF_CORE_READ(sk, __sk_common.skc_num);
+	r->rport = bpf_ntohs(BPF_CORE_READ(sk, __sk_common.skc_dport));
+	if (fam == AF_INET) {
+		u32 l = BPF_CORE_READ(sk, __sk_common.skc_rcv_saddr);
+		u32 d = BPF_CORE_READ(sk, __sk_common.skc_daddr);
+		__builtin_memcpy(r->laddr, &l, 4);
+		__builtin_memcpy(r->raddr, &d, 4);
+	} else {
+		BPF_CORE_READ_INTO(&r->laddr, sk, __sk_common.skc_v6_rcv_saddr);
+		BPF_CORE_READ_INTO(&r->raddr, sk, __sk_common.skc_v6_daddr);
+	}
+}
+
+/* Emits an Open record for socket `sock` (struct sock at `skp`); 0 when written. */
+__noinline int announce(u64 sock, u64 skp, u32 accepted)
+{
+	u32 z = 0;
+	struct open_rec *r = bpf_map_lookup_elem(&open_scratch, &z);
+	if (!r)
+		return -1;
+	struct sock *sk = (struct sock *)skp;
+	__builtin_memset(r, 0, sizeof(*r));
+	r->h.kind = DK_OPEN;
+	r->h.flags = accepted ? DF_ACCEPTED : 0;
+	r->h.pid = bpf_get_current_pid_tgid() >> 32;
+	r->h.ts = bpf_ktime_get_ns();
+	r->h.sock = sock;
+	u16 fam = BPF_CORE_READ(sk, __sk_common.skc_family);
+	if (fam == AF_UNIX) {
+		r->lfam = AF_UNIX;
+		r->rfam = AF_UNIX;
+		read_unix_path(sk, &r->lpath_len, r->lpath);
+		struct sock *peer = BPF_CORE_READ((struct unix_sock *)sk, peer);
+		if (peer)
+			read_unix_path(peer, &r->rpath_len, r->rpath);
+		struct pid *pp = BPF_CORE_READ(sk, sk_peer_pid);
+		if (pp) {
+			r->peer_pid = BPF_CORE_READ(pp, numbers[0].nr);
+			r->h.flags |= DF_PEER_PID;
+		}
+	} else {
+		fill_ip(sk, r);
+	}
+	if (bpf_ringbuf_output(&ring, r, sizeof(*r), wake_flags())) {
+		struct counters *c = ctrs();
+		if (c)
+			c->lost_opens++;
+		return -1;
+	}
+	return 0;
+}
+
+/* One data record: `n` bytes copied from user memory at `ubuf`, `len` >= n bytes of stream;
+ * `n_flags` = n | flags << 32 (BPF functions take at most five arguments). */
+__noinline int emit_chunk(u64 sock, u64 ubuf, u64 off, u64 n_flags, u64 len)
+{
+	u32 n = n_flags;
+	u32 flags = n_flags >> 32;
+	u32 z = 0;
+	struct data_rec *r = bpf_map_lookup_elem(&scratch, &z);
+	struct counters *c = ctrs();
+	if (!r || !c)
+		return -1;
+	if (n > COPY_MAX)
+		n = COPY_MAX;
+	r->h.kind = DK_DATA;
+	r->h.flags = flags;
+	r->h.pid = bpf_get_current_pid_tgid() >> 32;
+	r->h.ts = bpf_ktime_get_ns();
+	r->h.sock = sock;
+	r->h.offset = off;
+	r->h.len = len;
+	if (n && bpf_probe_read_user(r->data, n, (void *)ubuf))
+		n = 0;
+	r->h.nbytes = n;
+	if (len > n) {
+		c->truncated_records++;
+		c->truncated_bytes += len - n;
+	}
+	u64 size = sizeof(struct hdr) + n;
+	if (size > sizeof(*r))
+		size = sizeof(*r);
+	if (bpf_ringbuf_output(&ring, r, size, wake_flags())) {
+		c->lost_records++;
+		c->lost_bytes += len;
+		return -1;
+	}
+	return 0;
+}
+
+static __always_inline struct sock_state *state_of(u64 sock)
+{
+	struct sock_state *st = bpf_map_lookup_elem(&socks, &sock);
+	if (st)
+		return st;
+	struct sock_state fresh = {};
+	bpf_map_update_elem(&socks, &sock, &fresh, BPF_NOEXIST);
+	return bpf_map_lookup_elem(&socks, &sock);
+}
+
+/* Reserves `len` bytes of the stream (sock, dir), announcing the socket first if needed;
+ * returns the offset of the first byte. */
+static __always_inline u64 reserve(u64 sock, u64 sk, u32 inbound, u64 len, int *ok)
+{
+	struct sock_state *st = state_of(sock);
+	*ok = st != 0;
+	if (!st)
+		return 0;
+	if (!st->announced && announce(sock, sk, st->accepted) == 0)
+		st->announced = 1;
+	return __sync_fetch_and_add(&st->off[inbound ? 1 : 0], len);
+}
+
+static __always_inline void emit_buf(u64 sock, u64 sk, u32 flags, u64 ubuf, u64 len)
+{
+	int ok;
+	u64 off = reserve(sock, sk, flags & DF_INBOUND, len, &ok);
+	if (!ok)
+		return;
+	for (int i = 0; i < MAX_CHUNKS; i++) {
+		u64 n = len > COPY_MAX ? COPY_MAX : len;
+		u64 rec_len = (i == MAX_CHUNKS - 1) ? len : n;
+		emit_chunk(sock, ubuf, off, n | (u64)flags << 32, rec_len);
+		len -= rec_len;
+		if (!len)
+			break;
+		ubuf += n;
+		off += n;
+	}
+}
+
+static __always_inline void emit_iov(u64 sock, u64 sk, u32 flags, u64 iovp, u32 vlen, u64 len)
+{
+	int ok;
+	u64 off = reserve(sock, sk, flags & DF_INBOUND, len, &ok);
+	if (!ok)
+		return;
+	for (int i = 0; i < MAX_IOV; i++) {
+		if (i >= vlen || !len)
+			break;
+		struct iovec v = {};
+		if (bpf_probe_read_user(&v, sizeof(v), (void *)(iovp + i * sizeof(v))))
+			break;
+		u64 seg = v.iov_len < len ? v.iov_len : len;
+		if (!seg)
+			continue;
+		emit_chunk(sock, (u64)v.iov_base, off, (seg > COPY_MAX ? COPY_MAX : seg) | (u64)flags << 32, seg);
+		off += seg;
+		len -= seg;
+	}
+	if (len) {
+		struct counters *c = ctrs();
+		if (c)
+			c->iov_gaps++;
+		emit_chunk(sock, 0, off, (u64)flags << 32, len);
+	}
+}
+
+static __always_inline int op_of(long id)
+{
+	switch (id) {
+	case 0: return DOP_READ;
+	case 1: return DOP_WRITE;
+	case 3: return DOP_CLOSE;
+	case 19: return DOP_READV;
+	case 20: return DOP_WRITEV;
+	case 43: return DOP_ACCEPT;
+	case 44: return DOP_WRITE;   /* sendto */
+	case 45: return DOP_READ;    /* recvfrom */
+	case 46: return DOP_SENDMSG;
+	case 47: return DOP_RECVMSG;
+	case 288: return DOP_ACCEPT; /* accept4 */
+	}
+	return 0;
+}
+
+struct file___old {
+	atomic_long_t f_count;
+} __attribute__((preserve_access_index));
+
+/* Whether `f` has one reference (file_ref_t counts from 0 since 6.13; f_count from 1 before). */
+static __always_inline int last_ref(struct file *f)
+{
+	if (bpf_core_field_exists(f->f_ref))
+		return BPF_CORE_READ(f, f_ref.refcnt.counter) == 0;
+	return BPF_CORE_READ((struct file___old *)f, f_count.counter) == 1;
+}
+
+static __always_inline void on_close(u32 fd)
+{
+	struct file *f = fd_file(fd);
+	u64 sk = 0;
+	u16 tcp = 0;
+	u64 sock = file_sock(f, &sk, &tcp);
+	if (!sock)
+		return;
+	/* Another reference (a forked child, a dup) keeps the connection open. */
+	if (!last_ref(f))
+		return;
+	struct sock_state *st = bpf_map_lookup_elem(&socks, &sock);
+	if (!st)
+		return;
+	if (st->announced) {
+		/* The final offsets let user space see a loss at the very end as a gap. */
+		struct hdr h = {};
+		h.kind = DK_CLOSE;
+		h.pid = bpf_get_current_pid_tgid() >> 32;
+		h.ts = bpf_ktime_get_ns();
+		h.sock = sock;
+		h.offset = st->off[0];
+		h.len = st->off[1];
+		if (bpf_ringbuf_output(&ring, &h, sizeof(h), wake_flags()))
+			bpf_map_update_elem(&lost_closes, &sock, st->off, BPF_ANY);
+	}
+	bpf_map_delete_elem(&socks, &sock);
+}
+
+/* Inside an SSL call: the socket belongs to the SSL* of the call; ciphertext is not data. */
+static __always_inline int inside_ssl(struct ssl_ctx *x, u64 id, u64 sock, u64 sk)
+{
+	if (!x->depth)
+		return 0;
+	x->sock = sock;
+	x->sk = sk;
+	struct ssl_key k = {.ssl = x->ssl, .tgid = id >> 32};
+	struct sock_ref v = {.sock = sock, .sk = sk};
+	bpf_map_update_elem(&ssl_socks, &k, &v, BPF_ANY);
+	return 1;
+}
+
+SEC("tp_btf/sys_enter")
+int BPF_PROG(on_sys_enter, struct pt_regs *regs, long id)
+{
+	int op = op_of(id);
+	if (!op || !is_traced())
+		return 0;
+	u32 fd = regs->di;
+	u64 pid_tgid = bpf_get_current_pid_tgid();
+	struct call c = {.op = op};
+	if (op == DOP_ACCEPT)
+		return 0; /* handled at exit */
+	if (op == DOP_CLOSE) {
+		on_close(fd);
+		return 0;
+	}
+	c.sock = file_sock(fd_file(fd), &c.sk, &c.tcp);
+	if (!c.sock)
+		return 0;
+	struct tstate *ts = tstate(1);
+	if (!ts || inside_ssl(&ts->x, pid_tgid, c.sock, c.sk))
+		return 0;
+	if (c.tcp && !tcp_plaintext())
+		return 0;
+	c.buf = regs->si;
+	c.vlen = regs->dx;
+	ts->c = c;
+	return 0;
+}
+
+static __always_inline void on_accepted(u32 fd)
+{
+	u64 sk = 0;
+	u16 tcp = 0;
+	u64 sock = file_sock(fd_file(fd), &sk, &tcp);
+	if (!sock)
+		return;
+	struct sock_state fresh = {.accepted = 1};
+	bpf_map_update_elem(&socks, &sock, &fresh, BPF_ANY);
+	if (tcp && !tcp_plaintext())
+		return; /* announced at its first TLS plaintext */
+	struct sock_state *st = bpf_map_lookup_elem(&socks, &sock);
+	if (st && announce(sock, sk, 1) == 0)
+		st->announced = 1;
+}
+
+SEC("tp_btf/sys_exit")
+int BPF_PROG(on_sys_exit, struct pt_regs *regs, long ret)
+{
+	int op = op_of(regs->orig_ax);
+	if (!op || op == DOP_CLOSE)
+		return 0;
+	/* Accepts need no entry record: one blocked since before start still counts. */
+	if (op == DOP_ACCEPT) {
+		if (ret >= 0 && is_traced())
+			on_accepted(ret);
+		return 0;
+	}
+	struct tstate *ts = tstate(0);
+	if (!ts || !ts->c.op)
+		return 0;
+	struct call c = ts->c;
+	ts->c.op = 0;
+	if (ret <= 0)
+		return 0;
+	switch (c.op) {
+	case DOP_READ:
+		emit_buf(c.sock, c.sk, DF_INBOUND, c.buf, ret);
+		break;
+	case DOP_WRITE:
+		emit_buf(c.sock, c.sk, 0, c.buf, ret);
+		break;
+	case DOP_READV:
+		emit_iov(c.sock, c.sk, DF_INBOUND, c.buf, c.vlen, ret);
+		break;
+	case DOP_WRITEV:
+		emit_iov(c.sock, c.sk, 0, c.buf, c.vlen, ret);
+		break;
+	case DOP_RECVMSG:
+	case DOP_SENDMSG: {
+		struct user_msghdr m = {};
+		if (bpf_probe_read_user(&m, sizeof(m), (void *)c.buf))
+			break;
+		emit_iov(c.sock, c.sk, c.op == DOP_RECVMSG ? DF_INBOUND : 0, (u64)m.msg_iov,
+			 m.msg_iovlen, ret);
+		break;
+	}
+	}
+	return 0;
+}
+
+SEC("tp_btf/sched_process_fork")
+int BPF_PROG(on_fork, struct task_struct *parent, struct task_struct *child)
+{
+	u32 ptgid = parent->tgid;
+	u32 ctgid = child->tgid;
+	if (ptgid == ctgid || !bpf_map_lookup_elem(&traced, &ptgid))
+		return 0;
+	u32 why = 0xffffffff; /* inherited */
+	bpf_map_update_elem(&traced, &ctgid, &why, BPF_ANY);
+	return 0;
+}
+
+SEC("tp_btf/sched_process_exit")
+int BPF_PROG(on_exit, struct task_struct *p, bool group_dead)
+{
+	u32 tgid = p->tgid;
+	if (!group_dead || !bpf_map_lookup_elem(&traced, &tgid))
+		return 0;
+	bpf_map_delete_elem(&traced, &tgid);
+	struct hdr h = {};
+	h.kind = DK_EXIT;
+	h.pid = tgid;
+	h.ts = bpf_ktime_get_ns();
+	bpf_ringbuf_output(&ring, &h, sizeof(h), wake_flags());
+	return 0;
+}
+
+/* ---- OpenSSL uprobes ---- */
+
+static __always_inline int ssl_enter(u64 ssl, u32 op, u64 buf, u64 exptr)
+{
+	if (!is_traced())
+		return 0;
+	struct tstate *ts = tstate(1);
+	if (!ts)
+		return 0;
+	struct ssl_ctx *x = &ts->x;
+	if (x->depth == 0) {
+		x->ssl = ssl;
+		x->sock = 0;
+		x->op = op;
+		x->buf = buf;
+		x->exptr = exptr;
+	}
+	if (x->depth < 64)
+		x->depth++;
+	return 0;
+}
+
+static __always_inline int ssl_exit(long ret)
+{
+	u64 id = bpf_get_current_pid_tgid();
+	struct tstate *ts = tstate(0);
+	if (!ts || !ts->x.depth)
+		return 0;
+	struct ssl_ctx *x = &ts->x;
+	if (--x->depth)
+		return 0;
+	u32 op = x->op;
+	x->op = 0;
+	if (!op || ret <= 0)
+		return 0;
+	u64 n = ret;
+	if (x->exptr) {
+		n = 0;
+		bpf_probe_read_user(&n, sizeof(n), (void *)x->exptr);
+	}
+	u64 sock = x->sock, sk = x->sk;
+	if (!sock) {
+		struct ssl_key k = {.ssl = x->ssl, .tgid = id >> 32};
+		struct sock_ref *r = bpf_map_lookup_elem(&ssl_socks, &k);
+		if (!r)
+			return 0;
+		sock = r->sock;
+		sk = r->sk;
+	}
+	if (n)
+		emit_buf(sock, sk, DF_TLS | (op == DOP_READ ? DF_INBOUND : 0), x->buf, n);
+	return 0;
+}
+
+SEC("uprobe")
+int BPF_KPROBE(ssl_read_enter, void *ssl, void *buf, int num)
+{
+	return ssl_enter((u64)ssl, DOP_READ, (u64)buf, 0);
+}
+
+SEC("uprobe")
+int BPF_KPROBE(ssl_write_enter, void *ssl, void *buf, int num)
+{
+	return ssl_enter((u64)ssl, DOP_WRITE, (u64)buf, 0);
+}
+
+SEC("uprobe")
+int BPF_KPROBE(ssl_read_ex_enter, void *ssl, void *buf, size_t num, size_t *done)
+{
+	return ssl_enter((u64)ssl, DOP_READ, (u64)buf, (u64)done);
+}
+
+SEC("uprobe")
+int BPF_KPROBE(ssl_write_ex_enter, void *ssl, void *buf, size_t num, size_t *done)
+{
+	return ssl_enter((u64)ssl, DOP_WRITE, (u64)buf, (u64)done);
+}
+
+/* SSL_do_handshake, SSL_accept, SSL_connect, SSL_shutdown: only "inside an SSL call". */
+SEC("uprobe")
+int BPF_KPROBE(ssl_other_enter, void *ssl)
+{
+	return ssl_enter((u64)ssl, 0, 0, 0);
+}
+
+SEC("uretprobe")
+int BPF_KRETPROBE(ssl_exit_ret, int ret)
+{
+	return ssl_exit(ret);
+}

@@ -1,0 +1,259 @@
+//! Finding the database server processes in /proc: pure parsers of /proc/net/{tcp,tcp6,unix},
+//! /proc/PID/{maps,stat} and fd links, and the scan that applies them (`discover`).
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+
+use crate::{Config, Target, Why};
+
+/// Listening sockets of /proc/net/tcp or tcp6: (port, socket inode).
+pub fn tcp_listeners(text: &str) -> Vec<(u16, u64)> {
+    let mut out = Vec::new();
+    for line in text.lines().skip(1) {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let (Some(local), Some(st), Some(ino)) = (f.get(1), f.get(3), f.get(9)) else {
+            continue;
+        };
+        if *st != "0A" {
+            continue;
+        }
+        let port = local
+            .rsplit(':')
+            .next()
+            .and_then(|p| u16::from_str_radix(p, 16).ok());
+        if let (Some(port), Ok(ino)) = (port, ino.parse()) {
+            out.push((port, ino));
+        }
+    }
+    out
+}
+
+/// Listening sockets of /proc/net/unix: (path, socket inode); abstract names start with '@'.
+pub fn unix_listeners(text: &str) -> Vec<(String, u64)> {
+    let mut out = Vec::new();
+    for line in text.lines().skip(1) {
+        let mut it = line.split_whitespace();
+        let (Some(_), Some(_), Some(_), Some(flags), Some(_), Some(_), Some(ino)) = (
+            it.next(),
+            it.next(),
+            it.next(),
+            it.next(),
+            it.next(),
+            it.next(),
+            it.next(),
+        ) else {
+            continue;
+        };
+        let listening = u32::from_str_radix(flags, 16).is_ok_and(|v| v & 0x10000 != 0);
+        let path = it.collect::<Vec<_>>().join(" ");
+        if !listening || path.is_empty() {
+            continue;
+        }
+        if let Ok(ino) = ino.parse() {
+            out.push((path, ino));
+        }
+    }
+    out
+}
+
+/// The libssl shared objects mapped in a /proc/PID/maps text.
+pub fn ssl_libs(maps: &str) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = Vec::new();
+    for line in maps.lines() {
+        let Some(path) = line.split_whitespace().nth(5) else {
+            continue;
+        };
+        let name = path.rsplit('/').next().unwrap_or("");
+        if path.starts_with('/')
+            && name.starts_with("libssl")
+            && name.contains(".so")
+            && !line.ends_with("(deleted)")
+        {
+            let p = PathBuf::from(path);
+            if !out.contains(&p) {
+                out.push(p);
+            }
+        }
+    }
+    out
+}
+
+/// The parent pid from a /proc/PID/stat text (after the command's closing parenthesis).
+pub fn stat_ppid(stat: &str) -> Option<u32> {
+    let rest = stat.get(stat.rfind(')')? + 1..)?;
+    rest.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// The inode of a "socket:[N]" fd link.
+pub fn socket_inode(link: &str) -> Option<u64> {
+    link.strip_prefix("socket:[")?
+        .strip_suffix(']')?
+        .parse()
+        .ok()
+}
+
+struct Proc {
+    comm: String,
+    ppid: u32,
+}
+
+fn read(p: impl AsRef<Path>) -> String {
+    std::fs::read_to_string(p).unwrap_or_default()
+}
+
+fn procs() -> BTreeMap<u32, Proc> {
+    let mut out = BTreeMap::new();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return out;
+    };
+    for e in dir.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        let comm = read(format!("/proc/{pid}/comm")).trim_end().to_string();
+        let ppid = stat_ppid(&read(format!("/proc/{pid}/stat"))).unwrap_or(0);
+        out.insert(pid, Proc { comm, ppid });
+    }
+    out
+}
+
+fn listen_inodes(cfg: &Config) -> HashMap<u64, Why> {
+    let mut want = HashMap::new();
+    for f in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        for (port, ino) in tcp_listeners(&read(f)) {
+            if cfg.ports.contains(&port) {
+                want.insert(ino, Why::Port(port));
+            }
+        }
+    }
+    let paths: Vec<(String, &PathBuf)> = cfg
+        .unix_paths
+        .iter()
+        .flat_map(|p| {
+            let canon = std::fs::canonicalize(p).unwrap_or_else(|_| p.clone());
+            [
+                (p.display().to_string(), p),
+                (canon.display().to_string(), p),
+            ]
+        })
+        .collect();
+    for (path, ino) in unix_listeners(&read("/proc/net/unix")) {
+        if let Some((_, p)) = paths.iter().find(|(s, _)| *s == path) {
+            want.insert(ino, Why::Socket((*p).clone()));
+        }
+    }
+    want
+}
+
+fn holder_of(pid: u32, want: &HashMap<u64, Why>) -> Option<Why> {
+    if want.is_empty() {
+        return None;
+    }
+    let dir = std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?;
+    dir.flatten().find_map(|e| {
+        let link = std::fs::read_link(e.path()).ok()?;
+        want.get(&socket_inode(link.to_str()?)?).cloned()
+    })
+}
+
+/// The processes to trace: holders of a listening socket on a configured port or Unix path,
+/// `--pid`s, `--process` names, and children with their parent's command (PostgreSQL backends).
+pub fn discover(cfg: &Config) -> Vec<Target> {
+    let all = procs();
+    let want = listen_inodes(cfg);
+    let mut found: BTreeMap<u32, Why> = BTreeMap::new();
+    for (&pid, p) in &all {
+        if cfg.pids.contains(&pid) {
+            found.insert(pid, Why::Pid);
+        } else if cfg.processes.contains(&p.comm) {
+            found.insert(pid, Why::Process(p.comm.clone()));
+        } else if let Some(w) = holder_of(pid, &want) {
+            found.insert(pid, w);
+        }
+    }
+    loop {
+        let children: Vec<(u32, u32)> = all
+            .iter()
+            .filter(|(pid, p)| !found.contains_key(pid) && found.contains_key(&p.ppid))
+            .filter(|(_, p)| all.get(&p.ppid).is_some_and(|pp| pp.comm == p.comm))
+            .map(|(&pid, p)| (pid, p.ppid))
+            .collect();
+        if children.is_empty() {
+            break;
+        }
+        for (pid, ppid) in children {
+            found.insert(pid, Why::Child(ppid));
+        }
+    }
+    found
+        .into_iter()
+        .map(|(pid, why)| Target {
+            pid,
+            comm: all.get(&pid).map(|p| p.comm.clone()).unwrap_or_default(),
+            why,
+        })
+        .collect()
+}
+
+/// The libssl files the traced processes map (a path as seen from this process).
+pub fn target_ssl_libs(targets: &[Target]) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = Vec::new();
+    for t in targets {
+        for lib in ssl_libs(&read(format!("/proc/{}/maps", t.pid))) {
+            let p = if lib.exists() {
+                lib
+            } else {
+                Path::new(&format!("/proc/{}/root", t.pid))
+                    .join(lib.strip_prefix("/").unwrap_or(&lib))
+            };
+            if !out.contains(&p) {
+                out.push(p);
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tcp() {
+        let t = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n   0: 0100007F:18EB 00000000:0000 0A 00000000:00000000 00:00000000 00000000   101        0 23456 1 0000000000000000 100 0 0 10 0\n   1: 0100007F:18EB 0100007F:9C40 01 00000000:00000000 00:00000000 00000000   101        0 23457 1\n garbage\n";
+        assert_eq!(tcp_listeners(t), vec![(6379, 23456)]);
+        let t6 = "  sl  local_address                         remote_address                        st\n   0: 00000000000000000000000000000000:0CEA 00000000000000000000000000000000:0000 0A 00000000:00000000 00:00000000 00000000   106        0 777 1\n";
+        assert_eq!(tcp_listeners(t6), vec![(3306, 777)]);
+    }
+
+    #[test]
+    fn unix() {
+        let t = "Num       RefCount Protocol Flags    Type St Inode Path\n0000000000000000: 00000002 00000000 00010000 0001 01 31337 /run/mysqld/mysqld.sock\n0000000000000000: 00000003 00000000 00000000 0001 03 31338 /run/mysqld/mysqld.sock\n0000000000000000: 00000002 00000000 00010000 0001 01 4242 @/tmp/.X11-unix/X0\n0000000000000000: 00000002 00000000 00010000 0001 01 999\n0000000000000000: 00000002 00000000 00010000 0001 01 1000 /tmp/with space\nshort line\n";
+        assert_eq!(
+            unix_listeners(t),
+            vec![
+                ("/run/mysqld/mysqld.sock".to_string(), 31337),
+                ("@/tmp/.X11-unix/X0".to_string(), 4242),
+                ("/tmp/with space".to_string(), 1000)
+            ]
+        );
+    }
+
+    #[test]
+    fn maps() {
+        let m = "7f00-7f01 r--p 00000000 08:01 123 /usr/lib/x86_64-linux-gnu/libssl.so.3\n7f01-7f02 r-xp 00001000 08:01 123 /usr/lib/x86_64-linux-gnu/libssl.so.3\n7f02-7f03 r-xp 00000000 08:01 124 /usr/lib/x86_64-linux-gnu/libcrypto.so.3\n7f03-7f04 rw-p 00000000 00:00 0 \n7f04-7f05 r-xp 00000000 08:01 125 /opt/x/libssl.so.1.1 (deleted)\n";
+        assert_eq!(
+            ssl_libs(m),
+            vec![PathBuf::from("/usr/lib/x86_64-linux-gnu/libssl.so.3")]
+        );
+    }
+
+    #[test]
+    fn stat_and_links() {
+        assert_eq!(stat_ppid("123 (postgres: a) b) S 77 123 123 0"), Some(77));
+        assert_eq!(stat_ppid("garbage"), None);
+        assert_eq!(socket_inode("socket:[4242]"), Some(4242));
+        assert_eq!(socket_inode("pipe:[4242]"), None);
+        assert_eq!(socket_inode("socket:[x]"), None);
+    }
+}

@@ -1,0 +1,421 @@
+//! Root-only: traces real server processes (python3 children) over a Unix socket and over TLS
+//! and checks the events byte for byte. Skips with a message where BPF cannot load, unless
+//! DBTAP_REQUIRE_CAPTURE=1 (then it fails).
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use ebpf::{Addr, Config, Event, Tracer};
+
+fn can_run() -> bool {
+    match ebpf::available() {
+        Ok(()) => true,
+        Err(why) => {
+            assert!(
+                std::env::var("DBTAP_REQUIRE_CAPTURE").as_deref() != Ok("1"),
+                "eBPF capture required but: {why}"
+            );
+            eprintln!("SKIPPED: eBPF capture not available here: {why}");
+            false
+        }
+    }
+}
+
+fn out_dir(name: &str) -> PathBuf {
+    let d = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/out/ebpf")
+        .join(name);
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap_or_else(|e| panic!("{}: {e}", d.display()));
+    d
+}
+
+/// Starts a python3 child running `script`; returns it once it printed "ready".
+fn python(script: &str, args: &[&str]) -> Child {
+    let mut c = Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .args(args)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("python3: {e}"));
+    let mut line = String::new();
+    let out = c.stdout.take().unwrap_or_else(|| panic!("no stdout"));
+    BufReader::new(out)
+        .read_line(&mut line)
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(line.trim(), "ready", "server did not start");
+    c
+}
+
+#[derive(Debug, Default)]
+struct Seen {
+    opens: Vec<(u64, Addr, Addr, Option<u32>, bool)>,
+    /// (sock, inbound, offset, len, bytes, tls)
+    data: Vec<(u64, bool, u64, u64, Vec<u8>, bool)>,
+    closes: Vec<u64>,
+}
+
+fn collect(t: &mut Tracer, seen: &mut Seen, until: impl Fn(&Seen) -> bool) {
+    let end = Instant::now() + Duration::from_secs(10);
+    while !until(seen) && Instant::now() < end {
+        t.poll(Duration::from_millis(50), &mut |e| match e {
+            Event::Open {
+                sock,
+                local,
+                peer,
+                peer_pid,
+                accepted,
+                ..
+            } => seen.opens.push((sock, local, peer, peer_pid, accepted)),
+            Event::Data {
+                sock,
+                inbound,
+                offset,
+                len,
+                bytes,
+                tls,
+                ..
+            } => seen
+                .data
+                .push((sock, inbound, offset, len, bytes.to_vec(), tls)),
+            Event::Close { sock, .. } => seen.closes.push(sock),
+        })
+        .unwrap_or_else(|e| panic!("poll: {e}"));
+    }
+}
+
+/// Checks one direction: contiguous offsets from 0, total length, bytes equal to `want`.
+fn check_stream(seen: &Seen, sock: u64, inbound: bool, want: &[u8]) -> usize {
+    let mut at = 0u64;
+    let mut truncated = 0;
+    for (s, i, off, len, bytes, _) in &seen.data {
+        if *s != sock || *i != inbound {
+            continue;
+        }
+        assert_eq!(*off, at, "offsets must be contiguous");
+        let start = usize::try_from(*off).unwrap_or(usize::MAX);
+        assert_eq!(
+            &want[start..start + bytes.len()],
+            &bytes[..],
+            "bytes at offset {off}"
+        );
+        if *len > bytes.len() as u64 {
+            truncated += 1;
+        }
+        at += len;
+    }
+    assert_eq!(at, want.len() as u64, "stream length (inbound={inbound})");
+    truncated
+}
+
+const UNIX_SERVER: &str = r#"
+import socket, sys, time
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.bind(sys.argv[1]); s.listen(1)
+print("ready", flush=True)
+c, _ = s.accept()
+def take(n):
+    b = b""
+    while len(b) < n:
+        time.sleep(0.2)
+        b += c.recv(1 << 20)
+    return b
+assert take(4) == b"ping"
+c.sendall(b"pong!")
+big = take(100000)
+c.sendall(bytes(i % 251 for i in range(70000)))
+c.recv(1)
+c.close()
+"#;
+
+#[test]
+fn unix_socket_stream_is_exact() {
+    if !can_run() {
+        return;
+    }
+    let dir = out_dir("unix");
+    let path = dir.join("srv.sock");
+    let mut server = python(UNIX_SERVER, &[path.to_str().unwrap_or("")]);
+    let cfg = Config {
+        pids: vec![server.id()],
+        ..Config::default()
+    };
+    let mut t = Tracer::start(&cfg).unwrap_or_else(|e| panic!("start: {e}"));
+    let mut c = UnixStream::connect(&path).unwrap_or_else(|e| panic!("connect: {e}"));
+    let big_in: Vec<u8> = (0..100000u32).map(|i| (i % 241) as u8).collect();
+    c.write_all(b"ping").unwrap_or_else(|e| panic!("{e}"));
+    let mut pong = [0u8; 5];
+    c.read_exact(&mut pong).unwrap_or_else(|e| panic!("{e}"));
+    c.write_all(&big_in).unwrap_or_else(|e| panic!("{e}"));
+    let mut big_out = vec![0u8; 70000];
+    c.read_exact(&mut big_out).unwrap_or_else(|e| panic!("{e}"));
+    c.write_all(b"x").unwrap_or_else(|e| panic!("{e}"));
+    let _ = server.wait();
+    let mut seen = Seen::default();
+    collect(&mut t, &mut seen, |s| !s.closes.is_empty());
+    assert_eq!(seen.opens.len(), 1, "{seen:?}");
+    let (sock, local, peer, peer_pid, accepted) = seen.opens[0].clone();
+    assert_eq!(local, Addr::Unix(path.display().to_string()));
+    assert_eq!(peer, Addr::Unix(String::new()));
+    assert_eq!(peer_pid, Some(std::process::id()));
+    assert!(accepted);
+    let mut inbound = b"ping".to_vec();
+    inbound.extend_from_slice(&big_in);
+    inbound.push(b'x');
+    let mut outbound = pong.to_vec();
+    outbound.extend_from_slice(&big_out);
+    let trunc_in = check_stream(&seen, sock, true, &inbound);
+    let trunc_out = check_stream(&seen, sock, false, &outbound);
+    assert!(trunc_out >= 1, "the 70000-byte send exceeds the copy limit");
+    assert!(trunc_in + trunc_out >= 1);
+    assert!(seen.data.iter().all(|d| !d.5), "no TLS here");
+    assert_eq!(seen.closes, vec![sock]);
+    let st = t.stats();
+    assert_eq!(
+        (st.lost_records, st.bad_records, st.synthesized_opens),
+        (0, 0, 0),
+        "{st:?}"
+    );
+    assert!(
+        st.truncated_records >= 1 && st.truncated_bytes > 0,
+        "{st:?}"
+    );
+}
+
+const TLS_SERVER: &str = r#"
+import socket, ssl, sys
+ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+ctx.load_cert_chain(sys.argv[2], sys.argv[3])
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen(1)
+print("ready", flush=True)
+c, _ = s.accept()
+t = ctx.wrap_socket(c, server_side=True)
+got = b""
+while len(got) < 8:
+    got += t.recv(100)
+t.sendall(b"pong-tls" + got)
+t.recv(1)
+t.close()
+"#;
+
+const TLS_CLIENT: &str = r#"
+import socket, ssl, sys
+ctx = ssl.create_default_context(); ctx.check_hostname = False; ctx.verify_mode = ssl.CERT_NONE
+t = ctx.wrap_socket(socket.create_connection(("127.0.0.1", int(sys.argv[1]))))
+t.sendall(b"ping-tls")
+got = b""
+while len(got) < 16:
+    got += t.recv(100)
+assert got == b"pong-tlsping-tls", got
+t.sendall(b"x")
+t.close()
+"#;
+
+#[test]
+fn tls_plaintext_without_ciphertext() {
+    if !can_run() {
+        return;
+    }
+    let dir = out_dir("tls");
+    let (key, cert) = (dir.join("key.pem"), dir.join("cert.pem"));
+    let ok = Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=localhost",
+            "-keyout",
+        ])
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .stderr(Stdio::null())
+        .status()
+        .unwrap_or_else(|e| panic!("openssl: {e}"));
+    assert!(ok.success(), "openssl req failed");
+    let port = "38310";
+    let mut server = python(
+        TLS_SERVER,
+        &[
+            port,
+            cert.to_str().unwrap_or(""),
+            key.to_str().unwrap_or(""),
+        ],
+    );
+    // Plain TCP tracing on too: the ciphertext must still not show up as data.
+    let cfg = Config {
+        ports: vec![38310],
+        tcp_plaintext: true,
+        ..Config::default()
+    };
+    let mut t = Tracer::start(&cfg).unwrap_or_else(|e| panic!("start: {e}"));
+    assert_eq!(
+        t.targets().iter().map(|t| t.pid).collect::<Vec<_>>(),
+        vec![server.id()]
+    );
+    assert!(!t.ssl_libs().is_empty(), "no libssl found in the server");
+    let client = Command::new("python3")
+        .arg("-c")
+        .arg(TLS_CLIENT)
+        .arg(port)
+        .status();
+    assert!(client.is_ok_and(|s| s.success()), "TLS client failed");
+    let _ = server.wait();
+    let mut seen = Seen::default();
+    collect(&mut t, &mut seen, |s| !s.closes.is_empty());
+    assert_eq!(seen.opens.len(), 1, "{seen:?}");
+    let (sock, local, _, _, accepted) = seen.opens[0].clone();
+    assert_eq!(
+        local,
+        Addr::Ip("127.0.0.1:38310".parse().unwrap_or_else(|e| panic!("{e}")))
+    );
+    assert!(accepted);
+    assert!(
+        seen.data.iter().all(|d| d.5),
+        "ciphertext emitted as data: {seen:?}"
+    );
+    check_stream(&seen, sock, true, b"ping-tlsx");
+    check_stream(&seen, sock, false, b"pong-tlsping-tls");
+    assert_eq!(seen.closes, vec![sock]);
+}
+
+const FORKING_SERVER: &str = r#"
+import os, socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.bind(sys.argv[1]); s.listen(4)
+print("ready", flush=True)
+for _ in range(2):
+    c, _ = s.accept()
+    if os.fork() == 0:
+        got = b""
+        while len(got) < 5:
+            got += c.recv(100)
+        c.sendall(b"re:" + got)
+        os._exit(0)  # no close(2): the kernel closes the socket at exit
+    c.close()  # the parent's copy: the connection stays open in the child
+    os.wait()
+"#;
+
+/// PostgreSQL's model: the parent accepts, a forked child serves the connection and exits.
+#[test]
+fn forked_children_are_traced_and_their_exit_closes() {
+    if !can_run() {
+        return;
+    }
+    let dir = out_dir("fork");
+    let path = dir.join("srv.sock");
+    let mut server = python(FORKING_SERVER, &[path.to_str().unwrap_or("")]);
+    let cfg = Config {
+        unix_paths: vec![path.clone()],
+        ..Config::default()
+    };
+    let mut t = Tracer::start(&cfg).unwrap_or_else(|e| panic!("start: {e}"));
+    for msg in [b"first", b"secnd"] {
+        let mut c = UnixStream::connect(&path).unwrap_or_else(|e| panic!("connect: {e}"));
+        c.write_all(msg).unwrap_or_else(|e| panic!("{e}"));
+        let mut back = [0u8; 8];
+        c.read_exact(&mut back).unwrap_or_else(|e| panic!("{e}"));
+    }
+    let _ = server.wait();
+    let mut seen = Seen::default();
+    collect(&mut t, &mut seen, |s| s.closes.len() >= 2);
+    assert_eq!(seen.opens.len(), 2, "{seen:?}");
+    for (i, msg) in [b"first", b"secnd"].iter().enumerate() {
+        let sock = seen.opens[i].0;
+        assert_eq!(seen.opens[i].3, Some(std::process::id()));
+        check_stream(&seen, sock, true, &msg[..]);
+        check_stream(&seen, sock, false, &[&b"re:"[..], &msg[..]].concat());
+    }
+    let mut closes = seen.closes.clone();
+    closes.sort_unstable();
+    let mut socks: Vec<u64> = seen.opens.iter().map(|o| o.0).collect();
+    socks.sort_unstable();
+    assert_eq!(
+        closes, socks,
+        "one close per connection, none for the parent's copy"
+    );
+    assert_eq!(t.stats().exit_closes, 2, "{:?}", t.stats());
+}
+
+const SINK_SERVER: &str = r#"
+import socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.bind(sys.argv[1]); s.listen(1)
+print("ready", flush=True)
+c, _ = s.accept()
+n = 0
+while n < int(sys.argv[2]):
+    b = c.recv(4096)
+    if not b:
+        break
+    n += len(b)
+c.sendall(b"done")
+c.close()
+"#;
+
+/// A ring far too small for the burst: every lost byte is an exact gap, the stream length exact.
+#[test]
+fn lost_records_are_exact_gaps() {
+    if !can_run() {
+        return;
+    }
+    let dir = out_dir("loss");
+    let path = dir.join("srv.sock");
+    let total = 4 << 20;
+    let mut server = python(
+        SINK_SERVER,
+        &[path.to_str().unwrap_or(""), &total.to_string()],
+    );
+    let cfg = Config {
+        pids: vec![server.id()],
+        ring_bytes: 64 << 10,
+        ..Config::default()
+    };
+    let mut t = Tracer::start(&cfg).unwrap_or_else(|e| panic!("start: {e}"));
+    let data: Vec<u8> = (0..total).map(|i| (i % 253) as u8).collect();
+    let mut c = UnixStream::connect(&path).unwrap_or_else(|e| panic!("connect: {e}"));
+    c.write_all(&data).unwrap_or_else(|e| panic!("{e}"));
+    let mut done = [0u8; 4];
+    c.read_exact(&mut done).unwrap_or_else(|e| panic!("{e}"));
+    let _ = server.wait();
+    let mut seen = Seen::default();
+    collect(&mut t, &mut seen, |s| !s.closes.is_empty());
+    let sock = seen
+        .opens
+        .first()
+        .map(|o| o.0)
+        .unwrap_or_else(|| panic!("no open"));
+    let (mut at, mut missing) = (0u64, 0u64);
+    for (s, inbound, off, len, bytes, _) in &seen.data {
+        if *s != sock || !*inbound {
+            continue;
+        }
+        assert!(*off >= at, "offsets go forward");
+        missing += off - at + (len - bytes.len() as u64);
+        let start = usize::try_from(*off).unwrap_or(usize::MAX);
+        assert_eq!(
+            &data[start..start + bytes.len()],
+            &bytes[..],
+            "bytes at offset {off}"
+        );
+        at = off + len;
+    }
+    assert_eq!(at, total as u64, "the stream's length is exact");
+    let st = t.stats();
+    assert!(
+        st.lost_records > 0,
+        "a 64 KiB ring must overflow here: {st:?}"
+    );
+    assert_eq!(missing, st.lost_bytes + st.truncated_bytes, "{st:?}");
+    assert_eq!(seen.closes, vec![sock]);
+}
