@@ -9,7 +9,7 @@
 # The conditions (one sysbench run each, the order rotated every round: baseline, dbtap, tcpdump,
 # slowlog; then dbtap, tcpdump, slowlog, baseline; ...):
 #   baseline  nothing else running
-#   dbtap     dbtap live -i lo --port 43306 --interval 0 --format json --limit 0, started before
+#   dbtap     dbtap live --source packet -i lo --port 43306 --interval 0 --format json --limit 0, started before
 #             sysbench (after its "capturing on" line), SIGINT after; its final JSON gives
 #             capture.kernel_drops and the request counts, which must equal the server's own
 #             (Com_stmt_execute, and Questions + Com_stmt_prepare + Com_stmt_close deltas)
@@ -64,7 +64,7 @@ cleanup() {
     if [[ "$pid" =~ ^[0-9]+$ ]]; then
       cmd=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null || true)
       case "$cmd" in
-        *dbtap\ live\ -i\ lo\ --port\ $PORT*)
+        *dbtap\ live\ --source\ packet\ -i\ lo\ --port\ $PORT*)
           echo "stopping leftover dbtap live (pid $pid)"
           kill -INT "$pid" 2>/dev/null || true
           for _ in $(seq 50); do [ -e "/proc/$pid" ] || break; sleep 0.2; done

@@ -121,7 +121,7 @@ def run_one(a, srv: Server, cond: str, work: Path, dbtap: Path) -> dict:
     out_file = None
     if cond == "dbtap":
         out_file = open(work / "dbtap.json", "w")
-        cap = Proc([str(dbtap), "live", "-i", "lo", "--port", str(a.port), "--interval", "0",
+        cap = Proc([str(dbtap), "live", "--source", "packet", "-i", "lo", "--port", str(a.port), "--interval", "0",
                     "--format", "json", "--limit", "0"], work / "dbtap.pid", out_file)
         cap.wait_for("capturing on")
     elif cond == "tcpdump":

@@ -28,6 +28,14 @@ def die(msg: str) -> None:
     raise RuntimeError(msg)
 
 
+def packet_source(args) -> list[str]:
+    """The tests of the packet path pin `--source packet` (the default, `auto`, would also
+    trace the servers' Unix sockets and TLS with eBPF, where the tests read their truth), unless
+    a test names its source."""
+    args = [str(a) for a in args]
+    return args if "--source" in args else ["--source", "packet", *args]
+
+
 class Live:
     """One `dbtap live` process."""
 
@@ -43,7 +51,7 @@ class Live:
 
     @property
     def cmd(self) -> list[str]:
-        return [str(self.binary), "live", *self.args]
+        return [str(self.binary), "live", *packet_source(self.args)]
 
     def start(self, timeout: float = 15.0) -> "Live":
         self.proc = subprocess.Popen(self.cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -145,7 +153,7 @@ def run_once(*args: str, binary: Path | None = None, timeout: float = 20.0,
              prefix: list[str] | None = None) -> subprocess.CompletedProcess:
     """dbtap live that is expected to stop by itself (an error, or --duration)."""
     b = Path(binary) if binary else harness.dbtap_path()
-    return subprocess.run([*(prefix or []), str(b), "live", *map(str, args)],
+    return subprocess.run([*(prefix or []), str(b), "live", *packet_source(map(str, args))],
                           stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, timeout=timeout, text=True)
 

@@ -102,7 +102,7 @@ def commandstats(sock: Path) -> dict[str, int]:
 def run_live(extra: list[str], workload) -> dict:
     """Starts dbtap live on the veth device, runs `workload` once dbtap captures, stops dbtap
     with SIGINT and returns its final JSON digest."""
-    cmd = [str(harness.dbtap_path()), "live", "-i", HOST_IF, "--port", str(PORT), "--interval",
+    cmd = [str(harness.dbtap_path()), "live", "--source", "packet", "-i", HOST_IF, "--port", str(PORT), "--interval",
            "0", "--format", "json", "--limit", "0", "--duration", "300s", *extra]
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

@@ -93,7 +93,7 @@ class DbtapLive:
     def __init__(self, name: str, *extra: str):
         self.stderr_path = OUT / f"{name}.dbtap.stderr"
         self.stdout_path = OUT / f"{name}.dbtap.stdout"
-        self.args = [str(harness.dbtap_path()), "live", "-i", "lo", "--port", str(PORT),
+        self.args = [str(harness.dbtap_path()), "live", "--source", "packet", "-i", "lo", "--port", str(PORT),
                      "--listen", "127.0.0.1:0", "--interval", "0", "--duration", "300s",
                      "--format", "json", "--limit", "0", *extra]
         self.proc: subprocess.Popen | None = None
@@ -535,7 +535,7 @@ def test_top_in_tmux(rs):
         # its pty closes and does not always fill in #{pane_dead_status} afterwards.
         exit_file = OUT / "top-exit-status"
         exit_file.unlink(missing_ok=True)
-        tm.start(f"sh -c '{dbtap} top -i lo --port {PORT}; echo $? > {exit_file}'")
+        tm.start(f"sh -c '{dbtap} top --source packet -i lo --port {PORT}; echo $? > {exit_file}'")
         # the view starts after the capture is open: traffic from now on is all seen
         poll("dbtap top on screen", lambda: "Sorted by: total time" in tm.screen()
              or tm.pane("#{pane_dead}") == "1", deadline=30)

@@ -74,6 +74,33 @@ pub struct CaptureArgs {
     #[arg(long = "ring-mb", default_value_t = 32, value_name = "MIB")]
     pub ring_mb: u32,
 
+    /// Where connections are read. `packet`: network packets (AF_PACKET; plaintext TCP only).
+    /// `ebpf`: the server processes' sockets, traced in the kernel (Unix sockets, TCP, and TLS
+    /// plaintext from the libssl they map; needs root or CAP_BPF+CAP_PERFMON). `auto`: packets
+    /// for plaintext TCP plus eBPF for Unix sockets and TLS, each connection counted once;
+    /// packets only where eBPF cannot run (the start line says which was chosen).
+    #[arg(long, value_enum, default_value_t = Source::Auto, value_name = "SOURCE")]
+    pub source: Source,
+
+    /// eBPF source: trace this server process (and the processes it forks). Repeatable. By
+    /// default the processes listening on the server ports and --socket paths are traced.
+    #[arg(long = "pid", value_name = "PID")]
+    pub pids: Vec<u32>,
+
+    /// eBPF source: trace the processes with this command name (as in /proc/PID/comm, e.g.
+    /// mariadbd, postgres, redis-server). Repeatable.
+    #[arg(long = "process", value_name = "NAME")]
+    pub processes: Vec<String>,
+
+    /// eBPF source: a Unix socket path a server listens on (e.g. /run/mysqld/mysqld.sock). Repeatable.
+    #[arg(long = "socket", value_name = "PATH")]
+    pub sockets: Vec<PathBuf>,
+
+    /// eBPF source: the kernel ring buffer, in MiB (a power of two; records that do not fit
+    /// become exact gaps in their streams, counted in the health block).
+    #[arg(long = "ebpf-ring-mb", default_value_t = 8, value_name = "MIB")]
+    pub ebpf_ring_mb: u32,
+
     /// Keep 1 connection in N (chosen in the kernel by a hash of the client port). Counts are multiplied by N
     /// and marked as estimates everywhere.
     #[arg(long, default_value_t = 1, value_name = "N")]
@@ -149,6 +176,18 @@ pub struct TopArgs {
     /// Initial sort (keys t, c, p, e change it).
     #[arg(long = "order-by", value_enum, default_value_t = OrderBy::Total)]
     pub order_by: OrderBy,
+}
+
+/// Where `dbtap live` and `dbtap top` read connections.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// Network packets (AF_PACKET rings).
+    Packet,
+    /// The server processes' sockets, traced with eBPF.
+    Ebpf,
+    /// Packets for plaintext TCP, eBPF for Unix sockets and TLS (packets only where eBPF
+    /// cannot run).
+    Auto,
 }
 
 /// Interval line columns.

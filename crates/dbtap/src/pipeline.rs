@@ -15,6 +15,8 @@ use report::{CaptureHealth, FrameHealth, ProtocolHealth, TcpHealth};
 use crate::service::ServiceClock;
 use wire::{Decoded, Defragmenter};
 
+mod streams;
+
 /// Whatever receives the query events.
 pub trait Consumer {
     fn event(&mut self, ev: QueryEvent);
@@ -42,6 +44,10 @@ pub struct Settings {
     /// least recently active one is closed and counted (`connections_evicted`). A live capture
     /// sets its own bound.
     pub max_connections: usize,
+    /// Live `--source auto` with the eBPF source running: a connection that goes TLS in the
+    /// packets is read from the server's TLS plaintext by eBPF, so it is counted there
+    /// (`tls_left_to_ebpf`), not as an encrypted connection skipped.
+    pub tls_read_elsewhere: bool,
 }
 
 impl Settings {
@@ -62,6 +68,7 @@ impl Settings {
             session: SessionConfig::default(),
             progress,
             max_connections: flow::DEFAULT_MAX_FLOWS,
+            tls_read_elsewhere: false,
         }
     }
 }
@@ -92,6 +99,37 @@ fn sniff(dir: Dir, data: &[u8], opening: bool) -> Option<Protocol> {
     proto::registry::detect(direction(dir), data, opening)
 }
 
+impl<C: Consumer> Conns<C> {
+    /// Opens a connection: its session if its server port names the protocol, else it waits
+    /// for its first bytes to tell.
+    fn open_meta(&mut self, meta: ConnMeta) {
+        let id = meta.id;
+        let known = meta
+            .server
+            .port()
+            .and_then(|port| self.ports.iter().find(|(p, _)| *p == port))
+            .and_then(|(_, proto)| *proto);
+        let conn = match known.and_then(|p| new_session(p, meta.clone(), &self.session_cfg)) {
+            Some(s) => Conn::Known(s),
+            None => Conn::Sniff(meta, 0),
+        };
+        self.conns.insert(id, conn);
+    }
+
+    /// Connection `id` carries decrypted TLS plaintext from now on: true if its session reads
+    /// on ([`Session::start_tls`]).
+    fn start_tls(&mut self, id: u64) -> bool {
+        match self.conns.get_mut(&id) {
+            Some(Conn::Known(s)) => s.start_tls(),
+            Some(Conn::Sniff(meta, _)) => {
+                meta.after_tls = true;
+                true
+            }
+            None => false,
+        }
+    }
+}
+
 /// The per-connection side of the pipeline, driven by the flow table.
 struct Conns<C> {
     conns: HashMap<u64, Conn, foldhash::fast::RandomState>,
@@ -106,6 +144,10 @@ struct Conns<C> {
     unknown_midstream: u64,
     /// The same, by server port (for the warning that names the port).
     unknown_midstream_ports: std::collections::BTreeMap<u16, u64>,
+    /// See [`Settings::tls_read_elsewhere`].
+    tls_read_elsewhere: bool,
+    /// Connections that went TLS here and are read by the eBPF source instead.
+    tls_left_to_ebpf: u64,
 }
 
 /// What the sessions count ([`Health`]), plus what the pipeline counts about their events and
@@ -216,24 +258,14 @@ impl<C: Consumer> flow::Handler for Conns<C> {
         saw_syn: bool,
         _ts_ns: u64,
     ) -> bool {
-        let meta = ConnMeta {
+        self.open_meta(ConnMeta {
             id,
             client: client.into(),
             server: server.into(),
             saw_open: saw_syn,
             peer: None,
             after_tls: false,
-        };
-        let known = self
-            .ports
-            .iter()
-            .find(|(p, _)| *p == server.port())
-            .and_then(|(_, proto)| *proto);
-        let conn = match known.and_then(|p| new_session(p, meta.clone(), &self.session_cfg)) {
-            Some(s) => Conn::Known(s),
-            None => Conn::Sniff(meta, 0),
-        };
-        self.conns.insert(id, conn);
+        });
         true
     }
 
@@ -267,11 +299,19 @@ impl<C: Consumer> flow::Handler for Conns<C> {
                 }
             }
         }
+        let encrypted = self.health.health.encrypted_connections;
         let mut sink = SinkRef::new(&mut self.consumer, &mut self.health, id, data.len());
-        match conn {
+        let go_on = match conn {
             Conn::Known(s) => s.feed(direction(dir), data, ts_ns, &mut sink) == Progress::Continue,
             Conn::Sniff(..) => false,
+        };
+        drop(sink);
+        if !go_on && self.tls_read_elsewhere && self.health.health.encrypted_connections > encrypted
+        {
+            self.health.health.encrypted_connections = encrypted;
+            self.tls_left_to_ebpf += 1;
         }
+        go_on
     }
 
     fn gap(&mut self, id: u64, dir: Dir, len: u64, ts_ns: u64) {
@@ -316,6 +356,7 @@ pub struct Engine<C> {
     counts: FrameCounts,
     last_expire: u64,
     warnings: Vec<String>,
+    streams: streams::Streams,
 }
 
 impl<C: Consumer> Engine<C> {
@@ -342,23 +383,28 @@ impl<C: Consumer> Engine<C> {
                 unknown_protocol: 0,
                 unknown_midstream: 0,
                 unknown_midstream_ports: Default::default(),
+                tls_read_elsewhere: settings.tls_read_elsewhere,
+                tls_left_to_ebpf: 0,
             },
             defrag: Defragmenter::new(),
             counts: FrameCounts::default(),
             last_expire: 0,
             warnings: Vec::new(),
+            streams: streams::Streams::new(),
         }
     }
 
     /// Feeds one captured frame of link type `linktype`, captured at `ts` (ns since the epoch).
     /// `name` names the source in a warning about an unsupported link type.
     pub fn frame(&mut self, linktype: u32, data: &[u8], ts: u64, name: &str) {
+        if linktype == stream::LINKTYPE {
+            self.stream_frame(data, ts);
+            return;
+        }
+        self.counts.packets += 1;
+        self.counts.bytes += data.len() as u64;
+        self.note_time(ts);
         let counts = &mut self.counts;
-        counts.packets += 1;
-        counts.bytes += data.len() as u64;
-        counts.first_ts.get_or_insert(ts);
-        counts.last_ts = Some(counts.last_ts.map_or(ts, |l| l.max(ts)));
-        self.conns.consumer.packet(ts);
         match wire::decode(linktype, data) {
             Decoded::Tcp(t) => feed_tcp(&mut self.table, &mut self.conns, &t, ts, data.len()),
             Decoded::Fragment(f) => {
@@ -390,6 +436,14 @@ impl<C: Consumer> Engine<C> {
         }
     }
 
+    /// The capture clock: first and last times, and the consumers' packet clock.
+    fn note_time(&mut self, ts: u64) {
+        let counts = &mut self.counts;
+        counts.first_ts.get_or_insert(ts);
+        counts.last_ts = Some(counts.last_ts.map_or(ts, |l| l.max(ts)));
+        self.conns.consumer.packet(ts);
+    }
+
     /// Closes connections idle since before `now_ns - idle timeout`. Called from [`frame`] every
     /// second of packet time, and by a live capture when no packet arrives for a while.
     ///
@@ -408,6 +462,11 @@ impl<C: Consumer> Engine<C> {
     /// Connections open now.
     pub fn open_connections(&self) -> usize {
         self.conns.conns.len()
+    }
+
+    /// Socket streams open now (the eBPF source).
+    pub fn open_streams(&self) -> usize {
+        self.streams.open_connections()
     }
 
     /// The capture health so far. `truncated_frames` are frames the source cut short.
@@ -493,16 +552,28 @@ impl<C: Consumer> Engine<C> {
                 text_cut_by_budget: self.conns.session_cfg.text_budget.cut(),
             },
             live: None,
+            stream: self.stream_health(),
             first_ts_ns: counts.first_ts,
             last_ts_ns: counts.last_ts,
             warnings,
         }
     }
 
+    /// The stream section: the eBPF source's streams, and TLS connections left to it.
+    fn stream_health(&self) -> Option<report::StreamHealth> {
+        let mut s = self.streams.health();
+        if self.conns.tls_left_to_ebpf > 0 {
+            s.get_or_insert_with(Default::default).tls_left_to_ebpf = self.conns.tls_left_to_ebpf;
+        }
+        s
+    }
+
     /// Closes every connection (their unanswered requests become events) and returns the
     /// consumer with the final health.
     pub fn finish(mut self, files: Vec<String>, truncated_frames: u64) -> (C, CaptureHealth) {
         self.table.finish(&mut self.conns);
+        let end = self.counts.last_ts.unwrap_or(0);
+        self.finish_streams(end);
         let health = self.ledger(files, truncated_frames, true);
         (self.conns.consumer, health)
     }

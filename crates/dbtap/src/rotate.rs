@@ -8,6 +8,10 @@
 //! [`FileSet`], so `keep` bounds the files of all threads together: beyond it the oldest file
 //! no thread is writing any more is deleted. Names sort in the order the files were started:
 //! `dbtap-<unix seconds>-<sequence>-t<thread>.pcap`.
+//!
+//! The eBPF source writes its socket stream records the same way, one encoded
+//! [`stream::Record`] per packet under link type [`stream::LINKTYPE`] (LINKTYPE_USER0), in files
+//! named `...-ebpf.pcap` ([`Rotator::with_linktype`]); `dbtap digest` reads them back.
 
 use std::collections::VecDeque;
 use std::fs::File;
@@ -44,7 +48,9 @@ pub type SharedFiles = Arc<Mutex<FileSet>>;
 pub struct Rotator {
     dir: PathBuf,
     prefix: String,
-    thread: usize,
+    /// `t<thread>`, or `ebpf`.
+    label: String,
+    linktype: u32,
     limits: Limits,
     shared: SharedFiles,
     current: Option<(BufWriter<File>, u64, u64)>,
@@ -70,7 +76,8 @@ impl Rotator {
         Ok(Rotator {
             dir: dir.to_path_buf(),
             prefix: format!("dbtap-{start_unix_s}"),
-            thread,
+            label: format!("t{thread}"),
+            linktype: LINKTYPE_RAW,
             limits: Limits {
                 keep: limits.keep.max(1),
                 ..limits
@@ -79,6 +86,14 @@ impl Rotator {
             current: None,
             current_path: None,
         })
+    }
+
+    /// Files of socket stream records (link type `linktype`, named `...-ebpf.pcap`) instead
+    /// of IP packets.
+    pub fn with_linktype(mut self, linktype: u32) -> Self {
+        self.linktype = linktype;
+        self.label = "ebpf".to_string();
+        self
     }
 
     /// Appends one packet (starting at its IP header) captured at `ts_ns` whose length on the
@@ -120,8 +135,8 @@ impl Rotator {
             .map_err(|_| io::Error::other("pcap file set poisoned"))?;
         set.seq += 1;
         let path = self.dir.join(format!(
-            "{}-{:06}-t{}.pcap",
-            self.prefix, set.seq, self.thread
+            "{}-{:06}-{}.pcap",
+            self.prefix, set.seq, self.label
         ));
         let f = File::create(&path)
             .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
@@ -131,7 +146,7 @@ impl Rotator {
         hdr[4..6].copy_from_slice(&2u16.to_ne_bytes());
         hdr[6..8].copy_from_slice(&4u16.to_ne_bytes());
         hdr[16..20].copy_from_slice(&SNAPLEN.to_ne_bytes());
-        hdr[20..24].copy_from_slice(&LINKTYPE_RAW.to_ne_bytes());
+        hdr[20..24].copy_from_slice(&self.linktype.to_ne_bytes());
         w.write_all(&hdr)?;
         self.current = Some((w, FILE_HEADER_LEN, ts_ns));
         set.files.push_back((path.clone(), true));

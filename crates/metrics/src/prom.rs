@@ -591,7 +591,12 @@ fn write_health(h: &CaptureHealth, k: KernelStats, out: &mut String) {
     ];
     let ledger = report::COUNTERS.iter().filter_map(|c| {
         let (name, help) = c.metric?;
-        Some((name, help, c.get(h).unwrap_or(0)))
+        // A section the run does not have (socket streams of a packet-only run) is not exported.
+        let v = match c.section {
+            report::Section::Stream => c.get(h)?,
+            _ => c.get(h).unwrap_or(0),
+        };
+        Some((name, help, v))
     });
     for (name, help, v) in kernel.into_iter().chain(ledger) {
         family(out, name, "counter", help);

@@ -24,6 +24,9 @@ pub struct CaptureHealth {
     pub protocol: ProtocolHealth,
     /// Live capture only (`None` for capture files, where kernel drops are unknowable).
     pub live: Option<LiveHealth>,
+    /// Connections read as byte streams (the eBPF source, or a file it wrote); `None` when
+    /// every connection came from packets, so packet reports are unchanged.
+    pub stream: Option<StreamHealth>,
     /// Timestamp of the first packet, ns since the epoch.
     pub first_ts_ns: Option<u64>,
     /// Timestamp of the last packet, ns since the epoch.
@@ -93,6 +96,29 @@ pub struct LiveHealth {
     pub sampled_one_in: u32,
 }
 
+/// Connections that arrived as byte streams with exact gaps (the eBPF source: Unix sockets, TLS
+/// plaintext, TCP read at the socket), not as packets.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StreamHealth {
+    pub stream_connections: u64,
+    pub stream_bytes: u64,
+    /// Connections whose stream carried decrypted TLS plaintext.
+    pub stream_tls_connections: u64,
+    pub stream_gaps: u64,
+    pub stream_gap_bytes: u64,
+    /// Bytes of messages longer than the per-record copy limit that were not copied (their
+    /// framing survives: lengths are exact).
+    pub stream_uncopied_bytes: u64,
+    pub stream_duplicate_bytes: u64,
+    pub stream_connections_evicted: u64,
+    pub stream_bad_records: u64,
+    /// Records the kernel could not put in the ring (full): their bytes are in the gaps.
+    pub ebpf_lost_records: u64,
+    /// Connections that went TLS in the packets and are read from the eBPF source instead
+    /// (`--source auto`): not a loss.
+    pub tls_left_to_ebpf: u64,
+}
+
 /// Where a counter lives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Section {
@@ -100,6 +126,7 @@ pub enum Section {
     Tcp,
     Protocol,
     Live,
+    Stream,
 }
 
 /// What a non-zero value means for the report.
@@ -164,6 +191,22 @@ impl fmt::Debug for Counter {
 }
 
 macro_rules! row {
+    (stream.$field:ident, $kind:ident, $unit:ident, $meaning:expr, $note:expr, $metric:expr) => {
+        Counter {
+            name: stringify!($field),
+            section: Section::Stream,
+            kind: Kind::$kind,
+            unit: Unit::$unit,
+            meaning: $meaning,
+            note: $note,
+            metric: $metric,
+            get: |h| h.stream.as_ref().map(|l| l.$field),
+            add: |h, v| {
+                let l = h.stream.get_or_insert_with(StreamHealth::default);
+                l.$field = l.$field.saturating_add(v);
+            },
+        }
+    };
     (live.$field:ident, $kind:ident, $unit:ident, $meaning:expr, $note:expr, $metric:expr) => {
         Counter {
             name: stringify!($field),
@@ -338,6 +381,51 @@ pub static COUNTERS: &[Counter] = &[
         "requests whose text was cut to a prefix by the global text budget (still counted)",
         Some("{text_cut_by_budget} requests' text cut to a prefix by the global text budget (--max-text-total; still counted and timed)"),
         Some(("dbtap_text_cut_by_budget_total", "Requests whose text was cut to a prefix by the global text budget (--max-text-total): still counted and timed."))),
+    // Streams (the eBPF source).
+    row!(stream.stream_connections, Count, Count,
+        "connections read as socket streams",
+        Some("{stream_connections} socket streams (eBPF: Unix sockets, TLS plaintext, sockets read in place; {stream_tls_connections} TLS), {stream_bytes} bytes"),
+        Some(("dbtap_stream_connections_total", "Connections read as socket streams by the eBPF source (Unix sockets, TLS plaintext)."))),
+    row!(stream.stream_bytes, Count, Bytes,
+        "bytes of those streams",
+        None,
+        Some(("dbtap_stream_bytes_total", "Bytes read from socket streams."))),
+    row!(stream.stream_tls_connections, Count, Count,
+        "socket streams that carried decrypted TLS",
+        None,
+        Some(("dbtap_stream_tls_connections_total", "Socket streams whose TLS plaintext was read (SSL_read/SSL_write)."))),
+    row!(stream.stream_gaps, Loss, Count,
+        "holes in socket streams (records lost by the kernel ring): requests or responses in them are missing",
+        None,
+        Some(("dbtap_stream_gaps_total", "Holes in socket streams: queries in them are missing."))),
+    row!(stream.stream_gap_bytes, Loss, Bytes,
+        "bytes lost in socket stream holes",
+        None,
+        Some(("dbtap_stream_gap_bytes_total", "Bytes missing in socket stream holes."))),
+    row!(stream.stream_uncopied_bytes, Info, Bytes,
+        "bytes of long messages beyond the per-record copy limit (framing kept, text cut)",
+        Some("not copied: {stream_uncopied_bytes} bytes of long messages beyond the eBPF copy limit (lengths exact, text cut)"),
+        Some(("dbtap_stream_uncopied_bytes_total", "Bytes of long messages beyond the eBPF per-record copy limit: their lengths are exact, their content is not read."))),
+    row!(stream.stream_duplicate_bytes, Info, Bytes,
+        "stream bytes delivered twice and dropped",
+        Some("stream bytes seen twice and dropped: {stream_duplicate_bytes}"),
+        Some(("dbtap_stream_duplicate_bytes_total", "Socket stream bytes delivered twice and dropped."))),
+    row!(stream.stream_connections_evicted, Loss, Count,
+        "socket streams closed early to stay within the connection cap",
+        None,
+        Some(("dbtap_stream_connections_evicted_total", "Socket streams closed early (the least recently active) to stay within the cap."))),
+    row!(stream.stream_bad_records, Loss, Count,
+        "stream records that did not parse or named no open stream",
+        None,
+        Some(("dbtap_stream_bad_records_total", "Stream records that did not parse or named no open stream."))),
+    row!(stream.ebpf_lost_records, Info, Count,
+        "records the kernel could not put in the full eBPF ring (their bytes are in stream_gap_bytes)",
+        Some("eBPF ring full: {ebpf_lost_records} records lost (counted in the stream gaps; --ebpf-ring-mb raises the ring)"),
+        Some(("dbtap_ebpf_lost_records_total", "Records the kernel could not put in the full eBPF ring buffer (their bytes are stream gaps)."))),
+    row!(stream.tls_left_to_ebpf, Info, Count,
+        "connections that went TLS in the packets, read from their TLS plaintext by eBPF instead",
+        Some("TLS in the packets, read by eBPF instead: {tls_left_to_ebpf} connections"),
+        Some(("dbtap_tls_left_to_ebpf_total", "Connections that went TLS in the packets and were read from their TLS plaintext by the eBPF source instead (--source auto)."))),
     // Live.
     row!(live.kernel_drops, Loss, Count,
         "packets the kernel dropped before dbtap read them",

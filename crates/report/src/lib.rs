@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
 
 pub use health::{
     COUNTERS, CaptureHealth, Counter, FrameHealth, Kind, LiveHealth, ProtocolHealth, Section,
-    TcpHealth, Unit,
+    StreamHealth, TcpHealth, Unit,
 };
 
 /// How groups are ranked.

@@ -342,7 +342,8 @@ fn health_block(
     for c in COUNTERS {
         let Some(note) = c.note else { continue };
         let shown = match c.kind {
-            Kind::Count => true,
+            // A section's count line is shown when the section is (streams only when read).
+            Kind::Count => c.get(h).is_some(),
             Kind::Info => note_names(note).any(|n| value(h, n) > 0),
             Kind::Loss => false,
         };

@@ -9,15 +9,14 @@
 
 #![forbid(unsafe_code)]
 
-mod compat;
 pub mod format;
 mod reassemble;
 
 use std::sync::Arc;
 
-pub use compat::{Endpoint, Process};
 pub use format::{DecodeError, LINKTYPE, decode, encode};
 pub use proto::Direction;
+pub use proto::{Endpoint, Process};
 pub use reassemble::{Reassembler, Stats};
 
 /// A connection a source starts reporting.

@@ -18,14 +18,13 @@ struct Sessions {
 }
 
 impl StreamHandler for Sessions {
-    // `.into()`: ConnMeta's addresses become `proto::Endpoint` when H2's change is merged.
-    #[allow(clippy::useless_conversion)]
     fn open(&mut self, o: &StreamOpen) {
         let meta = ConnMeta {
             id: o.conn,
             client: "10.0.0.1:50000".parse::<SocketAddr>().unwrap().into(),
             server: "10.0.0.2:5432".parse::<SocketAddr>().unwrap().into(),
             saw_open: o.saw_open,
+            peer: o.peer.clone(),
             after_tls: false,
         };
         let s = proto::postgres::new_session(meta, SessionConfig::default());

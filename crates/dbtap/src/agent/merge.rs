@@ -229,7 +229,12 @@ fn live_health(
     c: &CaptureArgs,
 ) -> CaptureHealth {
     h.protocol.unanswered = total.totals().stats.no_response;
-    h.files = vec![format!("live:{}", c.interface)];
+    // `live:lo`, and `live:ebpf` for the eBPF source's streams.
+    h.files = if h.files.is_empty() {
+        vec![format!("live:{}", c.interface)]
+    } else {
+        h.files.iter().map(|f| format!("live:{f}")).collect()
+    };
     if ring.resyncs > 0 {
         h.warnings.push(format!(
             "the capture ring lost its place {} time(s) and skipped ahead to the oldest ready \

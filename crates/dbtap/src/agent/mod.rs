@@ -14,14 +14,20 @@
 //! end of a capture file does), hand over a last window, and the main thread prints the final
 //! digest.
 //!
-//! Modules: [`setup`] turns the arguments into every stage's configuration, [`worker`] is the
-//! capture loop of one ring, [`merge`] merges the workers' reports and stops them, [`lines`]
+//! With `--source ebpf` or `auto`, one more worker reads the eBPF tracer instead of a ring
+//! (`ebpf`): socket streams (Unix sockets, TLS plaintext) through the same engine and window.
+//!
+//! Modules: [`setup`] turns the arguments into every stage's configuration, [`source`] picks
+//! packets, eBPF or both, [`worker`] is the capture loop of one ring, [`merge`] merges the workers' reports and stops them, [`lines`]
 //! prints the interval lines and the final digest, [`http`] serves the snapshot.
 
+#[cfg(feature = "ebpf")]
+mod ebpf;
 mod http;
 pub(crate) mod lines;
 mod merge;
 mod setup;
+mod source;
 pub(crate) mod worker;
 
 use std::io::IsTerminal;
@@ -85,7 +91,7 @@ pub fn top(args: TopArgs) -> Result<()> {
 }
 
 fn run(c: &CaptureArgs, mode: Mode) -> Result<()> {
-    let (plan, rings) = Plan::new(c, &mode)?;
+    let (mut plan, rings) = Plan::new(c, &mode)?;
 
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
@@ -95,7 +101,15 @@ fn run(c: &CaptureArgs, mode: Mode) -> Result<()> {
         epoch: AtomicU64::new(0),
         stop: Arc::clone(&stop),
     });
-    let (handles, rx) = worker::spawn(c, &plan, rings, &ctl)?;
+    let (tx, rx) = std::sync::mpsc::channel::<worker::WorkerReport>();
+    let files = crate::rotate::SharedFiles::default();
+    // The tracer first: in `auto` the packet workers then know to leave TLS to it.
+    let chosen = source::start(c, &mut plan, rings.len(), &ctl, &tx, &files)?;
+    eprintln!("dbtap: {}", chosen.line);
+    let mut handles = worker::spawn(c, &plan, rings, &ctl, &tx, &files)?;
+    handles.extend(chosen.handle);
+    drop(tx);
+    let workers = handles.len();
 
     let snap = Arc::new(Mutex::new(Snapshot::new(&plan.agg_cfg, plan.started)));
     let server = http::serve(c, &snap, &plan.setup)?;
@@ -115,10 +129,10 @@ fn run(c: &CaptureArgs, mode: Mode) -> Result<()> {
 
     // The interval lines print local times (TZ, else /etc/localtime; UTC if neither is known).
     let tz = jiff::tz::TimeZone::system();
-    if matches!(ui, Ui::Lines { .. }) {
+    if matches!(ui, Ui::Lines { .. }) && source::wants_packets(c) {
         lines::startup(c, &plan, server.as_ref(), &tz);
     }
-    let mut merger = Merger::new(rx, plan.threads(), plan.agg_cfg.clone());
+    let mut merger = Merger::new(rx, workers, plan.agg_cfg.clone());
     let mut lines = lines::Lines::new(tz, plan.sample);
     intervals(c, &plan, &ctl, &snap, &mut merger, &ui, &mut lines)?;
 

@@ -49,7 +49,11 @@ impl Plan {
         // Bound values are shown only in examples (`live` with --no-examples, and `top`, show none).
         settings.session.keep_params = matches!(mode, Mode::Lines(a) if !a.report.no_examples);
         let filter = kernel_filter(c, &settings)?;
-        let rings = open_rings(c, &filter)?;
+        let rings = if super::source::wants_packets(c) {
+            open_rings(c, &filter)?
+        } else {
+            Vec::new()
+        };
         let threads = rings.len();
         let started = SystemTime::now();
         let start_instant = Instant::now();

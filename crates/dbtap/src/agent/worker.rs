@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::sync::mpsc::{Receiver, Sender};
+use std::sync::mpsc::Sender;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -109,7 +109,7 @@ impl LiveConsumer {
         self.servers.entry(key).or_default()
     }
 
-    fn take_window(&mut self) -> (Aggregator, HashMap<Endpoint, ServerWindow>) {
+    pub(super) fn take_window(&mut self) -> (Aggregator, HashMap<Endpoint, ServerWindow>) {
         (
             std::mem::replace(&mut self.window, Aggregator::new(self.agg_cfg.clone())),
             std::mem::take(&mut self.servers),
@@ -152,31 +152,35 @@ pub(super) struct WorkerReport {
     pub(super) last: bool,
 }
 
-/// Starts one capture thread per ring; their reports arrive on the returned channel, which
-/// disconnects when every worker is gone.
+/// A worker's consumer: the run's grouping, an empty window.
+pub(super) fn consumer(c: &CaptureArgs, plan: &Plan) -> LiveConsumer {
+    let mut fp = Fingerprinter::from_args(&c.grouping);
+    if c.listen.is_some() {
+        // /metrics labels each group series with its server: one series per server.
+        fp.group_by_server();
+    }
+    LiveConsumer {
+        fp,
+        agg_cfg: plan.agg_cfg.clone(),
+        window: Aggregator::new(plan.agg_cfg.clone()),
+        servers: HashMap::new(),
+        matcher: plan.matcher.clone(),
+    }
+}
+
+/// Starts one capture thread per ring (workers 0..); their reports arrive on `tx`'s channel.
 pub(super) fn spawn(
     c: &CaptureArgs,
     plan: &Plan,
     rings: Vec<live::Ring>,
     ctl: &Arc<Control>,
-) -> Result<(Vec<JoinHandle<()>>, Receiver<WorkerReport>)> {
-    let (tx, rx) = std::sync::mpsc::channel::<WorkerReport>();
+    tx: &Sender<WorkerReport>,
+    pcap_files: &SharedFiles,
+) -> Result<Vec<JoinHandle<()>>> {
     let mut handles = Vec::new();
     let start_s = unix_ns(plan.started) / 1_000_000_000;
-    let pcap_files = SharedFiles::default();
     for (i, ring) in rings.into_iter().enumerate() {
-        let mut fp = Fingerprinter::from_args(&c.grouping);
-        if c.listen.is_some() {
-            // /metrics labels each group series with its server: one series per server.
-            fp.group_by_server();
-        }
-        let consumer = LiveConsumer {
-            fp,
-            agg_cfg: plan.agg_cfg.clone(),
-            window: Aggregator::new(plan.agg_cfg.clone()),
-            servers: HashMap::new(),
-            matcher: plan.matcher.clone(),
-        };
+        let consumer = consumer(c, plan);
         // Sessions are not Send: each worker builds its engine on its own thread.
         let (settings, flow_cfg) = (plan.settings.clone(), plan.flow_cfg.clone());
         let writer = match &c.write {
@@ -185,7 +189,7 @@ pub(super) fn spawn(
                 i,
                 start_s,
                 write_limits(c),
-                Arc::clone(&pcap_files),
+                Arc::clone(pcap_files),
             )?),
             None => None,
         };
@@ -201,8 +205,7 @@ pub(super) fn spawn(
                 .context("starting a capture thread")?,
         );
     }
-    drop(tx);
-    Ok((handles, rx))
+    Ok(handles)
 }
 
 /// The `--write` file set of a worker, which stops writing (and says why, once) at the first

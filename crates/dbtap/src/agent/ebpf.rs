@@ -1,0 +1,320 @@
+//! The eBPF source of `dbtap live` and `dbtap top`: one thread owns the tracer (the server
+//! processes' sockets traced in the kernel: Unix sockets, TLS plaintext from the libssl they
+//! map, and plaintext TCP under `--source ebpf`), turns its events into stream records
+//! ([`stream::Record`]), writes them to the `--write` files, and feeds them to its own engine,
+//! handing its window over every interval like a packet worker.
+//!
+//! The tracer is built on its thread (its kernel objects stay there); the start result comes
+//! back on a channel, so `auto` can fall back to packets with the reason.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::Sender;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use proto::{Direction, Endpoint, Process};
+use stream::{Record, StreamOpen};
+
+use super::Control;
+use super::setup::{Plan, write_limits};
+use super::worker::{LiveConsumer, WorkerReport, consumer};
+use crate::cli::CaptureArgs;
+use crate::pipeline::Engine;
+use crate::rotate::{Rotator, SharedFiles};
+
+/// How long the tracer waits for records before it looks at the epoch and the stop flag.
+const POLL: Duration = Duration::from_millis(50);
+/// How long loading and attaching may take before the run gives up on eBPF.
+const START_TIMEOUT: Duration = Duration::from_secs(60);
+/// Peer processes whose command name is remembered.
+const MAX_PROCS: usize = 4096;
+
+/// A running tracer thread.
+pub(super) struct Started {
+    pub(super) handle: JoinHandle<()>,
+    /// For the start line: what is traced.
+    pub(super) summary: String,
+}
+
+/// Whether eBPF can run here; the reason when not.
+pub(super) fn available() -> std::result::Result<(), String> {
+    ebpf::available()
+}
+
+/// Starts the tracer thread as worker `idx`. `Err` with a one-line reason when the tracer
+/// cannot start (the caller decides: an error under `--source ebpf`, packets only in `auto`).
+pub(super) fn spawn(
+    c: &CaptureArgs,
+    plan: &Plan,
+    idx: usize,
+    tcp_plaintext: bool,
+    ctl: &Arc<Control>,
+    tx: Sender<WorkerReport>,
+    files: &SharedFiles,
+) -> Result<std::result::Result<Started, String>> {
+    let cfg = ebpf::Config {
+        ports: plan.settings.ports.iter().map(|(p, _)| *p).collect(),
+        unix_paths: c.sockets.clone(),
+        pids: c.pids.clone(),
+        processes: c.processes.clone(),
+        tcp_plaintext,
+        ring_bytes: (c.ebpf_ring_mb.max(1) as usize).next_power_of_two() << 20,
+    };
+    let writer = match &c.write {
+        Some(dir) => Some(
+            Rotator::new(
+                dir,
+                idx,
+                super::unix_ns(plan.started) / 1_000_000_000,
+                write_limits(c),
+                Arc::clone(files),
+            )?
+            .with_linktype(stream::LINKTYPE),
+        ),
+        None => None,
+    };
+    let (settings, flow_cfg) = (plan.settings.clone(), plan.flow_cfg.clone());
+    let live = consumer(c, plan);
+    let ctl = Arc::clone(ctl);
+    let (started_tx, started_rx) = std::sync::mpsc::channel();
+    let handle = std::thread::Builder::new()
+        .name("dbtap-ebpf".into())
+        .spawn(move || {
+            let tracer = match ebpf::Tracer::start(&cfg) {
+                Ok(t) => t,
+                Err(e) => {
+                    let _ = started_tx.send(Err(e.to_string()));
+                    return;
+                }
+            };
+            let _ = started_tx.send(Ok(summary(&tracer)));
+            let engine = Engine::new(&settings, flow_cfg, live);
+            run(idx, tracer, engine, writer, &ctl, &tx);
+        })
+        .context("starting the eBPF thread")?;
+    Ok(match started_rx.recv_timeout(START_TIMEOUT) {
+        Ok(Ok(summary)) => Ok(Started { handle, summary }),
+        Ok(Err(e)) => Err(e),
+        Err(_) => Err("the eBPF tracer did not start in time".to_string()),
+    })
+}
+
+/// What the tracer traces, for the start line: `mariadbd 812, postgres 901 (+3 forked)`.
+fn summary(t: &ebpf::Tracer) -> String {
+    let targets = t.targets();
+    if targets.is_empty() {
+        return "no server process found yet".to_string();
+    }
+    let mut names: Vec<String> = targets
+        .iter()
+        .take(6)
+        .map(|t| format!("{} {}", t.comm, t.pid))
+        .collect();
+    if targets.len() > 6 {
+        names.push(format!("+{} more", targets.len() - 6));
+    }
+    names.join(", ")
+}
+
+/// The peer processes' command names, read from /proc once per process (bounded).
+#[derive(Default)]
+struct Procs {
+    known: HashMap<u32, Arc<Process>>,
+}
+
+impl Procs {
+    fn get(&mut self, pid: u32) -> Arc<Process> {
+        if let Some(p) = self.known.get(&pid) {
+            return Arc::clone(p);
+        }
+        if self.known.len() >= MAX_PROCS {
+            self.known.clear();
+        }
+        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm"))
+            .map(|s| s.trim_end().to_string())
+            .unwrap_or_else(|_| "?".to_string());
+        let p = Arc::new(Process {
+            pid,
+            comm: Arc::from(comm.as_str()),
+        });
+        self.known.insert(pid, Arc::clone(&p));
+        p
+    }
+}
+
+fn endpoint(a: &ebpf::Addr) -> Endpoint {
+    match a {
+        ebpf::Addr::Ip(s) => Endpoint::Ip(*s),
+        ebpf::Addr::Unix(p) => Endpoint::Unix(Arc::from(p.as_str())),
+    }
+}
+
+/// One tracer event as a stream record, handed to `f`.
+fn record(ev: ebpf::Event<'_>, procs: &mut Procs, f: &mut dyn FnMut(&Record<'_>)) {
+    match ev {
+        ebpf::Event::Open {
+            sock,
+            ts_ns,
+            local,
+            peer,
+            peer_pid,
+            accepted,
+            ..
+        } => f(&Record::Open(StreamOpen {
+            conn: sock,
+            ts_ns,
+            client: endpoint(&peer),
+            server: endpoint(&local),
+            peer: peer_pid.filter(|p| *p > 0).map(|p| procs.get(p)),
+            saw_open: accepted,
+        })),
+        ebpf::Event::Data {
+            sock,
+            ts_ns,
+            inbound,
+            offset,
+            len,
+            bytes,
+            tls,
+            ..
+        } => f(&Record::Data {
+            conn: sock,
+            dir: if inbound {
+                Direction::ToServer
+            } else {
+                Direction::ToClient
+            },
+            ts_ns,
+            offset,
+            len,
+            bytes,
+            tls,
+        }),
+        ebpf::Event::Close { sock, ts_ns } => f(&Record::Close { conn: sock, ts_ns }),
+    }
+}
+
+/// The `--write` files of the tracer: every record, encoded, one per pcap packet. Stops
+/// writing (and says why, once) at the first error rather than failing the run.
+struct Writer {
+    rotator: Option<Rotator>,
+    buf: Vec<u8>,
+    error: Option<String>,
+}
+
+impl Writer {
+    fn write(&mut self, r: &Record<'_>, ts_ns: u64) {
+        let Some(w) = &mut self.rotator else {
+            return;
+        };
+        self.buf.clear();
+        stream::encode(r, &mut self.buf);
+        if let Err(e) = w.write(ts_ns, &self.buf, self.buf.len() as u32) {
+            self.error = Some(format!("--write stopped: {e}"));
+            self.rotator = None;
+        }
+    }
+}
+
+fn record_ts(r: &Record<'_>) -> u64 {
+    match r {
+        Record::Open(o) => o.ts_ns,
+        Record::Data { ts_ns, .. } | Record::Close { ts_ns, .. } => *ts_ns,
+    }
+}
+
+/// The health of the tracer's engine, with the kernel's lost records and the writer's state.
+fn health(
+    engine: &Engine<LiveConsumer>,
+    tracer: &ebpf::Tracer,
+    w: &mut Writer,
+) -> report::CaptureHealth {
+    let mut h = engine.health(vec!["ebpf".to_string()], 0);
+    let s = h.stream.get_or_insert_with(Default::default);
+    s.ebpf_lost_records = tracer.stats().lost_records;
+    if let Some(r) = &mut w.rotator {
+        let _ = r.flush();
+    }
+    if let Some(e) = &w.error {
+        h.warnings.push(e.clone());
+    }
+    h
+}
+
+/// The tracer thread: events → records → files and engine → window, until stopped.
+fn run(
+    idx: usize,
+    mut tracer: ebpf::Tracer,
+    mut engine: Engine<LiveConsumer>,
+    rotator: Option<Rotator>,
+    ctl: &Control,
+    tx: &Sender<WorkerReport>,
+) {
+    let mut seen_epoch = ctl.epoch.load(Ordering::Acquire);
+    let mut procs = Procs::default();
+    let mut w = Writer {
+        rotator,
+        buf: Vec::with_capacity(1 << 16),
+        error: None,
+    };
+    let mut take = |ev: ebpf::Event<'_>, engine: &mut Engine<LiveConsumer>, w: &mut Writer| {
+        record(ev, &mut procs, &mut |r| {
+            w.write(r, record_ts(r));
+            engine.stream_record(r);
+        });
+    };
+    let error = loop {
+        let stop = ctl.stop.load(Ordering::Acquire);
+        let polled = tracer.poll(POLL, &mut |ev| take(ev, &mut engine, &mut w));
+        let error = polled.err().map(|e| e.to_string());
+        if stop || error.is_some() {
+            break error;
+        }
+        let epoch = ctl.epoch.load(Ordering::Acquire);
+        if epoch == seen_epoch {
+            continue;
+        }
+        seen_epoch = epoch;
+        let (window, servers) = engine.consumer_mut().take_window();
+        let report = WorkerReport {
+            worker: idx,
+            window,
+            servers,
+            health: health(&engine, &tracer, &mut w),
+            ring: live::RingStats::default(),
+            open_connections: engine.open_streams(),
+            error: None,
+            last: false,
+        };
+        if tx.send(report).is_err() {
+            return;
+        }
+    };
+    // Drain what the ring still holds, then close every stream.
+    let _ = tracer.poll(Duration::ZERO, &mut |ev| take(ev, &mut engine, &mut w));
+    let lost = tracer.stats().lost_records;
+    let (mut consumer, mut h) = engine.finish(vec!["ebpf".to_string()], 0);
+    h.stream
+        .get_or_insert_with(Default::default)
+        .ebpf_lost_records = lost;
+    if let Some(e) = &w.error {
+        h.warnings.push(e.clone());
+    }
+    if let Some(r) = w.rotator.take() {
+        let _ = r.close();
+    }
+    let (window, servers) = consumer.take_window();
+    let _ = tx.send(WorkerReport {
+        worker: idx,
+        window,
+        servers,
+        health: h,
+        ring: live::RingStats::default(),
+        open_connections: 0,
+        error,
+        last: true,
+    });
+}
