@@ -61,7 +61,8 @@ pub struct Tracer {
     obj: Object,
     queue: Rc<RefCell<Vec<u8>>>,
     targets: Vec<Target>,
-    libs: HashSet<PathBuf>,
+    /// Probed (libssl, pid); pid -1: every process mapping it.
+    libs: HashSet<(PathBuf, i32)>,
     mono_to_real: i128,
     socks: HashMap<u64, SockSeen>,
     spare: SockSeen,
@@ -178,26 +179,42 @@ impl Tracer {
         Ok(t)
     }
 
-    /// Attaches the OpenSSL probes to every libssl the targets map (once per file).
+    /// Attaches the OpenSSL probes to the libssl files the targets map: per process (threads
+    /// included: uprobe filters go by address space), or for every process mapping the file
+    /// when a target forks servers (PostgreSQL: a new backend must be probed from its first
+    /// instruction). Per process spares other libssl users on the host the probes' cost.
     fn attach_ssl(&mut self) -> Result<(), Error> {
-        for lib in procfs::target_ssl_libs(&self.targets) {
-            if !self.libs.insert(lib.clone()) {
-                continue;
+        let forking = self
+            .targets
+            .iter()
+            .any(|t| matches!(t.why, crate::Why::Child(_)));
+        for (pid, lib) in procfs::target_ssl_libs(&self.targets) {
+            let scope = if forking {
+                -1
+            } else {
+                i32::try_from(pid).unwrap_or(-1)
+            };
+            if self.libs.insert((lib.clone(), scope)) {
+                self.attach_ssl_lib(&lib, scope)?;
             }
-            for (func, entry) in SSL_FUNCS {
-                for (prog, ret) in [(*entry, false), ("ssl_exit_ret", true)] {
-                    let Some(p) = self.obj.progs_mut().find(|p| p.name() == prog) else {
-                        return Err(Error(format!("the BPF object has no program {prog}")));
-                    };
-                    let opts = UprobeOpts {
-                        retprobe: ret,
-                        func_name: Some((*func).into()),
-                        ..Default::default()
-                    };
-                    // A libssl without the _ex variants (OpenSSL 1.1.0) just lacks those probes.
-                    if let Ok(l) = p.attach_uprobe_with_opts(-1, &lib, 0, opts) {
-                        self.links.push(l);
-                    }
+        }
+        Ok(())
+    }
+
+    fn attach_ssl_lib(&mut self, lib: &std::path::Path, pid: i32) -> Result<(), Error> {
+        for (func, entry) in SSL_FUNCS {
+            for (prog, ret) in [(*entry, false), ("ssl_exit_ret", true)] {
+                let Some(p) = self.obj.progs_mut().find(|p| p.name() == prog) else {
+                    return Err(Error(format!("the BPF object has no program {prog}")));
+                };
+                let opts = UprobeOpts {
+                    retprobe: ret,
+                    func_name: Some((*func).into()),
+                    ..Default::default()
+                };
+                // A libssl without the _ex variants (OpenSSL 1.1.0) just lacks those probes.
+                if let Ok(l) = p.attach_uprobe_with_opts(pid, lib, 0, opts) {
+                    self.links.push(l);
                 }
             }
         }
@@ -211,8 +228,9 @@ impl Tracer {
 
     /// The libssl files probed.
     pub fn ssl_libs(&self) -> Vec<PathBuf> {
-        let mut v: Vec<PathBuf> = self.libs.iter().cloned().collect();
+        let mut v: Vec<PathBuf> = self.libs.iter().map(|(l, _)| l.clone()).collect();
         v.sort();
+        v.dedup();
         v
     }
 
