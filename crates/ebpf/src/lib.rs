@@ -124,6 +124,9 @@ pub struct Stats {
     pub exit_closes: u64,
     /// Close records the ring had no room for (delivered from a kernel map instead).
     pub lost_closes: u64,
+    /// Closes of sockets not open in user space (closed at their process's exit already, or
+    /// never announced): dropped, so every Open gets exactly one Close.
+    pub unknown_closes: u64,
 }
 
 /// The error of the tracer; Display is one line.

@@ -94,6 +94,8 @@ fn mono_to_real() -> i128 {
 }
 
 fn load(ring_bytes: u32) -> Result<Object, Error> {
+    // libbpf would print its logs (verifier output) on stderr; errors come back as one line.
+    libbpf_rs::set_print(None);
     let mut open = ObjectBuilder::default()
         .open_memory(BPF_OBJ)
         .map_err(|e| err("opening the BPF object", e))?;
@@ -202,6 +204,8 @@ impl Tracer {
     }
 
     fn attach_ssl_lib(&mut self, lib: &std::path::Path, pid: i32) -> Result<(), Error> {
+        let mut first_err = None;
+        let before = self.links.len();
         for (func, entry) in SSL_FUNCS {
             for (prog, ret) in [(*entry, false), ("ssl_exit_ret", true)] {
                 let Some(p) = self.obj.progs_mut().find(|p| p.name() == prog) else {
@@ -213,12 +217,20 @@ impl Tracer {
                     ..Default::default()
                 };
                 // A libssl without the _ex variants (OpenSSL 1.1.0) just lacks those probes.
-                if let Ok(l) = p.attach_uprobe_with_opts(pid, lib, 0, opts) {
-                    self.links.push(l);
+                match p.attach_uprobe_with_opts(pid, lib, 0, opts) {
+                    Ok(l) => self.links.push(l),
+                    Err(e) => {
+                        first_err.get_or_insert(e);
+                    }
                 }
             }
         }
-        Ok(())
+        match first_err {
+            Some(e) if self.links.len() == before => {
+                Err(err(&format!("probing {}", lib.display()), e))
+            }
+            _ => Ok(()),
+        }
     }
 
     /// The traced processes found at start (children forked later are traced too).
@@ -409,8 +421,14 @@ impl Tracer {
         f: &mut dyn FnMut(Event<'_>),
     ) -> usize {
         let ts_ns = self.real(ts);
+        // One close per open: a socket closed already (its last user exited while a process
+        // it was shared with still held it, then closed it) or never announced is not closed.
+        let Some(s) = self.socks.remove(&sock) else {
+            self.stats.unknown_closes += 1;
+            return 0;
+        };
         let mut n = 1;
-        if let (Some(s), Some(ends)) = (self.socks.remove(&sock), ends) {
+        if let Some(ends) = ends {
             for (dir, &end) in ends.iter().enumerate() {
                 let next = s.next[dir];
                 if end > next {
