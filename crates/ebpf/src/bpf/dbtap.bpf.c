@@ -232,7 +232,8 @@ static __always_inline struct file *fd_file(u32 fd)
 	return f;
 }
 
-/* A traced stream socket behind `f`: returns its inode number (the stream key), 0 if none.
+/* A traced stream socket behind `f` (AF_UNIX with an address, or TCP): returns its inode
+ * number (the stream key), 0 if none.
  * `*sk_out` gets the struct sock, `*tcp` whether it is TCP (else AF_UNIX). */
 static __always_inline u64 file_sock(struct file *f, u64 *sk_out, u16 *tcp)
 {
@@ -247,6 +248,11 @@ static __always_inline u64 file_sock(struct file *f, u64 *sk_out, u16 *tcp)
 		return 0;
 	u16 fam = BPF_CORE_READ(sk, __sk_common.skc_family);
 	if (fam == AF_UNIX) {
+		/* The server's end of a connection to a listening socket carries the listener's
+		 * address; unbound ones (socketpairs, the server's own client connections, stdout
+		 * to journald) are not database traffic. */
+		if (!BPF_CORE_READ((struct unix_sock *)sk, addr))
+			return 0;
 		*tcp = 0;
 	} else if ((fam == AF_INET || fam == AF_INET6) &&
 		   BPF_CORE_READ(sk, sk_protocol) == IPPROTO_TCP) {
