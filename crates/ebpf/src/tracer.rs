@@ -338,6 +338,12 @@ impl Tracer {
                 peer_pid,
                 accepted,
             } => {
+                if self.socks.contains_key(&sock) {
+                    // Announced late (the ring had no room for the first Open): its data came
+                    // first and an Open was made for it then.
+                    self.stats.late_opens += 1;
+                    return 0;
+                }
                 self.seen(sock).pid = pid;
                 let ts_ns = self.real(ts);
                 f(Event::Open {
