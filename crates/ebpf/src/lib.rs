@@ -118,12 +118,17 @@ pub struct Stats {
     pub lost_opens: u64,
     /// Records that did not decode (should stay 0).
     pub bad_records: u64,
-    /// Opens synthesized in user space for data of a socket never announced.
+    /// Opens synthesized in user space for data of a socket never announced (its addresses
+    /// unknown: `Addr::Unix("")`), and Opens that came after such data (dropped).
     pub synthesized_opens: u64,
+    pub late_opens: u64,
     /// Closes made in user space for sockets of a traced process that exited.
     pub exit_closes: u64,
     /// Close records the ring had no room for (delivered from a kernel map instead).
     pub lost_closes: u64,
+    /// Closes of sockets not open in user space (closed at their process's exit already, or
+    /// never announced): dropped, so every Open gets exactly one Close.
+    pub unknown_closes: u64,
 }
 
 /// The error of the tracer; Display is one line.

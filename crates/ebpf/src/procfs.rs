@@ -195,9 +195,9 @@ pub fn discover(cfg: &Config) -> Vec<Target> {
         .collect()
 }
 
-/// The libssl files the traced processes map (a path as seen from this process).
-pub fn target_ssl_libs(targets: &[Target]) -> Vec<PathBuf> {
-    let mut out: Vec<PathBuf> = Vec::new();
+/// The libssl files each traced process maps: (pid, path as seen from this process).
+pub fn target_ssl_libs(targets: &[Target]) -> Vec<(u32, PathBuf)> {
+    let mut out: Vec<(u32, PathBuf)> = Vec::new();
     for t in targets {
         for lib in ssl_libs(&read(format!("/proc/{}/maps", t.pid))) {
             let p = if lib.exists() {
@@ -206,8 +206,8 @@ pub fn target_ssl_libs(targets: &[Target]) -> Vec<PathBuf> {
                 Path::new(&format!("/proc/{}/root", t.pid))
                     .join(lib.strip_prefix("/").unwrap_or(&lib))
             };
-            if !out.contains(&p) {
-                out.push(p);
+            if !out.contains(&(t.pid, p.clone())) {
+                out.push((t.pid, p));
             }
         }
     }

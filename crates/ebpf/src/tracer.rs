@@ -61,7 +61,8 @@ pub struct Tracer {
     obj: Object,
     queue: Rc<RefCell<Vec<u8>>>,
     targets: Vec<Target>,
-    libs: HashSet<PathBuf>,
+    /// Probed (libssl, pid); pid -1: every process mapping it.
+    libs: HashSet<(PathBuf, i32)>,
     mono_to_real: i128,
     socks: HashMap<u64, SockSeen>,
     spare: SockSeen,
@@ -93,6 +94,8 @@ fn mono_to_real() -> i128 {
 }
 
 fn load(ring_bytes: u32) -> Result<Object, Error> {
+    // libbpf would print its logs (verifier output) on stderr; errors come back as one line.
+    libbpf_rs::set_print(None);
     let mut open = ObjectBuilder::default()
         .open_memory(BPF_OBJ)
         .map_err(|e| err("opening the BPF object", e))?;
@@ -178,30 +181,56 @@ impl Tracer {
         Ok(t)
     }
 
-    /// Attaches the OpenSSL probes to every libssl the targets map (once per file).
+    /// Attaches the OpenSSL probes to the libssl files the targets map: per process (threads
+    /// included: uprobe filters go by address space), or for every process mapping the file
+    /// when a target forks servers (PostgreSQL: a new backend must be probed from its first
+    /// instruction). Per process spares other libssl users on the host the probes' cost.
     fn attach_ssl(&mut self) -> Result<(), Error> {
-        for lib in procfs::target_ssl_libs(&self.targets) {
-            if !self.libs.insert(lib.clone()) {
-                continue;
+        let forking = self
+            .targets
+            .iter()
+            .any(|t| matches!(t.why, crate::Why::Child(_)));
+        for (pid, lib) in procfs::target_ssl_libs(&self.targets) {
+            let scope = if forking {
+                -1
+            } else {
+                i32::try_from(pid).unwrap_or(-1)
+            };
+            if self.libs.insert((lib.clone(), scope)) {
+                self.attach_ssl_lib(&lib, scope)?;
             }
-            for (func, entry) in SSL_FUNCS {
-                for (prog, ret) in [(*entry, false), ("ssl_exit_ret", true)] {
-                    let Some(p) = self.obj.progs_mut().find(|p| p.name() == prog) else {
-                        return Err(Error(format!("the BPF object has no program {prog}")));
-                    };
-                    let opts = UprobeOpts {
-                        retprobe: ret,
-                        func_name: Some((*func).into()),
-                        ..Default::default()
-                    };
-                    // A libssl without the _ex variants (OpenSSL 1.1.0) just lacks those probes.
-                    if let Ok(l) = p.attach_uprobe_with_opts(-1, &lib, 0, opts) {
-                        self.links.push(l);
+        }
+        Ok(())
+    }
+
+    fn attach_ssl_lib(&mut self, lib: &std::path::Path, pid: i32) -> Result<(), Error> {
+        let mut first_err = None;
+        let before = self.links.len();
+        for (func, entry) in SSL_FUNCS {
+            for (prog, ret) in [(*entry, false), ("ssl_exit_ret", true)] {
+                let Some(p) = self.obj.progs_mut().find(|p| p.name() == prog) else {
+                    return Err(Error(format!("the BPF object has no program {prog}")));
+                };
+                let opts = UprobeOpts {
+                    retprobe: ret,
+                    func_name: Some((*func).into()),
+                    ..Default::default()
+                };
+                // A libssl without the _ex variants (OpenSSL 1.1.0) just lacks those probes.
+                match p.attach_uprobe_with_opts(pid, lib, 0, opts) {
+                    Ok(l) => self.links.push(l),
+                    Err(e) => {
+                        first_err.get_or_insert(e);
                     }
                 }
             }
         }
-        Ok(())
+        match first_err {
+            Some(e) if self.links.len() == before => {
+                Err(err(&format!("probing {}", lib.display()), e))
+            }
+            _ => Ok(()),
+        }
     }
 
     /// The traced processes found at start (children forked later are traced too).
@@ -211,8 +240,9 @@ impl Tracer {
 
     /// The libssl files probed.
     pub fn ssl_libs(&self) -> Vec<PathBuf> {
-        let mut v: Vec<PathBuf> = self.libs.iter().cloned().collect();
+        let mut v: Vec<PathBuf> = self.libs.iter().map(|(l, _)| l.clone()).collect();
         v.sort();
+        v.dedup();
         v
     }
 
@@ -308,6 +338,12 @@ impl Tracer {
                 peer_pid,
                 accepted,
             } => {
+                if self.socks.contains_key(&sock) {
+                    // Announced late (the ring had no room for the first Open): its data came
+                    // first and an Open was made for it then.
+                    self.stats.late_opens += 1;
+                    return 0;
+                }
                 self.seen(sock).pid = pid;
                 let ts_ns = self.real(ts);
                 f(Event::Open {
@@ -391,8 +427,14 @@ impl Tracer {
         f: &mut dyn FnMut(Event<'_>),
     ) -> usize {
         let ts_ns = self.real(ts);
+        // One close per open: a socket closed already (its last user exited while a process
+        // it was shared with still held it, then closed it) or never announced is not closed.
+        let Some(s) = self.socks.remove(&sock) else {
+            self.stats.unknown_closes += 1;
+            return 0;
+        };
         let mut n = 1;
-        if let (Some(s), Some(ends)) = (self.socks.remove(&sock), ends) {
+        if let Some(ends) = ends {
             for (dir, &end) in ends.iter().enumerate() {
                 let next = s.next[dir];
                 if end > next {

@@ -219,43 +219,61 @@ static __always_inline int is_traced(void)
 	return bpf_map_lookup_elem(&traced, &tgid) != 0;
 }
 
+/* A read-only typed view of a kernel pointer: its fields are then read by direct (BTF, CO-RE)
+ * loads, much cheaper than one bpf_probe_read_kernel per field. */
+extern void *bpf_rdonly_cast(const void *obj, __u32 btf_id) __ksym;
+#define KCAST(type, p) ((type *)bpf_rdonly_cast((void *)(p), bpf_core_type_id_kernel(type)))
+
 /* The struct file behind `fd` of the current task, or 0. */
 static __always_inline struct file *fd_file(u32 fd)
 {
 	struct task_struct *t = bpf_get_current_task_btf();
-	struct fdtable *fdt = BPF_CORE_READ(t, files, fdt);
-	if (!fdt || fd >= BPF_CORE_READ(fdt, max_fds))
+	struct fdtable *fdt = t->files->fdt;
+	if (!fdt || fd >= fdt->max_fds)
 		return 0;
-	struct file **arr = BPF_CORE_READ(fdt, fd);
+	struct file **arr = fdt->fd;
 	struct file *f = 0;
 	bpf_probe_read_kernel(&f, sizeof(f), &arr[fd]);
 	return f;
 }
 
-/* A traced stream socket behind `f`: returns its inode number (the stream key), 0 if none.
+/* A traced stream socket behind `fp` (AF_UNIX with an address, or TCP): returns its inode
+ * number (the stream key), 0 if none.
  * `*sk_out` gets the struct sock, `*tcp` whether it is TCP (else AF_UNIX). */
-static __always_inline u64 file_sock(struct file *f, u64 *sk_out, u16 *tcp)
+static __always_inline u64 file_sock(struct file *fp, u64 *sk_out, u16 *tcp)
 {
-	if (!f)
+	if (!fp)
 		return 0;
-	struct inode *ino = BPF_CORE_READ(f, f_inode);
-	if ((BPF_CORE_READ(ino, i_mode) & S_IFMT) != S_IFSOCK)
+	struct file *f = KCAST(struct file, fp);
+	struct inode *ino = f->f_inode;
+	if (!ino || (ino->i_mode & S_IFMT) != S_IFSOCK)
 		return 0;
-	struct socket *so = BPF_CORE_READ(f, private_data);
-	struct sock *sk = BPF_CORE_READ(so, sk);
-	if (!sk || BPF_CORE_READ(so, type) != SOCK_STREAM)
+	struct socket *so = KCAST(struct socket, f->private_data);
+	if (!so)
 		return 0;
-	u16 fam = BPF_CORE_READ(sk, __sk_common.skc_family);
+	if (so->type != SOCK_STREAM)
+		return 0;
+	/* Read as a plain number: it goes to the announce() subprogram as a scalar. */
+	u64 skv = 0;
+	bpf_probe_read_kernel(&skv, sizeof(skv), &so->sk);
+	if (!skv)
+		return 0;
+	struct sock *sk = KCAST(struct sock, skv);
+	u16 fam = sk->__sk_common.skc_family;
 	if (fam == AF_UNIX) {
+		/* The server's end of a connection to a listening socket carries the listener's
+		 * address; unbound ones (socketpairs, the server's own client connections, stdout
+		 * to journald) are not database traffic. */
+		if (!KCAST(struct unix_sock, sk)->addr)
+			return 0;
 		*tcp = 0;
-	} else if ((fam == AF_INET || fam == AF_INET6) &&
-		   BPF_CORE_READ(sk, sk_protocol) == IPPROTO_TCP) {
+	} else if ((fam == AF_INET || fam == AF_INET6) && sk->sk_protocol == IPPROTO_TCP) {
 		*tcp = 1;
 	} else {
 		return 0;
 	}
-	*sk_out = (u64)sk;
-	return BPF_CORE_READ(ino, i_ino);
+	*sk_out = skv;
+	return ino->i_ino;
 }
 
 static __always_inline void read_unix_path(struct sock *sk, u16 *len, char *path)
