@@ -117,6 +117,11 @@ pub struct StreamHealth {
     /// Connections that went TLS in the packets and are read from the eBPF source instead
     /// (`--source auto`): not a loss.
     pub tls_left_to_ebpf: u64,
+    /// Runs and run time of the BPF programs, when the kernel counts them
+    /// (`sysctl kernel.bpf_stats_enabled=1`; every traced syscall of the machine, not only the
+    /// servers').
+    pub ebpf_runs: u64,
+    pub ebpf_run_ns: u64,
 }
 
 /// Where a counter lives.
@@ -426,6 +431,14 @@ pub static COUNTERS: &[Counter] = &[
         "connections that went TLS in the packets, read from their TLS plaintext by eBPF instead",
         Some("TLS in the packets, read by eBPF instead: {tls_left_to_ebpf} connections"),
         Some(("dbtap_tls_left_to_ebpf_total", "Connections that went TLS in the packets and were read from their TLS plaintext by the eBPF source instead (--source auto)."))),
+    row!(stream.ebpf_runs, Info, Count,
+        "runs of the BPF programs (with kernel.bpf_stats_enabled=1)",
+        Some("BPF programs: {ebpf_runs} runs, {ebpf_run_ns} ns (kernel.bpf_stats_enabled=1; every syscall of the machine passes the filter)"),
+        Some(("dbtap_ebpf_runs_total", "Runs of the eBPF source's BPF programs (counted only with kernel.bpf_stats_enabled=1)."))),
+    row!(stream.ebpf_run_ns, Info, Count,
+        "run time of the BPF programs, ns (with kernel.bpf_stats_enabled=1)",
+        None,
+        Some(("dbtap_ebpf_run_nanoseconds_total", "Run time of the eBPF source's BPF programs in nanoseconds (counted only with kernel.bpf_stats_enabled=1)."))),
     // Live.
     row!(live.kernel_drops, Loss, Count,
         "packets the kernel dropped before dbtap read them",

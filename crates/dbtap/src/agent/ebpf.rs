@@ -226,6 +226,15 @@ fn record_ts(r: &Record<'_>) -> u64 {
     }
 }
 
+/// The tracer's own counters in the stream section of the health.
+fn tracer_counts(h: &mut report::CaptureHealth, tracer: &ebpf::Tracer) {
+    let s = h.stream.get_or_insert_with(Default::default);
+    s.ebpf_lost_records = tracer.stats().lost_records;
+    let run = tracer.run_time();
+    s.ebpf_runs = run.run_cnt;
+    s.ebpf_run_ns = run.run_time_ns;
+}
+
 /// The health of the tracer's engine, with the kernel's lost records and the writer's state.
 fn health(
     engine: &Engine<LiveConsumer>,
@@ -233,8 +242,7 @@ fn health(
     w: &mut Writer,
 ) -> report::CaptureHealth {
     let mut h = engine.health(vec!["ebpf".to_string()], 0);
-    let s = h.stream.get_or_insert_with(Default::default);
-    s.ebpf_lost_records = tracer.stats().lost_records;
+    tracer_counts(&mut h, tracer);
     if let Some(r) = &mut w.rotator {
         let _ = r.flush();
     }
@@ -295,11 +303,8 @@ fn run(
     };
     // Drain what the ring still holds, then close every stream.
     let _ = tracer.poll(Duration::ZERO, &mut |ev| take(ev, &mut engine, &mut w));
-    let lost = tracer.stats().lost_records;
     let (mut consumer, mut h) = engine.finish(vec!["ebpf".to_string()], 0);
-    h.stream
-        .get_or_insert_with(Default::default)
-        .ebpf_lost_records = lost;
+    tracer_counts(&mut h, &tracer);
     if let Some(e) = &w.error {
         h.warnings.push(e.clone());
     }
