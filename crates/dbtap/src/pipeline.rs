@@ -242,6 +242,12 @@ impl<C: Consumer> proto::Sink for SinkRef<'_, C> {
     }
 }
 
+/// A TLS handshake record (content type 22, version 3.x): a connection that is TLS from its
+/// first byte.
+fn is_tls_handshake(b: &[u8]) -> bool {
+    matches!(b, [0x16, 0x03, 0x00..=0x04, ..])
+}
+
 fn direction(d: Dir) -> Direction {
     match d {
         Dir::ToServer => Direction::ToServer,
@@ -285,7 +291,10 @@ impl<C: Consumer> flow::Handler for Conns<C> {
                     return true;
                 }
                 None => {
-                    if opening {
+                    if opening && self.tls_read_elsewhere && is_tls_handshake(data) {
+                        // TLS from the first byte (Redis, MongoDB): read by eBPF instead.
+                        self.tls_left_to_ebpf += 1;
+                    } else if opening {
                         self.unknown_protocol += 1;
                     } else {
                         self.unknown_midstream += 1;
@@ -465,6 +474,7 @@ impl<C: Consumer> Engine<C> {
     }
 
     /// Socket streams open now (the eBPF source).
+    #[cfg_attr(not(feature = "ebpf"), allow(dead_code))]
     pub fn open_streams(&self) -> usize {
         self.streams.open_connections()
     }

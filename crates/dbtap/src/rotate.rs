@@ -90,6 +90,7 @@ impl Rotator {
 
     /// Files of socket stream records (link type `linktype`, named `...-ebpf.pcap`) instead
     /// of IP packets.
+    #[cfg_attr(not(feature = "ebpf"), allow(dead_code))]
     pub fn with_linktype(mut self, linktype: u32) -> Self {
         self.linktype = linktype;
         self.label = "ebpf".to_string();

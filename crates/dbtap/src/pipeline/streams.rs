@@ -85,6 +85,7 @@ impl Streams {
     }
 
     /// Connections open now.
+    #[cfg_attr(not(feature = "ebpf"), allow(dead_code))]
     pub(super) fn open_connections(&self) -> usize {
         self.state.conns.len()
     }
