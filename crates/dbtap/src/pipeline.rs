@@ -29,6 +29,9 @@ pub trait Consumer {
     /// Connection `conn` ended at `ts_ns` (closed, evicted, or the capture ended), after its
     /// last event. For per-connection state; nothing by default.
     fn close(&mut self, _conn: u64, _ts_ns: u64) {}
+    /// Bytes of a socket stream (the eBPF source) to or from `server`, as they are delivered:
+    /// the stream counterpart of [`Consumer::segment`]; nothing by default.
+    fn stream_bytes(&mut self, _server: &proto::Endpoint, _to_server: bool, _len: usize) {}
 }
 
 /// Where the pipeline looks for servers.

@@ -125,6 +125,18 @@ impl Consumer for LiveConsumer {
         self.server(ev.server.clone()).record(&ev);
     }
 
+    fn stream_bytes(&mut self, server: &Endpoint, to_server: bool, len: usize) {
+        let s = match self.servers.get_mut(server) {
+            Some(s) => s,
+            None => self.server(server.clone()),
+        };
+        if to_server {
+            s.bytes_in += len as u64;
+        } else {
+            s.bytes_out += len as u64;
+        }
+    }
+
     fn segment(&mut self, src: SocketAddr, dst: SocketAddr, frame_len: usize) {
         if self.matcher.is_server(&dst) {
             let s = self.server(dst.into());

@@ -45,6 +45,7 @@ struct State {
 
 struct StreamConn {
     id: u64,
+    server: proto::Endpoint,
     /// Until the first bytes arrive: the session opens then (knowing whether TLS came first).
     pending: Option<ConnMeta>,
     /// The session stopped reading (TLS it cannot see, or nothing more to learn).
@@ -183,6 +184,7 @@ impl<C: Consumer> StreamHandler for Feed<'_, C> {
         };
         let c = StreamConn {
             id,
+            server: o.server.clone(),
             pending: Some(meta),
             stopped: false,
             tls: false,
@@ -203,6 +205,9 @@ impl<C: Consumer> StreamHandler for Feed<'_, C> {
         let Some(c) = self.state.conns.get_mut(&conn) else {
             return;
         };
+        self.conns
+            .consumer
+            .stream_bytes(&c.server, d == Direction::ToServer, bytes.len());
         if c.stopped {
             return;
         }
