@@ -3,9 +3,10 @@
 //! used instead, so the crate builds everywhere.
 //!
 //! Regenerate the committed object after changing the C source (from crates/ebpf):
-//!   clang -g -O2 -target bpf -mcpu=v3 -D__TARGET_ARCH_x86 -Isrc/bpf \
+//!   clang -g -O2 -target bpf -mcpu=v3 -D__TARGET_ARCH_x86 -fdebug-prefix-map=$PWD=. -Isrc/bpf \
 //!     -c src/bpf/dbtap.bpf.c -o src/bpf/dbtap.bpf.o && llvm-strip -g src/bpf/dbtap.bpf.o
-//! (`llvm-strip -g` drops DWARF but keeps the BTF that CO-RE needs; `llvm-strip-14` on Debian.)
+//! (`-fdebug-prefix-map`: the BTF line info names the source relative to the crate, so the
+//! object does not depend on where the repository is; `llvm-strip -g` drops DWARF but keeps the BTF that CO-RE needs; `llvm-strip-14` on Debian.)
 //! src/bpf/vmlinux.h: `bpftool btf dump file /sys/kernel/btf/vmlinux format c`.
 
 use std::path::{Path, PathBuf};
@@ -23,6 +24,9 @@ fn clang_args(src: &Path, out: &Path, include: Option<&str>) -> Vec<String> {
     .iter()
     .map(|s| s.to_string())
     .collect();
+    if let Ok(dir) = std::env::var("CARGO_MANIFEST_DIR") {
+        a.push(format!("-fdebug-prefix-map={dir}=."));
+    }
     a.push(format!(
         "-I{}",
         src.parent().unwrap_or(Path::new(".")).display()

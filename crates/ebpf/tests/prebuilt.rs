@@ -29,6 +29,7 @@ fn prebuilt_object_matches_the_source() {
             "bpf",
             "-mcpu=v3",
             "-D__TARGET_ARCH_x86",
+            &format!("-fdebug-prefix-map={dir}=."),
             "-Isrc/bpf",
             "-c",
         ])
