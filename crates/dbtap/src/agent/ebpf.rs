@@ -281,11 +281,9 @@ fn run(
         if stop || error.is_some() {
             break error;
         }
-        let epoch = ctl.epoch.load(Ordering::Acquire);
-        if epoch == seen_epoch {
+        if !ctl.interval_ended(&mut seen_epoch) {
             continue;
         }
-        seen_epoch = epoch;
         let (window, servers) = engine.consumer_mut().take_window();
         let report = WorkerReport {
             worker: idx,

@@ -49,6 +49,16 @@ struct Control {
     stop: Arc<AtomicBool>,
 }
 
+impl Control {
+    /// True once per epoch bump: a worker's interval ended and its window is due.
+    fn interval_ended(&self, seen: &mut u64) -> bool {
+        let epoch = self.epoch.load(Ordering::Acquire);
+        let ended = epoch != *seen;
+        *seen = epoch;
+        ended
+    }
+}
+
 fn unix_ns(t: SystemTime) -> u64 {
     t.duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64)

@@ -298,11 +298,9 @@ fn worker(
         if stop || error.is_some() {
             break error;
         }
-        let epoch = ctl.epoch.load(Ordering::Acquire);
-        if epoch == seen_epoch {
+        if !ctl.interval_ended(&mut seen_epoch) {
             continue;
         }
-        seen_epoch = epoch;
         let (window, servers) = engine.consumer_mut().take_window();
         let health = engine.health(vec![name.clone()], 0);
         let report = WorkerReport {
