@@ -223,6 +223,21 @@ pub(super) fn startup(
     );
 }
 
+/// The start line of `--source ebpf`: what is traced, where the metrics are, the time zone.
+pub(super) fn startup_ebpf(
+    what: &str,
+    server: Option<&metrics::http::Server>,
+    tz: &jiff::tz::TimeZone,
+) {
+    eprintln!(
+        "dbtap: {what}{}; times are local ({}); Ctrl-C to stop",
+        server
+            .map(|s| format!(", metrics on http://{}/metrics", s.local_addr()))
+            .unwrap_or_default(),
+        zone_label(tz),
+    );
+}
+
 /// The interval lines' state across intervals: the header is printed once, and every server
 /// seen keeps its line.
 pub(super) struct Lines {

@@ -115,7 +115,6 @@ fn run(c: &CaptureArgs, mode: Mode) -> Result<()> {
     let files = crate::rotate::SharedFiles::default();
     // The tracer first: in `auto` the packet workers then know to leave TLS to it.
     let chosen = source::start(c, &mut plan, rings.len(), &ctl, &tx, &files)?;
-    eprintln!("dbtap: {}", chosen.line);
     let mut handles = worker::spawn(c, &plan, rings, &ctl, &tx, &files)?;
     handles.extend(chosen.handle);
     drop(tx);
@@ -139,8 +138,17 @@ fn run(c: &CaptureArgs, mode: Mode) -> Result<()> {
 
     // The interval lines print local times (TZ, else /etc/localtime; UTC if neither is known).
     let tz = jiff::tz::TimeZone::system();
-    if matches!(ui, Ui::Lines { .. }) && source::wants_packets(c) {
-        lines::startup(c, &plan, server.as_ref(), &tz);
+    if matches!(ui, Ui::Lines { .. }) {
+        if source::wants_packets(c) {
+            lines::startup(c, &plan, server.as_ref(), &tz);
+            // What else the run reads (`auto`), after the start line that scripts read first.
+            if let Some(line) = &chosen.line {
+                eprintln!("dbtap: {line}");
+            }
+        } else {
+            let line = chosen.line.as_deref().unwrap_or_default();
+            lines::startup_ebpf(line, server.as_ref(), &tz);
+        }
     }
     let mut merger = Merger::new(rx, workers, plan.agg_cfg.clone());
     let mut lines = lines::Lines::new(tz, plan.sample);

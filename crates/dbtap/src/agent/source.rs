@@ -17,8 +17,8 @@ use crate::rotate::SharedFiles;
 pub(super) struct Chosen {
     /// The tracer thread, when eBPF runs.
     pub(super) handle: Option<JoinHandle<()>>,
-    /// What the run reads, for the start line.
-    pub(super) line: String,
+    /// What the run reads, for a second start line (none when `--source packet` said it).
+    pub(super) line: Option<String>,
 }
 
 /// Whether the run opens packet rings.
@@ -42,7 +42,7 @@ pub(super) fn start(
         Source::Packet => {
             return Ok(Chosen {
                 handle: None,
-                line: "source packet: network packets".to_string(),
+                line: None,
             });
         }
         Source::Ebpf => true,
@@ -61,14 +61,14 @@ pub(super) fn start(
             };
             Ok(Chosen {
                 handle: Some(handle),
-                line,
+                line: Some(line),
             })
         }
         Err(why) if !tcp => Ok(Chosen {
             handle: None,
-            line: format!(
+            line: Some(format!(
                 "source auto: packets only; Unix sockets and TLS are not seen (eBPF: {why})"
-            ),
+            )),
         }),
         Err(why) => anyhow::bail!("--source ebpf: {why}"),
     }
