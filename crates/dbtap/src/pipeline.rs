@@ -283,10 +283,13 @@ impl<C: Consumer> flow::Handler for Conns<C> {
             return false;
         };
         if let Conn::Sniff(meta, tries) = conn {
-            let opening = meta.saw_open;
-            match sniff(dir, data, opening)
-                .and_then(|p| new_session(p, meta.clone(), &self.session_cfg))
-            {
+            let opening = meta.saw_open || meta.after_tls;
+            let found = if meta.after_tls {
+                proto::registry::detect_after_tls(direction(dir), data)
+            } else {
+                sniff(dir, data, opening)
+            };
+            match found.and_then(|p| new_session(p, meta.clone(), &self.session_cfg)) {
                 Some(s) => *conn = Conn::Known(s),
                 None if !opening && *tries < SNIFF_TRIES => {
                     // Mid-stream: wait for a delivery that starts at a request boundary.

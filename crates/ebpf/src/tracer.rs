@@ -438,14 +438,16 @@ impl Tracer {
             for (dir, &end) in ends.iter().enumerate() {
                 let next = s.next[dir];
                 if end > next {
+                    // An empty record at the end offset: the bytes before it were lost (a
+                    // gap), not cut by the copy limit.
                     let (pid, inbound, tls) = (s.pid, dir == 1, s.tls);
                     f(Event::Data {
                         sock,
                         ts_ns,
                         pid,
                         inbound,
-                        offset: next,
-                        len: end - next,
+                        offset: end,
+                        len: 0,
                         bytes: &[],
                         tls,
                     });

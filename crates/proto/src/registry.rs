@@ -78,6 +78,9 @@ pub struct Detection {
     /// A command boundary on a connection picked up mid-stream, recognised from the shape of
     /// whole messages: one delivery of client bytes holding plausible requests only.
     pub client_midstream: Option<Recognizer>,
+    /// The first client bytes of a stream that starts inside TLS, its plaintext opening (a
+    /// greeting, a TLS request) not delivered: MySQL's login packet. See [`detect_after_tls`].
+    pub client_after_tls: Option<Recognizer>,
 }
 
 impl Detection {
@@ -87,6 +90,7 @@ impl Detection {
         client_startup: None,
         client_request: None,
         client_midstream: None,
+        client_after_tls: None,
     };
 }
 
@@ -169,6 +173,25 @@ pub fn detect(dir: Direction, bytes: &[u8], opening: bool) -> Option<Protocol> {
             })
         }
     }
+}
+
+/// Which protocol the first bytes of a stream that starts inside TLS belong to (the eBPF
+/// source's TLS plaintext when the plaintext before TLS was not delivered,
+/// [`ConnMeta::after_tls`]): the client speaks first there, with a login (`client_after_tls`),
+/// a startup message (`client_startup`) or a request (`client_request`), tried in that order.
+pub fn detect_after_tls(dir: Direction, bytes: &[u8]) -> Option<Protocol> {
+    if dir != Direction::ToServer {
+        return None;
+    }
+    let first = |pick: fn(&Detection) -> Option<Recognizer>| {
+        REGISTRY
+            .iter()
+            .find(|s| pick(&s.detect).is_some_and(|r| r(bytes)))
+            .map(|s| s.protocol)
+    };
+    first(|d| d.client_after_tls)
+        .or_else(|| first(|d| d.client_startup))
+        .or_else(|| first(|d| d.client_request))
 }
 
 impl ProtocolSpec {

@@ -68,6 +68,14 @@ fn corpus() -> Vec<Vec<u8>> {
 
 fn check(data: &[u8]) {
     for dir in [Direction::ToServer, Direction::ToClient] {
+        // The after-TLS detection never panics, and takes MySQL only for a login packet
+        // (sequence id 2) that the client sent.
+        let after = registry::detect_after_tls(dir, data);
+        assert!(
+            after != Some(Protocol::Mysql)
+                || (dir == Direction::ToServer && data.get(3) == Some(&2)),
+            "{data:?}"
+        );
         for opening in [true, false] {
             assert_eq!(
                 registry::detect(dir, data, opening),

@@ -3,6 +3,7 @@
 //! or only what follows TLS (`after_tls`). The events and health must be those of the
 //! plaintext conversation: the bytes inside TLS are the same protocol.
 
+use proto::registry::{Protocol, detect_after_tls};
 use proto::testing::{Rng, Transcript, parse_hex_transcript, render};
 use proto::{ConnMeta, Direction, Health, Progress, Session, SessionConfig, VecSink};
 
@@ -95,6 +96,16 @@ fn mysql_real_conversations_read_inside_tls() {
         let plain = run(&mut make(false), &t, 0);
         assert!(!plain.events.is_empty() && plain.events.iter().all(|e| e.user.is_some()));
         let (ssl, inside) = mysql_tls(&t);
+        // A stream that starts inside TLS names its protocol by the login, on any port; the
+        // plaintext login (sequence 1, no CLIENT_SSL) and the SSL request do not pass for one.
+        assert_eq!(
+            detect_after_tls(C, &inside[0].1),
+            Some(Protocol::Mysql),
+            "{i}"
+        );
+        assert_eq!(detect_after_tls(C, &t[1].1), None, "{i}");
+        assert_eq!(detect_after_tls(C, &ssl), None, "{i}");
+        assert_eq!(detect_after_tls(S, &inside[0].1), None, "{i}");
         for seed in [0, 1, 2] {
             // Greeting and SSL request in plaintext, then TLS.
             let mut s = make(false);
@@ -138,6 +149,12 @@ fn postgres_real_conversations_read_inside_tls() {
         let plain = run(&mut make(false), &t, 0);
         assert_eq!(plain.health, Health::default());
         assert!(!plain.events.is_empty() && plain.events.iter().all(|e| e.user.is_some()));
+        // Inside TLS the StartupMessage comes first: PostgreSQL on any port, not MySQL.
+        assert_eq!(
+            detect_after_tls(C, &t[2].1),
+            Some(Protocol::Postgres),
+            "{i}"
+        );
         for seed in [0, 1, 2] {
             let mut s = make(false);
             let mut sink = VecSink::default();

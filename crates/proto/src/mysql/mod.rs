@@ -102,6 +102,7 @@ pub static SPEC: ProtocolSpec = ProtocolSpec {
         client_startup: None,
         client_request: None,
         client_midstream: Some(looks_like_client_command),
+        client_after_tls: Some(looks_like_login_after_tls),
     },
     new_session: |meta, cfg| Box::new(new_session(meta, cfg)),
     command_facts,
@@ -197,6 +198,29 @@ pub fn looks_like_client_command(client_bytes: &[u8]) -> bool {
         }
         _ => true,
     }
+}
+
+/// Whether the first client bytes of a stream that starts inside TLS look like a MySQL/MariaDB
+/// login (HandshakeResponse41): sequence id 2 (after the greeting and the SSL request), the
+/// capability flags with CLIENT_PROTOCOL_41 and CLIENT_SSL (the client asked for TLS), and the
+/// 19 reserved zero bytes after the character set (MariaDB puts its extended capabilities in
+/// the last 4 of the 23).
+pub fn looks_like_login_after_tls(first_client_bytes: &[u8]) -> bool {
+    const PROTOCOL_41: u32 = 0x200;
+    const SSL: u32 = 0x800;
+    let Some(h) = wire::PacketHeader::parse(first_client_bytes) else {
+        return false;
+    };
+    let caps = match first_client_bytes.get(4..8) {
+        Some(&[a, b, c, d]) => u32::from_le_bytes([a, b, c, d]),
+        _ => return false,
+    };
+    h.seq == 2
+        && (32..=(1 << 16)).contains(&h.len)
+        && caps & (PROTOCOL_41 | SSL) == PROTOCOL_41 | SSL
+        && first_client_bytes
+            .get(13..32)
+            .is_some_and(|reserved| reserved.iter().all(|&b| b == 0))
 }
 
 /// Whether the first bytes a server sent look like a MySQL/MariaDB greeting (protocol 10

@@ -148,6 +148,7 @@ pub static SPEC: ProtocolSpec = ProtocolSpec {
         client_startup: Some(looks_like_startup),
         client_request: None,
         client_midstream: Some(looks_like_client_message),
+        client_after_tls: None,
     },
     new_session: |meta, cfg| Box::new(new_session(meta, cfg)),
     command_facts,

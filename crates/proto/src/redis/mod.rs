@@ -137,6 +137,7 @@ pub static SPEC: ProtocolSpec = ProtocolSpec {
         client_startup: None,
         client_request: Some(looks_like_request),
         client_midstream: None,
+        client_after_tls: None,
     },
     new_session: |meta, cfg| Box::new(new_session(meta, cfg)),
     command_facts,
