@@ -249,7 +249,8 @@ def maria_scripted(srv: Maria, conn_factory, n: int = 20) -> dict:
 # PostgreSQL
 
 class Pg(ph.PgServer):
-    """pg_harness.PgServer on PG_PORT: its Unix socket in `sock/`, ssl=on with make_certs()."""
+    """pg_harness.PgServer on PG_PORT: its Unix socket in `sock/`, ssl=on with make_certs(),
+    every connection logged (server.log: "connection authorized: ... SSL enabled" for TLS)."""
 
     def __init__(self, port: int = PG_PORT, workdir: Path = OUT / "pg"):
         super().__init__(port, workdir, ssl=False)
@@ -267,8 +268,10 @@ class Pg(ph.PgServer):
         for f in self.certs.values():
             shutil.chown(f, "postgres", "postgres")
         self.certs["key"].chmod(0o600)
+        # log_connections: the server's own record of which connections used TLS
         self.extra = ["ssl=on", f"ssl_cert_file={self.certs['cert']}",
-                      f"ssl_key_file={self.certs['key']}", f"ssl_ca_file={self.certs['ca']}"]
+                      f"ssl_key_file={self.certs['key']}", f"ssl_ca_file={self.certs['ca']}",
+                      "log_connections=on"]
         return super().start()
 
     def env_unix(self) -> dict:
