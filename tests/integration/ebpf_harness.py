@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -394,16 +393,16 @@ def redis_truth(before: dict, after: dict) -> dict[str, tuple[int, int]]:
 def ebpf_unavailable(text: str) -> bool:
     """dbtap's one-line refusal when BPF cannot load here (no privilege, no BTF, no tracefs)."""
     t = text.lower()
-    return any(w in t for w in ("cap_bpf", "cap_perfmon", "btf", "tracefs", "bpf(", "bpf:",
-                                "not permitted", "ebpf is not available", "ebpf unavailable"))
+    return any(w in t for w in ("cap_bpf", "cap_perfmon", "btf", "tracefs", "not permitted",
+                                "without the `ebpf` feature"))
 
 
 class Live:
     """One `dbtap live` process, its stdout and stderr drained by threads. start() returns once
-    dbtap says it is capturing (any source: its "dbtap: capturing on" / "dbtap: tracing" line)
-    plus a settle; stop() signals it (or waits for --duration)."""
+    dbtap is reading plus a settle: under `--source ebpf` its "dbtap: source ebpf: ..." line
+    (printed once the tracer is attached), otherwise its "dbtap: capturing on ..." line (the
+    packet rings are open; in `auto` it follows the source line). stop() signals it."""
 
-    READY = re.compile(r"^dbtap: (capturing|tracing|ebpf|source)", re.I)
     SETTLE_S = 0.5
 
     def __init__(self, *args, binary: Path | None = None):
@@ -420,6 +419,19 @@ class Live:
     def cmd(self) -> list[str]:
         return [str(self.binary), "live", *self.args]
 
+    @property
+    def source(self) -> str:
+        a = self.args
+        return a[a.index("--source") + 1] if "--source" in a[:-1] else "auto"
+
+    @property
+    def ready_line(self) -> str:
+        return "dbtap: source ebpf" if self.source == "ebpf" else "dbtap: capturing on "
+
+    def source_line(self) -> str:
+        """dbtap's "dbtap: source ..." line: what it chose and why."""
+        return next((l.strip() for l in self.err if l.startswith("dbtap: source ")), "")
+
     def start(self, timeout: float = 30.0) -> "Live":
         self.proc = subprocess.Popen(self.cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE)
@@ -432,7 +444,7 @@ class Live:
             for line in iter(self.proc.stderr.readline, b""):
                 s = line.decode(errors="replace")
                 self.err.append(s)
-                if self.READY.match(s) and "capturing" in s or "tracing" in s:
+                if s.startswith(self.ready_line):
                     self.ready.set()
 
         for fn in (read_out, read_err):

@@ -85,15 +85,25 @@ def bpf_available():
 
 
 def start(*args) -> eh.Live:
-    """dbtap live started and ready; dbtap's own refusal to load BPF skips (or fails)."""
+    """dbtap live started and ready; dbtap's own refusal to load BPF skips (or fails), and so
+    does `auto` falling back to packets only."""
     live = eh.Live(*args)
     try:
-        return live.start()
+        live.start()
     except eh.NotReady as e:
         last = (e.stderr.strip().splitlines() or [""])[-1]
         if eh.ebpf_unavailable(last):
             unavailable(last)
         raise
+    line = live.source_line()
+    if live.source == "auto" and "packets only" in line:
+        live.stop()
+        unavailable(line)
+    want = {"ebpf": "dbtap: source ebpf: ", "auto": "dbtap: source auto: packets for plaintext TCP, eBPF"}
+    if not line.startswith(want.get(live.source, "dbtap: source ")):
+        live.stop()
+        pytest.fail(f"dbtap's source line {line!r}, expected {want.get(live.source)!r}: {live.stderr}")
+    return live
 
 
 def args(source: str, *extra) -> list[str]:
@@ -413,7 +423,6 @@ def test_auto_redis_three_paths_each_counted_once(redis):
         r, args("auto", "-i", "lo", "--port", r.port, "--port", r.tls_port, "--socket", r.sock,
                 "--group-by", "server,command"), work)
     d = live.json()
-    assert "ebpf" in live.stderr.lower(), live.stderr  # auto chose eBPF (with packets)
     got = redis_got(d)
     print(f"\nauto redis: dbtap {got}\n  commandstats {truth}")
     assert got == truth
@@ -476,7 +485,7 @@ def test_small_ring_loses_records_as_exact_gaps(redis):
 
     def work():
         live = live_holder[0]
-        t = threading.Thread(target=lambda: r.benchmark("unix", "set", 60000, clients=50,
+        t = threading.Thread(target=lambda: r.benchmark("unix", "set", 100000, clients=50,
                                                         size=1000))
         t.start()
         time.sleep(0.5)
@@ -571,4 +580,7 @@ def test_process_dimension_and_write_read_back(maria, redis, tmp_path):
     procs = collections.Counter((e.get("process") or {}).get("comm") for e in ev
                                 if e.get("protocol") == "redis" and e.get("command") == "set")
     assert procs == {"redis-benchmark": rtruth["set"][0]}, procs
+    procs = collections.Counter((e.get("process") or {}).get("comm") for e in ev
+                                if e.get("protocol") == "mysql" and e.get("command") == "execute")
+    assert procs == {"sysbench": cnt["Com_stmt_execute"]}, procs
     assert all(isinstance(e["process"].get("pid"), int) for e in ev if e.get("process"))
