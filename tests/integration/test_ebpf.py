@@ -483,16 +483,18 @@ def test_small_ring_loses_records_as_exact_gaps(redis):
     r = redis
     live_holder: list = []
 
-    def work():
-        live = live_holder[0]
-        t = threading.Thread(target=lambda: r.benchmark("unix", "set", 100000, clients=50,
-                                                        size=1000))
-        t.start()
+    def pause_dbtap():
         time.sleep(0.5)
-        os.kill(live.proc.pid, signal.SIGSTOP)
-        time.sleep(1.0)
-        os.kill(live.proc.pid, signal.SIGCONT)
-        t.join()
+        pid = live_holder[0].proc.pid
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            time.sleep(1.0)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+
+    def work():
+        _parallel(lambda: r.benchmark("unix", "set", 100000, clients=50, size=1000),
+                  pause_dbtap)
         time.sleep(1.0)  # the ring drains
         c = r.py_client("unix")
         for i in range(300):
