@@ -16,9 +16,9 @@
 #   packet        the same with dbtap live --source packet -i lo --port P
 # Recorded per run: sysbench's QPS and 95th percentile; mysqld's and dbtap's CPU (utime+stime from
 # /proc/PID/stat) over the sysbench run per 10k queries, the extra mysqld CPU against the baseline
-# on the same path; lost records and gap bytes from dbtap's health; the BPF programs' own run time
-# per query, from the kernel (bpftool prog show with kernel.bpf_stats_enabled=1 during the ebpf
-# runs, restored after).
+# on the same path; lost records and gap bytes from dbtap's health; the BPF programs' own run
+# time per query, from the kernel (/proc/PID/fdinfo of dbtap's program fds, with
+# kernel.bpf_stats_enabled=1 during the ebpf runs, restored after).
 #
 # Output: printed, and written to bench/out/ebpf-overhead.md (runs as JSON in
 # bench/out/work-ebpf-overhead/runs.json). Exit status 1 when dbtap's counts differ from the
@@ -73,7 +73,7 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 bash tests/setup.sh
-for b in sysbench mariadbd mariadb-install-db bpftool openssl; do
+for b in sysbench mariadbd mariadb-install-db openssl; do
   command -v "$b" >/dev/null || { echo "$b not found: run tests/setup.sh first" >&2; exit 1; }
 done
 [ "$(id -u)" = 0 ] || { echo "needs root: dbtap live --source ebpf loads BPF programs" >&2; exit 1; }
