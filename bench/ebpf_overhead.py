@@ -107,7 +107,7 @@ def read_dbtap(cap: Proc, work: Path, rnd: int, cond: str) -> dict:
     j = json.loads(text[text.index("{"):])
     by_cmd: dict[str, int] = {}
     for g in j["queries"]:
-        if g.get("fingerprint") in eh.OWN_MARIA_FINGERPRINTS:
+        if (g.get("fingerprint") or "").lower() in eh.OWN_MARIA_FINGERPRINTS:
             continue
         by_cmd[g["command"]] = by_cmd.get(g["command"], 0) + g["count"]
     c = j.get("capture", {})

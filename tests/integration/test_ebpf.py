@@ -143,7 +143,7 @@ def mysql_groups(d: dict) -> list[dict]:
 
 
 def mysql_own(g: dict) -> bool:
-    return g.get("fingerprint") in eh.OWN_MARIA_FINGERPRINTS
+    return (g.get("fingerprint") or "").lower() in eh.OWN_MARIA_FINGERPRINTS
 
 
 def mysql_commands(d: dict) -> collections.Counter:
@@ -421,14 +421,14 @@ def test_auto_redis_three_paths_each_counted_once(redis):
 
     live, truth, _ = redis_window(
         r, args("auto", "-i", "lo", "--port", r.port, "--port", r.tls_port, "--socket", r.sock,
-                "--group-by", "server,command"), work)
+                "--group-by", "server,fingerprint"), work)
     d = live.json()
     got = redis_got(d)
     print(f"\nauto redis: dbtap {got}\n  commandstats {truth}")
     assert got == truth
     by = collections.Counter()
     for g in d["queries"]:
-        if g["protocol"] == "redis":
+        if g["protocol"] == "redis" and g["command"] not in eh.OWN_REDIS_COMMANDS:
             by[(g["dimensions"]["server"], g["command"])] += g["count"]
     plain, tls, unix = f"127.0.0.1:{r.port}", f"127.0.0.1:{r.tls_port}", str(r.sock)
     assert by[(plain, "set")] == truth["set"][0], by
@@ -456,7 +456,7 @@ def test_auto_mariadb_plain_unix_tls_on_one_port_each_counted_once(maria):
 
     live, cnt, (tcp, unix, tls) = maria_window(
         m, args("auto", "-i", "lo", "--port", m.port, "--socket", m.sock, "--group-by",
-                "server,command"), work)
+                "server,fingerprint"), work)
     d = live.json()
     maria_compare(d, cnt)
     by = collections.Counter()
@@ -469,6 +469,41 @@ def test_auto_mariadb_plain_unix_tls_on_one_port_each_counted_once(maria):
     assert by[(sock_s, "execute")] == ex(unix), by
     assert by[(port_s, "execute")] == ex(tcp) + ex(tls), by
     assert cnt["Ssl_accepts"] == 1
+
+
+def test_auto_postgres_plain_unix_tls_each_counted_once(pg):
+    """pgbench -M extended over plain TCP (sslmode=disable), over the Unix socket and with
+    sslmode=require at once, dbtap in auto: per statement == pg_stat_statements, and grouped by
+    server each path's UPDATE pgbench_accounts == its pgbench's own transactions."""
+    pg.pgss_reset()
+
+    def work():
+        runs = _parallel(lambda: pg.pgbench("tcp", "extended", 1, 40),
+                         lambda: pg.pgbench("unix", "extended", 1, 50),
+                         lambda: pg.pgbench("tls", "extended", 1, 30))
+        pg.wait_idle()
+        return runs, pg.pgss()
+
+    live, ((tcp, unix, tls), pgss) = window(
+        args("auto", "-i", "lo", "--port", pg.port, "--socket", pg.socket_path, "--group-by",
+             "server,fingerprint"), work)
+    d = live.json()
+    want = {ph.renumber(q): e["calls"] for q, e in pgss.items()}
+    got: collections.Counter = collections.Counter()
+    upd: collections.Counter = collections.Counter()
+    for g in d["queries"]:
+        if g["protocol"] != "postgres" or g["command"] != "query" or pg_own(g["fingerprint"]):
+            continue
+        got[g["fingerprint"]] += g["count"]
+        if g["fingerprint"].startswith("UPDATE pgbench_accounts"):
+            upd[g["dimensions"]["server"]] += g["count"]
+    print(f"\nauto postgres: UPDATE pgbench_accounts by server {dict(upd)}; pgbench tcp "
+          f"{tcp['transactions']} unix {unix['transactions']} tls {tls['transactions']}")
+    assert dict(got) == want, (f"dbtap != pg_stat_statements:\n  dbtap: "
+                               f"{ {k: v for k, v in got.items() if want.get(k) != v} }\n  pgss: "
+                               f"{ {k: v for k, v in want.items() if got.get(k) != v} }")
+    assert dict(upd) == {f"127.0.0.1:{pg.port}": tcp["transactions"] + tls["transactions"],
+                         str(pg.socket_path): unix["transactions"]}, upd
 
 
 # -------------------------------------------------------------------------------------------------
@@ -535,7 +570,7 @@ def test_small_ring_loses_records_as_exact_gaps(redis):
 
 def test_process_dimension_and_write_read_back(maria, redis, tmp_path):
     """sysbench (MariaDB) and redis-benchmark (Redis) over the Unix sockets in one ebpf run with
-    --group-by process,command and --write: each client program's requests under its own
+    --group-by process,fingerprint and --write: each client program's requests under its own
     command name, equal to its server's counters; `dbtap digest` of the written files gives
     the live run's counts; `dbtap events` carries "process" {pid, comm}."""
     m, r = maria, redis
@@ -552,14 +587,16 @@ def test_process_dimension_and_write_read_back(maria, redis, tmp_path):
 
     live, (cnt, rtruth, sb) = window(
         args("ebpf", "--port", m.port, "--socket", m.sock, "--port", r.port, "--socket", r.sock,
-             "--group-by", "process,command", "--write", wdir), work)
+             "--group-by", "process,fingerprint", "--write", wdir), work)
     d = live.json()
     by = collections.Counter()
+    own = set()
     for g in d["queries"]:
-        if g.get("fingerprint") in eh.OWN_MARIA_FINGERPRINTS or \
-                (g["protocol"] == "redis" and g["command"] in eh.OWN_REDIS_COMMANDS):
+        if g["dimensions"]["process"] == "python3":  # this test's statistics connections
+            own.add(g["fingerprint"].lower())
             continue
         by[(g["protocol"], g["dimensions"]["process"], g["command"])] += g["count"]
+    assert own <= {"show global status", "info", "administrator command: quit"}, own
     print(f"\nprocess: {dict(by)}")
     assert by[("mysql", "sysbench", "execute")] == cnt["Com_stmt_execute"] == \
         sb["total"] + sb["ignored_errors"], (by, cnt, sb)
@@ -570,7 +607,7 @@ def test_process_dimension_and_write_read_back(maria, redis, tmp_path):
 
     files = sorted(p for p in wdir.iterdir() if p.is_file())
     assert files, f"--write {wdir} wrote nothing"
-    dd = harness.digest(*files, extra=("--group-by", "process,command"))
+    dd = harness.digest(*files, extra=("--group-by", "process,fingerprint"))
     back = collections.Counter()
     for g in dd["queries"]:
         back[(g["protocol"], g["dimensions"]["process"], g["command"])] += g["count"]
