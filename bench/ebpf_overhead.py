@@ -111,7 +111,7 @@ def read_dbtap(cap: Proc, work: Path, rnd: int, cond: str) -> dict:
             continue
         by_cmd[g["command"]] = by_cmd.get(g["command"], 0) + g["count"]
     c = j.get("capture", {})
-    keys = ("kernel_drops", "stream_gaps", "stream_gap_bytes", "ebpf_lost_records",
+    keys = ("kernel_drops", "gap_bytes", "stream_gaps", "stream_gap_bytes", "ebpf_lost_records",
             "stream_connections", "stream_bytes")
     return {"by_command": by_cmd, **{k: c.get(k) for k in keys},
             "bpf": {k: v for k, v in c.items() if "bpf" in k},
@@ -164,6 +164,8 @@ def run_one(a, srv: eh.Maria, cond: str, work: Path, rnd: int) -> dict:
         dj = read_dbtap(cap, work, rnd, cond)
         res["dbtap"] = dj
         s = res["server"]
+        res["fewer"] = all(dj["by_command"].get(k, 0) <= s[f"Com_stmt_{k}"]
+                           for k in ("execute", "prepare", "close"))
         res["count_ok"] = (dj["by_command"].get("execute", 0) == s["Com_stmt_execute"]
                            and dj["by_command"].get("prepare", 0) == s["Com_stmt_prepare"]
                            and dj["by_command"].get("close", 0) == s["Com_stmt_close"])
@@ -173,6 +175,13 @@ def run_one(a, srv: eh.Maria, cond: str, work: Path, rnd: int) -> dict:
 
 
 # -- report --------------------------------------------------------------------------------------
+
+def lost_of(r: dict) -> int:
+    """What the run's source lost: eBPF ring records, or packets the kernel dropped."""
+    dj = r.get("dbtap") or {}
+    key = "ebpf_lost_records" if r["condition"] == "ebpf" else "kernel_drops"
+    return dj.get(key) or 0
+
 
 def per10k(r: dict, key: str) -> float:
     return r[key] / r["queries"] * 1e4
@@ -197,7 +206,7 @@ def report(a, runs: list[dict], meta: dict) -> tuple[str, bool]:
       f"after {meta['load_after']}. dbtap: {meta['dbtap_version']}, {meta['git']}.")
     P("")
     P("| condition | QPS | QPS vs its baseline | p95 ms | p95 vs its baseline | mysqld CPU s / 10k q "
-      "(extra) | dbtap CPU s / 10k q | total extra CPU s / 10k q | dbtap RSS MB | lost records | "
+      "(extra) | dbtap CPU s / 10k q | total extra CPU s / 10k q | dbtap RSS MB | lost records / drops | "
       "gap bytes | BPF ns / query | counts = server |")
     P("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     summary = {}
@@ -216,11 +225,15 @@ def report(a, runs: list[dict], meta: dict) -> tuple[str, bool]:
         if c in ("ebpf", "packet"):
             cpu = statistics.median(per10k(r, "cap_cpu_s") for r in rs)
             rss = max(r["cap_rss_mb"] for r in rs)
-            lost = sum(r["dbtap"].get("ebpf_lost_records") or 0 for r in rs)
-            gapb = sum((r["dbtap"].get("stream_gap_bytes") or 0) for r in rs)
+            lost = sum(lost_of(r) for r in rs)
+            gapb = sum((r["dbtap"].get("stream_gap_bytes") or r["dbtap"].get("gap_bytes") or 0)
+                       for r in rs)
             ok = all(r["count_ok"] for r in rs)
-            ok_all &= ok
-            check = "yes, every run" if ok else "**NO**"
+            # a run whose source reported losses may count fewer, never more
+            explained = all(r["count_ok"] or (lost_of(r) > 0 and r["fewer"]) for r in rs)
+            ok_all &= explained
+            check = ("yes, every run" if ok else
+                     "fewer where losses were reported" if explained else "**NO**")
             if c == "ebpf" and all(r.get("bpf_run_cnt") for r in rs):
                 bpf = statistics.median(r["bpf_run_ns"] / r["queries"] for r in rs)
         total = extra_m + (cpu or 0.0) if c != BASE[c] else None
@@ -235,8 +248,8 @@ def report(a, runs: list[dict], meta: dict) -> tuple[str, bool]:
     P("CPU s per 10k queries = utime+stime (/proc/PID/stat, every thread) over the sysbench run / "
       "sysbench's queries x 10,000, i.e. cores per 10k QPS. Extra mysqld CPU: against the "
       "baseline on the same path (Unix socket or TCP). Total extra = extra mysqld + dbtap. Lost "
-      "records / gap bytes: dbtap's capture.ebpf_lost_records / stream_gap_bytes, summed over "
-      "the rounds. BPF ns per query: the kernel's run_time_ns of dbtap's BPF programs "
+      "records / drops: dbtap's capture.ebpf_lost_records (ebpf) or kernel_drops (packet), gap "
+      "bytes: stream_gap_bytes (ebpf) or gap_bytes (packet), summed over the rounds. BPF ns per query: the kernel's run_time_ns of dbtap's BPF programs "
       "(/proc/PID/fdinfo of its program fds, kernel.bpf_stats_enabled=1 during the ebpf runs) / "
       "sysbench's queries: it includes every traced syscall of the machine, not only mysqld's. "
       "Counts = server: dbtap's execute/prepare/close == Com_stmt_* deltas.")
@@ -246,13 +259,13 @@ def report(a, runs: list[dict], meta: dict) -> tuple[str, bool]:
         P(f"- eBPF total extra CPU per 10k QPS: {e['total']:.4f} core (goal "
           f"{GOAL_TOTAL_CPU_PER_10K}: {'met' if e['total'] <= GOAL_TOTAL_CPU_PER_10K else 'NOT met'}); "
           f"published eBPF agent: 0.2 in mysqld + 0.22 in the agent = 0.42.")
-        P(f"- lost records at this rate with the default ring: {e['lost']} "
+        P(f"- lost records at this rate with the default ring (summed over the rounds): {e['lost']} "
           f"({'none' if not e['lost'] else 'NOT zero'}).")
     P("")
     P("## Every run")
     P("")
     P("| round | condition | QPS | p95 ms | queries | mysqld CPU s | dbtap CPU s | Com_stmt_execute "
-      "| dbtap executes | lost records | BPF run ns (runs) |")
+      "| dbtap executes | lost records / drops | BPF run ns (runs) |")
     P("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     for r in runs:
         dj = r.get("dbtap") or {}
@@ -260,10 +273,10 @@ def report(a, runs: list[dict], meta: dict) -> tuple[str, bool]:
           f"{r['mysqld_cpu_s']:.2f} | {fmt(r.get('cap_cpu_s'), '.2f')} | "
           f"{r['server']['Com_stmt_execute']} | "
           f"{dj.get('by_command', {}).get('execute', '-') if dj else '-'} | "
-          f"{dj.get('ebpf_lost_records', '-') if dj else '-'} | "
+          f"{lost_of(r) if dj else '-'} | "
           f"{r.get('bpf_run_ns', '-')} ({r.get('bpf_run_cnt', '-')}) |")
     P("")
-    P(f"dbtap vs server: {'every count equal' if ok_all else 'MISMATCH (see above)'}.")
+    P(f"dbtap vs server: {'equal, or fewer where the source reported losses' if ok_all else 'MISMATCH without reported losses (see above)'}.")
     P("")
     P(f"Reproduce: `{meta['command']}`.")
     return "\n".join(L) + "\n", ok_all
