@@ -376,6 +376,56 @@ class Redis(rh.RedisServer):
         return redis.Redis(host="127.0.0.1", port=self.port, single_connection_client=True)
 
 
+class NetBytes:
+    """Redis's own byte counters (INFO stats: total_net_input_bytes / total_net_output_bytes,
+    every read and write of every connection, Unix socket included) around a window, read on a
+    connection of their own. Every byte of the window's connections is counted by the server
+    except the opening INFO's request (read before the counters were printed) and the closing
+    INFO's reply (written after): `total()` adds exactly those two, so it is every byte a tracer
+    running from before `open()` to after `close()` saw on the server's sockets."""
+
+    def __init__(self, srv: rh.RedisServer):
+        self.srv = srv
+        self.first: tuple[int, int, int, int] | None = None
+        self.last: tuple[int, int, int, int] | None = None
+
+    def _read(self) -> tuple[int, int, int, int]:
+        req = rh.resp_cmd("INFO", "stats")
+        c = rh.RawConn(unix=str(self.srv.sock))
+        try:
+            c.s.sendall(req)
+            data = b""
+            while b"\r\n" not in data:
+                chunk = c.s.recv(65536)
+                if not chunk:
+                    die("redis closed the INFO connection")
+                data += chunk
+            n = int(data[1:data.index(b"\r\n")])
+            total = data.index(b"\r\n") + 2 + n + 2
+            while len(data) < total:
+                chunk = c.s.recv(65536)
+                if not chunk:
+                    die("redis closed the INFO connection")
+                data += chunk
+        finally:
+            c.close()
+        self.srv.socket_calls["info"] += 1
+        text = data.decode()
+        i = int(text.split("total_net_input_bytes:", 1)[1].split()[0])
+        o = int(text.split("total_net_output_bytes:", 1)[1].split()[0])
+        return i, o, len(req), len(data)
+
+    def open(self) -> None:
+        self.first = self._read()
+
+    def close(self) -> None:
+        self.last = self._read()
+
+    def total(self) -> int:
+        (i0, o0, req0, _), (i1, o1, _, reply1) = self.first, self.last
+        return (i1 - i0) + req0 + (o1 - o0) + reply1
+
+
 # The command the tests' own statistics connection sends (redis_harness.RedisServer.snapshot()).
 OWN_REDIS_COMMANDS = {"info"}
 

@@ -373,11 +373,20 @@ def test_redis_unix_and_tls_equal_commandstats(redis):
             raise AssertionError("LPUSH on a string did not fail")
         c.close()
 
+    net = eh.NetBytes(r)
+
+    def work_counted():
+        net.open()
+        work()
+        net.close()
+
     live, truth, _ = redis_window(
-        r, args("ebpf", "--port", r.port, "--port", r.tls_port, "--socket", r.sock), work)
+        r, args("ebpf", "--port", r.port, "--port", r.tls_port, "--socket", r.sock),
+        work_counted)
     d = live.json()
     got = redis_got(d)
-    print(f"\nredis unix+tls: dbtap {got}\n  commandstats {truth}")
+    print(f"\nredis unix+tls: dbtap {got}\n  commandstats {truth}\n  stream bytes "
+          f"{capture(d).get('stream_bytes')}, server's net bytes (TLS: plaintext) {net.total()}")
     assert truth["set"][0] >= 28000 and truth["lpush"] == (5001, 1), truth
     assert got == truth
     c = capture(d)
@@ -514,7 +523,8 @@ def test_small_ring_loses_records_as_exact_gaps(redis):
     at 1 MiB and dbtap stopped (SIGSTOP) for a second in the middle: the ring overflows. dbtap
     says so (lost records, gaps, gap bytes), never counts more than the server, and misses at
     most one request per lost record (with -P 1 a server read or write holds at most one request
-    or reply). Then, with the ring drained, HSETs on a new connection: exact."""
+    or reply). Then, with the ring drained, HSETs on a new connection: exact. The gaps are exact:
+    delivered + gap bytes == the server's own total_net_input/output_bytes."""
     r = redis
     live_holder: list = []
 
@@ -538,12 +548,15 @@ def test_small_ring_loses_records_as_exact_gaps(redis):
 
     a = args("ebpf", "--port", r.port, "--socket", r.sock, "--ebpf-ring-mb", "1")
     r.reset_stats()
+    net = eh.NetBytes(r)
     live = start(*a)
     live_holder.append(live)
     try:
+        net.open()
         before = r.snapshot()
         work()
         truth = eh.redis_truth(before, r.snapshot())
+        net.close()
         time.sleep(STOP_WAIT_S)
     finally:
         live.stop()
@@ -554,7 +567,12 @@ def test_small_ring_loses_records_as_exact_gaps(redis):
     print(f"\nsmall ring: dbtap {got}\n  commandstats {truth}\n  lost records {lost}, gaps "
           f"{c.get('stream_gaps')}, gap bytes {c.get('stream_gap_bytes')}, complete "
           f"{c.get('complete')}")
-    assert lost > 0 and c.get("stream_gaps", 0) > 0 and c.get("stream_gap_bytes", 0) > 0, c
+    print("  capture:", {k: v for k, v in c.items() if v and not isinstance(v, (list, dict))})
+    delivered, gap_b = c.get("stream_bytes", 0), c.get("stream_gap_bytes", 0)
+    uncopied = c.get("stream_uncopied_bytes", 0)
+    print(f"  bytes: delivered {delivered} + gaps {gap_b} + uncopied {uncopied} = "
+          f"{delivered + gap_b + uncopied}, the server read and wrote {net.total()}")
+    assert lost > 0, c
     assert c.get("complete") is not True, c
     for cmd, (n, e) in truth.items():
         assert got.get(cmd, (0, 0))[0] <= n, (cmd, got.get(cmd), n)
@@ -563,6 +581,13 @@ def test_small_ring_loses_records_as_exact_gaps(redis):
     assert 0 <= missed <= lost, f"dbtap missed {missed} SETs, more than the {lost} lost records"
     # the requests made after the loss, with the ring drained: every byte arrived
     assert got.get("hset") == truth["hset"] == (300, 0), (got.get("hset"), truth["hset"])
+    # every byte is accounted for: delivered, or in a hole of exact length
+    assert delivered + gap_b + uncopied == net.total(), (delivered, gap_b, uncopied, net.total())
+    # and the holes are reported as losses: no message here (1 KB values) is longer than the
+    # copy limit, so nothing is "uncopied"; the lost records' bytes are gaps
+    assert uncopied == 0 and c.get("stream_gaps", 0) > 0 and gap_b > 0, \
+        (f"{lost} lost records: stream_gaps {c.get('stream_gaps')}, stream_gap_bytes {gap_b}, "
+         f"stream_uncopied_bytes {uncopied} (the ring's losses must be gaps, not uncopied)")
 
 
 # -------------------------------------------------------------------------------------------------
