@@ -241,13 +241,20 @@ def maria_window(m: eh.Maria, live_args: list, work):
     return live, cnt, res
 
 
-def redis_window(r: eh.Redis, live_args: list, work):
+def redis_window(r: eh.Redis, live_args: list, work, net: eh.NetBytes | None = None):
+    """(live, commandstats truth of the window, work's result); with `net`, the server's byte
+    counters around everything dbtap sees (the snapshots included)."""
     r.reset_stats()
 
     def w():
+        if net:
+            net.open()
         before = r.snapshot()
         res = work()
-        return eh.redis_truth(before, r.snapshot()), res
+        truth = eh.redis_truth(before, r.snapshot())
+        if net:
+            net.close()
+        return truth, res
     live, (truth, res) = window(live_args, w)
     return live, truth, res
 
@@ -355,6 +362,9 @@ def test_postgres_unix_and_tls_equal_pg_stat_statements(pg):
 # d. Redis over unixsocket and --tls-port
 
 def test_redis_unix_and_tls_equal_commandstats(redis):
+    """redis-benchmark (-P 1 and -P 16) over the Unix socket and over TLS, redis-cli and redis-py
+    over both (one WRONGTYPE error): per command == INFO commandstats; the stream bytes == the
+    server's own total_net_input_bytes + total_net_output_bytes."""
     r = redis
 
     def work():
@@ -374,19 +384,14 @@ def test_redis_unix_and_tls_equal_commandstats(redis):
         c.close()
 
     net = eh.NetBytes(r)
-
-    def work_counted():
-        net.open()
-        work()
-        net.close()
-
     live, truth, _ = redis_window(
-        r, args("ebpf", "--port", r.port, "--port", r.tls_port, "--socket", r.sock),
-        work_counted)
+        r, args("ebpf", "--port", r.port, "--port", r.tls_port, "--socket", r.sock), work, net)
     d = live.json()
     got = redis_got(d)
     print(f"\nredis unix+tls: dbtap {got}\n  commandstats {truth}\n  stream bytes "
           f"{capture(d).get('stream_bytes')}, server's net bytes (TLS: plaintext) {net.total()}")
+    # every byte the server read and wrote (TLS: the plaintext SSL_read/SSL_write moved)
+    assert capture(d).get("stream_bytes") == net.total(), capture(d)
     assert truth["set"][0] >= 28000 and truth["lpush"] == (5001, 1), truth
     assert got == truth
     c = capture(d)
