@@ -653,3 +653,26 @@ def test_process_dimension_and_write_read_back(maria, redis, tmp_path):
                                 if e.get("protocol") == "mysql" and e.get("command") == "execute")
     assert procs == {"sysbench": cnt["Com_stmt_execute"]}, procs
     assert all(isinstance(e["process"].get("pid"), int) for e in ev if e.get("process"))
+
+
+# -------------------------------------------------------------------------------------------------
+# without the privilege: one line naming what is missing (and the tests' skip recognizes it)
+
+def test_without_privilege_one_line_error_that_skips():
+    """`--source ebpf` as nobody without capabilities: exit non-zero, one line on stderr naming
+    the missing privilege; that line is what makes these tests skip (or fail under
+    DBTAP_REQUIRE_CAPTURE) on a machine where BPF cannot load."""
+    import shutil
+    b = lh.nobody_copy()
+    try:
+        r = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                            "--inh-caps=-all", "--bounding-set=-all", str(b), "live", "--source",
+                            "ebpf", "--port", str(eh.MARIA_PORT), "--duration", "5s"],
+                           stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30)
+    finally:
+        shutil.rmtree(b.parent)
+    lines = r.stderr.strip().splitlines()
+    print(f"\nas nobody: exit {r.returncode}, stderr {r.stderr!r}")
+    assert r.returncode != 0 and len(lines) == 1 and r.stdout == "", (r.returncode, r.stderr)
+    assert "CAP_BPF" in lines[0] and eh.ebpf_unavailable(lines[0]), lines[0]
+
