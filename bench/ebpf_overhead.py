@@ -251,7 +251,9 @@ def report(a, runs: list[dict], meta: dict) -> tuple[str, bool]:
       "records / drops: dbtap's capture.ebpf_lost_records (ebpf) or kernel_drops (packet), gap "
       "bytes: stream_gap_bytes (ebpf) or gap_bytes (packet), summed over the rounds. BPF ns per query: the kernel's run_time_ns of dbtap's BPF programs "
       "(/proc/PID/fdinfo of its program fds, kernel.bpf_stats_enabled=1 during the ebpf runs) / "
-      "sysbench's queries: it includes every traced syscall of the machine, not only mysqld's. "
+      "sysbench's queries: it includes every traced syscall of the machine, not only mysqld's, and "
+      "the statistics themselves add two clock reads per program run to the ebpf rows' CPU "
+      "(so those rows overstate the cost slightly). "
       "Counts = server: dbtap's execute/prepare/close == Com_stmt_* deltas.")
     P("")
     e = summary.get("ebpf")
