@@ -523,29 +523,50 @@ def test_auto_postgres_plain_unix_tls_each_counted_once(pg):
 # -------------------------------------------------------------------------------------------------
 # f. lost records: a 1 MiB ring under load
 
-def test_small_ring_loses_records_as_exact_gaps(redis):
-    """redis-benchmark SET over the Unix socket (-P 1, 50 clients, 1 KB values) with dbtap's ring
-    at 1 MiB and dbtap stopped (SIGSTOP) for a second in the middle: the ring overflows. dbtap
-    says so (lost records, gaps, gap bytes), never counts more than the server, and misses at
-    most one request per lost record (with -P 1 a server read or write holds at most one request
-    or reply). Then, with the ring drained, HSETs on a new connection: exact. The gaps are exact:
-    delivered + gap bytes == the server's own total_net_input/output_bytes."""
-    r = redis
+def small_ring_run(r: eh.Redis, bench_n: int, resume_after_load: bool):
+    """redis-benchmark SET over the Unix socket (-P 1, 50 clients, 1 KB values) with dbtap's
+    ring at 1 MiB and dbtap stopped (SIGSTOP) 0.5 s into the load: for 1 s (the load goes on
+    after: losses in the middle of the streams), or until the load has ended and its connections
+    closed (losses at the end of the streams). A redis-py connection SETs all along, before,
+    during and after the pause. Then, with the ring drained, 300 HSETs on a new connection.
+    Returns (dbtap per command, commandstats, capture health, the server's byte total)."""
     live_holder: list = []
+    load_done = threading.Event()
+    resumed = threading.Event()
 
     def pause_dbtap():
         time.sleep(0.5)
         pid = live_holder[0].proc.pid
         os.kill(pid, signal.SIGSTOP)
         try:
-            time.sleep(1.0)
+            if resume_after_load:
+                load_done.wait(120)
+                time.sleep(0.5)
+            else:
+                time.sleep(1.0)
         finally:
             os.kill(pid, signal.SIGCONT)
+            resumed.set()
+
+    def steady():
+        c = r.py_client("unix")
+        n = 0
+        while not (load_done.is_set() and resumed.is_set()) or n < 10:
+            c.set(f"steady:{n % 100}", "v" * 1000)
+            n += 1
+        time.sleep(1.0)  # the ring drains
+        for _ in range(200):
+            c.set("steady:after", "v" * 1000)
+        c.close()
+
+    def load():
+        try:
+            r.benchmark("unix", "set", bench_n, clients=50, size=1000)
+        finally:
+            load_done.set()
 
     def work():
-        _parallel(lambda: r.benchmark("unix", "set", 100000, clients=50, size=1000),
-                  pause_dbtap)
-        time.sleep(1.0)  # the ring drains
+        _parallel(load, pause_dbtap, steady)
         c = r.py_client("unix")
         for i in range(300):
             c.hset("after:h", f"f{i}", i)
@@ -566,17 +587,22 @@ def test_small_ring_loses_records_as_exact_gaps(redis):
     finally:
         live.stop()
     d = live.json()
-    c = capture(d)
-    got = redis_got(d)
+    return redis_got(d), truth, capture(d), net.total()
+
+
+def check_small_ring(got: dict, truth: dict, c: dict, server_bytes: int) -> None:
+    """dbtap says it lost records, never counts more than the server, misses at most one request
+    per lost record (with -P 1 a server read or write holds at most one request or reply), counts
+    the HSETs made after the ring drained exactly, accounts for every byte the server read and
+    wrote (Redis's own total_net_input/output_bytes) as delivered or in exact holes, and reports
+    the holes as gaps (no message here is longer than the copy limit: nothing is "uncopied")."""
     lost = c.get("ebpf_lost_records", 0)
-    print(f"\nsmall ring: dbtap {got}\n  commandstats {truth}\n  lost records {lost}, gaps "
-          f"{c.get('stream_gaps')}, gap bytes {c.get('stream_gap_bytes')}, complete "
-          f"{c.get('complete')}")
-    print("  capture:", {k: v for k, v in c.items() if v and not isinstance(v, (list, dict))})
     delivered, gap_b = c.get("stream_bytes", 0), c.get("stream_gap_bytes", 0)
     uncopied = c.get("stream_uncopied_bytes", 0)
-    print(f"  bytes: delivered {delivered} + gaps {gap_b} + uncopied {uncopied} = "
-          f"{delivered + gap_b + uncopied}, the server read and wrote {net.total()}")
+    print(f"\nsmall ring: dbtap {got}\n  commandstats {truth}\n  lost records {lost}, gaps "
+          f"{c.get('stream_gaps')}, gap bytes {gap_b}, uncopied {uncopied}, complete "
+          f"{c.get('complete')}\n  bytes: delivered {delivered} + gaps {gap_b} + uncopied "
+          f"{uncopied} = {delivered + gap_b + uncopied}, the server read and wrote {server_bytes}")
     assert lost > 0, c
     assert c.get("complete") is not True, c
     for cmd, (n, e) in truth.items():
@@ -584,15 +610,19 @@ def test_small_ring_loses_records_as_exact_gaps(redis):
     assert set(got) <= set(truth), (got, truth)
     missed = truth["set"][0] - got.get("set", (0, 0))[0]
     assert 0 <= missed <= lost, f"dbtap missed {missed} SETs, more than the {lost} lost records"
-    # the requests made after the loss, with the ring drained: every byte arrived
     assert got.get("hset") == truth["hset"] == (300, 0), (got.get("hset"), truth["hset"])
-    # every byte is accounted for: delivered, or in a hole of exact length
-    assert delivered + gap_b + uncopied == net.total(), (delivered, gap_b, uncopied, net.total())
-    # and the holes are reported as losses: no message here (1 KB values) is longer than the
-    # copy limit, so nothing is "uncopied"; the lost records' bytes are gaps
+    assert delivered + gap_b + uncopied == server_bytes, (delivered, gap_b, uncopied, server_bytes)
     assert uncopied == 0 and c.get("stream_gaps", 0) > 0 and gap_b > 0, \
         (f"{lost} lost records: stream_gaps {c.get('stream_gaps')}, stream_gap_bytes {gap_b}, "
          f"stream_uncopied_bytes {uncopied} (the ring's losses must be gaps, not uncopied)")
+
+
+def test_small_ring_losses_mid_stream_are_exact_gaps(redis):
+    check_small_ring(*small_ring_run(redis, 300000, resume_after_load=False))
+
+
+def test_small_ring_losses_at_stream_end_are_exact_gaps(redis):
+    check_small_ring(*small_ring_run(redis, 60000, resume_after_load=True))
 
 
 # -------------------------------------------------------------------------------------------------
