@@ -267,7 +267,8 @@ def report(a, runs: list[dict], meta: dict) -> tuple[str, bool]:
     P("## Every run")
     P("")
     P("| round | condition | QPS | p95 ms | queries | mysqld CPU s | dbtap CPU s | Com_stmt_execute "
-      "| dbtap executes | lost records / drops | BPF run ns (runs) |")
+      "| dbtap executes | lost records / drops | BPF run ns (runs), kernel; dbtap's ebpf_run_ns "
+      "(since its start) |")
     P("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     for r in runs:
         dj = r.get("dbtap") or {}
@@ -276,7 +277,8 @@ def report(a, runs: list[dict], meta: dict) -> tuple[str, bool]:
           f"{r['server']['Com_stmt_execute']} | "
           f"{dj.get('by_command', {}).get('execute', '-') if dj else '-'} | "
           f"{lost_of(r) if dj else '-'} | "
-          f"{r.get('bpf_run_ns', '-')} ({r.get('bpf_run_cnt', '-')}) |")
+          f"{r.get('bpf_run_ns', '-')} ({r.get('bpf_run_cnt', '-')})"
+          f"{'; dbtap: ' + str(dj['bpf']['ebpf_run_ns']) if dj and dj.get('bpf', {}).get('ebpf_run_ns') else ''} |")
     P("")
     P(f"dbtap vs server: {'equal, or fewer where the source reported losses' if ok_all else 'MISMATCH without reported losses (see above)'}.")
     P("")
