@@ -451,7 +451,8 @@ class Live:
     """One `dbtap live` process, its stdout and stderr drained by threads. start() returns once
     dbtap is reading plus a settle: under `--source ebpf` its "dbtap: source ebpf: ..." line
     (printed once the tracer is attached), otherwise its "dbtap: capturing on ..." line (the
-    packet rings are open; in `auto` it follows the source line). stop() signals it."""
+    packet rings are open), and in `auto` also the "dbtap: source auto: ..." line after it.
+    stop() signals it."""
 
     SETTLE_S = 0.5
 
@@ -463,6 +464,7 @@ class Live:
         self.err: list[str] = []
         self.rc: int | None = None
         self.ready = threading.Event()
+        self._seen: set[str] = set()
         self._threads: list[threading.Thread] = []
 
     @property
@@ -494,7 +496,10 @@ class Live:
             for line in iter(self.proc.stderr.readline, b""):
                 s = line.decode(errors="replace")
                 self.err.append(s)
-                if s.startswith(self.ready_line):
+                self._seen.add("ready" if s.startswith(self.ready_line) else
+                               "source" if s.startswith("dbtap: source ") else "")
+                # in auto, the source line (what it chose) follows the packet start line
+                if "ready" in self._seen and (self.source != "auto" or "source" in self._seen):
                     self.ready.set()
 
         for fn in (read_out, read_err):
