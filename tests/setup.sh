@@ -18,6 +18,7 @@ PACKAGES=(
   postgresql-15 redis-server redis-tools python3-psycopg2 python3-psycopg python3-asyncpg python3-redis  # PG/Redis tests + bench
   maven default-jdk-headless python3-venv   # MongoDB tests + bench: tests/mongo-server jar, pymongo venv
   libpcap0.8 prometheus tmux libcap2-bin    # dbtap live: --filter (dlopened libpcap), a real Prometheus scraping /metrics, dbtap top in tmux, setpriv/capsh for the no-privilege test
+  clang libbpf-dev libelf-dev zlib1g-dev pkg-config bpftool  # the eBPF source: BPF C built by clang in build.rs (bpftool: vmlinux.h), libbpf
 )
 
 missing=()

@@ -50,6 +50,7 @@ class RedisServer:
         self.pidfile = self.workdir / "redis.pid"
         self.log = self.workdir / "redis.log"
         self._admin = None
+        self.extra: list[str] = []  # more redis-server arguments (ebpf_harness: --tls-port ...)
         # commands sent over the UNIX socket besides the snapshots: they are in the server's
         # statistics but not on the wire
         self.socket_calls: collections.Counter = collections.Counter()
@@ -91,7 +92,7 @@ class RedisServer:
              "--appendonly", "no", "--unixsocket", str(self.sock), "--unixsocketperm", "700",
              "--daemonize", "yes", "--pidfile", str(self.pidfile), "--logfile", str(self.log),
              "--dir", str(self.workdir), "--proto-max-bulk-len", "64mb",
-             "--client-output-buffer-limit", "pubsub 0 0 0"],
+             "--client-output-buffer-limit", "pubsub 0 0 0", *self.extra],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL)
         if r.returncode != 0:
             die(f"redis-server failed ({r.returncode}): {r.stdout}")

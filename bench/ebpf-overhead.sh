@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# What the eBPF source costs a busy database: sysbench oltp_read_only (prepared statements)
+# against a private MariaDB over its Unix socket, under five conditions, interleaved and repeated.
+#
+#   bash bench/ebpf-overhead.sh                          # 10 s per run, 2 rounds, 4 threads
+#   bash bench/ebpf-overhead.sh --seconds 5 --rounds 1   # a quick look
+#   options: --seconds N  --rounds N  --threads N  --table-size N
+#
+# The conditions (one sysbench run each, the order rotated every round):
+#   baseline      sysbench over the Unix socket, nothing else running
+#   ebpf          the same with dbtap live --source ebpf --port P --socket SOCK (started before
+#                 sysbench, SIGINT after); its final JSON gives the counts, which must equal the
+#                 server's Com_stmt_* deltas, and the lost records / gap bytes
+#   slowlog       the same with the slow log at long_query_time=0 (file beside the datadir)
+#   baseline-tcp  sysbench over TCP 127.0.0.1:P, nothing else
+#   packet        the same with dbtap live --source packet -i lo --port P
+# Recorded per run: sysbench's QPS and 95th percentile; mysqld's and dbtap's CPU (utime+stime from
+# /proc/PID/stat) over the sysbench run per 10k queries, the extra mysqld CPU against the baseline
+# on the same path; lost records and gap bytes from dbtap's health; the BPF programs' own run
+# time per query, from the kernel (/proc/PID/fdinfo of dbtap's program fds, with
+# kernel.bpf_stats_enabled=1 during the ebpf runs, restored after).
+#
+# Output: printed, and written to bench/out/ebpf-overhead.md (runs as JSON in
+# bench/out/work-ebpf-overhead/runs.json). Exit status 1 when dbtap's counts differ from the
+# server's. Needs root (BPF, packet capture) and tests/setup.sh's packages (run first). Starts and
+# stops its own MariaDB on port 38250; its trap stops whatever it started if interrupted.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+OUT=$ROOT/bench/out
+W=$OUT/work-ebpf-overhead
+PORT=38250
+SECONDS_PER_RUN=10 ROUNDS=2 THREADS=4 TABLE_SIZE=10000
+ARGS=("$@")
+need() { [ "$#" -ge 2 ] && [[ "$2" =~ ^[0-9]+$ ]] || { echo "$1 needs a number" >&2; exit 2; }; }
+while [ "$#" -gt 0 ]; do
+  case "$1" in
+    --seconds) need "$@"; SECONDS_PER_RUN=$2; shift 2 ;;
+    --rounds) need "$@"; ROUNDS=$2; shift 2 ;;
+    --threads) need "$@"; THREADS=$2; shift 2 ;;
+    --table-size) need "$@"; TABLE_SIZE=$2; shift 2 ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 0 ;;
+    *) echo "unknown argument: $1" >&2; exit 2 ;;
+  esac
+done
+PY=/usr/bin/python3   # Debian's, with pymysql (tests/setup.sh)
+
+cleanup() {
+  local rc=$?
+  # dbtap live: by its pid file, only if that process is still a `dbtap live` of ours.
+  local f=$W/dbtap.pid pid cmd
+  if [ -f "$f" ]; then
+    pid=$(cat "$f" 2>/dev/null || true)
+    if [[ "$pid" =~ ^[0-9]+$ ]]; then
+      cmd=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null || true)
+      case "$cmd" in
+        *dbtap\ live\ --source\ *--port\ $PORT*)
+          echo "stopping leftover dbtap live (pid $pid)"
+          kill -INT "$pid" 2>/dev/null || true
+          for _ in $(seq 50); do [ -e "/proc/$pid" ] || break; sleep 0.2; done
+          kill -9 "$pid" 2>/dev/null || true ;;
+      esac
+    fi
+    rm -f "$f"
+  fi
+  bash "$ROOT/tests/stop-leftovers.sh" "$W"   # mariadbd (its command line names $W)
+  rm -f "$W"/slow.log
+  rm -rf "$W/server"
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+bash tests/setup.sh
+for b in sysbench mariadbd mariadb-install-db openssl; do
+  command -v "$b" >/dev/null || { echo "$b not found: run tests/setup.sh first" >&2; exit 1; }
+done
+[ "$(id -u)" = 0 ] || { echo "needs root: dbtap live --source ebpf loads BPF programs" >&2; exit 1; }
+
+echo "== building dbtap (release)"
+cargo build --release -p dbtap 2>&1 | tail -n 2
+DBTAP=${DBTAP_BIN:-$ROOT/target/release/dbtap}
+
+mkdir -p "$W"
+echo "== sysbench oltp_read_only, $THREADS threads, ${SECONDS_PER_RUN} s x 5 conditions x $ROUNDS rounds, MariaDB on its Unix socket and 127.0.0.1:$PORT"
+"$PY" bench/ebpf_overhead.py --port "$PORT" --seconds "$SECONDS_PER_RUN" --rounds "$ROUNDS" \
+  --threads "$THREADS" --table-size "$TABLE_SIZE" --workdir "$W" \
+  --out "$OUT/ebpf-overhead.md" --dbtap "$DBTAP" \
+  --command "bash bench/ebpf-overhead.sh${ARGS[*]:+ ${ARGS[*]}}"

@@ -1,0 +1,355 @@
+"""Worker of bench/ebpf-overhead.sh: what the eBPF source costs a busy MariaDB (see the script's header).
+
+sysbench oltp_read_only (prepared statements) against a private MariaDB under five conditions,
+interleaved and repeated: over its Unix socket with nothing else (baseline), with `dbtap live
+--source ebpf`, with the slow log at long_query_time=0; over TCP with nothing else (baseline-tcp)
+and with `dbtap live --source packet -i lo`. Writes the medians as a markdown table. Python
+stdlib + pymysql, tests/integration/ebpf_harness.py and bench/live_overhead.py's helpers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "integration"))
+sys.path.insert(0, str(ROOT / "bench"))
+import ebpf_harness as eh  # noqa: E402
+import harness  # noqa: E402
+from harness import delta, die  # noqa: E402
+from live_overhead import Proc, cpu_seconds, med, pct, peak_rss_mb  # noqa: E402
+
+CONDITIONS = ["baseline", "ebpf", "slowlog", "baseline-tcp", "packet"]
+LABELS = {
+    "baseline": "Unix socket, nothing else (baseline)",
+    "ebpf": "Unix socket, dbtap live --source ebpf",
+    "slowlog": "Unix socket, slow log long_query_time=0",
+    "baseline-tcp": "TCP, nothing else (baseline-tcp)",
+    "packet": "TCP, dbtap live --source packet",
+}
+BASE = {"baseline": "baseline", "ebpf": "baseline", "slowlog": "baseline",
+        "baseline-tcp": "baseline-tcp", "packet": "baseline-tcp"}
+VIA = {"baseline": "unix", "ebpf": "unix", "slowlog": "unix", "baseline-tcp": "tcp",
+       "packet": "tcp"}
+GOAL_TOTAL_CPU_PER_10K = 0.05
+BPF_STATS = Path("/proc/sys/kernel/bpf_stats_enabled")
+
+
+# -- BPF program run time, from the kernel (/proc/PID/fdinfo), not from dbtap ---------------------
+
+def bpf_prog_stats(pid: int) -> dict[int, tuple[int, int]]:
+    """{prog id: (run_time_ns, run_cnt)} of the BPF programs whose file descriptors process
+    `pid` holds (/proc/PID/fdinfo of its `anon_inode:bpf-prog` fds); the kernel counts them
+    while kernel.bpf_stats_enabled is 1. (Debian's bpftool 7.1 does not list the owning pids.)"""
+    out: dict[int, tuple[int, int]] = {}
+    fds = Path(f"/proc/{pid}/fd")
+    for fd in fds.iterdir():
+        try:
+            if os.readlink(fd) != "anon_inode:bpf-prog":
+                continue
+            info = dict(line.split(":", 1) for line in
+                        Path(f"/proc/{pid}/fdinfo/{fd.name}").read_text().splitlines()
+                        if ":" in line)
+        except OSError:
+            continue
+        pid_ = int(info.get("prog_id", "0").strip())
+        out[pid_] = (int(info.get("run_time_ns", "0").strip()),
+                     int(info.get("run_cnt", "0").strip()))
+    return out
+
+
+# -- one run -------------------------------------------------------------------------------------
+
+def sysbench(a, srv: eh.Maria, via: str, seconds: int) -> dict:
+    args = srv.sysbench_args(a.threads, a.table_size, via) + [
+        f"--time={seconds}", "--events=0", "--report-interval=0", "run"]
+    r = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if r.returncode != 0:
+        die(f"sysbench run failed ({r.returncode}):\n{r.stdout[-3000:]}")
+    res = harness.parse_sysbench(r.stdout)
+    return {k: res[k] for k in ("queries", "transactions", "ignored_errors", "qps", "tps",
+                                "p95_ms", "avg_ms", "time_s")}
+
+
+def start_dbtap(a, srv: eh.Maria, cond: str, work: Path):
+    if cond == "ebpf":
+        args = ["--source", "ebpf", "--port", str(srv.port), "--socket", str(srv.sock)]
+    else:
+        args = ["--source", "packet", "-i", "lo", "--port", str(srv.port)]
+    out = open(work / "dbtap.json", "w")
+    cap = Proc([str(a.dbtap), "live", *args, "--interval", "0", "--format", "json", "--limit",
+                "0"], work / "dbtap.pid", out)
+    deadline = time.monotonic() + 60
+    while not any(l.startswith("dbtap: ") and ("capturing" in l or "tracing" in l)
+                  for l in cap.stderr):
+        if cap.proc.poll() is not None or time.monotonic() > deadline:
+            cap.stop()
+            die(f"dbtap live did not start: {''.join(cap.stderr)[-2000:]}")
+        time.sleep(0.02)
+    time.sleep(0.5)
+    return cap, out
+
+
+def read_dbtap(cap: Proc, work: Path, rnd: int, cond: str) -> dict:
+    text = (work / "dbtap.json").read_text()
+    rc = cap.proc.returncode
+    if rc != 0 or "{" not in text:
+        die(f"dbtap live exited {rc}: {''.join(cap.stderr)[-3000:]}")
+    (work / f"dbtap-{cond}-{rnd}.json").write_text(text)
+    j = json.loads(text[text.index("{"):])
+    by_cmd: dict[str, int] = {}
+    for g in j["queries"]:
+        if (g.get("fingerprint") or "").lower() in eh.OWN_MARIA_FINGERPRINTS:
+            continue
+        by_cmd[g["command"]] = by_cmd.get(g["command"], 0) + g["count"]
+    c = j.get("capture", {})
+    keys = ("kernel_drops", "gap_bytes", "stream_gaps", "stream_gap_bytes", "ebpf_lost_records",
+            "stream_connections", "stream_bytes")
+    return {"by_command": by_cmd, **{k: c.get(k) for k in keys},
+            "bpf": {k: v for k, v in c.items() if "bpf" in k},
+            "stderr": [l.rstrip() for l in cap.stderr]}
+
+
+def run_one(a, srv: eh.Maria, cond: str, work: Path, rnd: int) -> dict:
+    res: dict = {"condition": cond, "round": rnd}
+    cap = out = None
+    prog0: dict = {}
+    if cond in ("ebpf", "packet"):
+        cap, out = start_dbtap(a, srv, cond, work)
+        if cond == "ebpf":
+            prog0 = bpf_prog_stats(cap.proc.pid)
+    elif cond == "slowlog":
+        slow = work / "slow.log"
+        slow.unlink(missing_ok=True)
+        with srv.root() as c, c.cursor() as cur:
+            cur.execute("SET GLOBAL slow_query_log_file = %s", (str(slow),))
+            cur.execute("SET GLOBAL slow_query_log=1, long_query_time=0, log_output='FILE'")
+    try:
+        before = srv.fresh_status()
+        m0 = cpu_seconds(srv.proc.pid)
+        c0 = cpu_seconds(cap.proc.pid) if cap else 0.0
+        res.update(sysbench(a, srv, VIA[cond], a.seconds))
+        m1 = cpu_seconds(srv.proc.pid)
+        after = srv.fresh_status(threads=before["Threads_connected"])
+        d = delta(before, after)
+        res["server"] = {k: d[k] for k in ("Com_stmt_execute", "Com_stmt_prepare",
+                                            "Com_stmt_close", "Com_select")}
+        res["mysqld_cpu_s"] = m1 - m0
+        if cap is not None:
+            time.sleep(0.5)
+            res["cap_cpu_s"] = cpu_seconds(cap.proc.pid) - c0
+            res["cap_rss_mb"] = peak_rss_mb(cap.proc.pid)
+            if cond == "ebpf":
+                prog1 = bpf_prog_stats(cap.proc.pid)
+                res["bpf_run_ns"] = sum(t - prog0.get(i, (0, 0))[0] for i, (t, _) in prog1.items())
+                res["bpf_run_cnt"] = sum(n - prog0.get(i, (0, 0))[1] for i, (_, n) in prog1.items())
+                res["bpf_progs"] = len(prog1)
+    finally:
+        if cap is not None:
+            res["cap_exit"] = cap.stop()
+            out.close()
+        if cond == "slowlog":
+            with srv.root() as c, c.cursor() as cur:
+                cur.execute("SET GLOBAL slow_query_log=0, long_query_time=10")
+            (work / "slow.log").unlink(missing_ok=True)
+    if cap is not None:
+        dj = read_dbtap(cap, work, rnd, cond)
+        res["dbtap"] = dj
+        s = res["server"]
+        res["fewer"] = all(dj["by_command"].get(k, 0) <= s[f"Com_stmt_{k}"]
+                           for k in ("execute", "prepare", "close"))
+        res["count_ok"] = (dj["by_command"].get("execute", 0) == s["Com_stmt_execute"]
+                           and dj["by_command"].get("prepare", 0) == s["Com_stmt_prepare"]
+                           and dj["by_command"].get("close", 0) == s["Com_stmt_close"])
+    res["sysbench_vs_server_ok"] = \
+        res["server"]["Com_stmt_execute"] == res["queries"] + res["ignored_errors"]
+    return res
+
+
+# -- report --------------------------------------------------------------------------------------
+
+def lost_of(r: dict) -> int:
+    """What the run's source lost: eBPF ring records, or packets the kernel dropped."""
+    dj = r.get("dbtap") or {}
+    key = "ebpf_lost_records" if r["condition"] == "ebpf" else "kernel_drops"
+    return dj.get(key) or 0
+
+
+def per10k(r: dict, key: str) -> float:
+    return r[key] / r["queries"] * 1e4
+
+
+def fmt(x, spec: str, none: str = "-") -> str:
+    return none if x is None else format(x, spec)
+
+
+def report(a, runs: list[dict], meta: dict) -> tuple[str, bool]:
+    by = {c: [r for r in runs if r["condition"] == c] for c in CONDITIONS}
+    ok_all = True
+    L: list[str] = []
+    P = L.append
+    P("# dbtap live --source ebpf: overhead on a busy MariaDB over its Unix socket")
+    P("")
+    P(f"sysbench {meta['sysbench']} oltp_read_only, --db-ps-mode=auto, {a.threads} threads, "
+      f"{a.table_size} rows, {a.seconds} s per run, {a.rounds} round(s) of the five conditions "
+      f"interleaved (order rotated each round), against {meta['server']} (private datadir, "
+      f"Unix socket and 127.0.0.1:{a.port}). Medians over rounds. Machine: {os.cpu_count()} cores "
+      f"({platform.machine()}, {platform.release()}), shared; load before {meta['load_before']}, "
+      f"after {meta['load_after']}. dbtap: {meta['dbtap_version']}, {meta['git']}.")
+    P("")
+    P("| condition | QPS | QPS vs its baseline | p95 ms | p95 vs its baseline | mysqld CPU s / 10k q "
+      "(extra) | dbtap CPU s / 10k q | total extra CPU s / 10k q | dbtap RSS MB | lost records / drops | "
+      "gap bytes | BPF ns / query | counts = server |")
+    P("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    summary = {}
+    for c in CONDITIONS:
+        rs = by[c]
+        if not rs:
+            continue
+        b = by[BASE[c]]
+        qps, p95 = med(rs, "qps"), med(rs, "p95_ms")
+        bqps, bp95 = med(b, "qps"), med(b, "p95_ms")
+        mysqld = statistics.median(per10k(r, "mysqld_cpu_s") for r in rs)
+        bmysqld = statistics.median(per10k(r, "mysqld_cpu_s") for r in b)
+        extra_m = mysqld - bmysqld
+        cpu = rss = lost = gapb = bpf = None
+        check = "-"
+        if c in ("ebpf", "packet"):
+            cpu = statistics.median(per10k(r, "cap_cpu_s") for r in rs)
+            rss = max(r["cap_rss_mb"] for r in rs)
+            lost = sum(lost_of(r) for r in rs)
+            gapb = sum((r["dbtap"].get("stream_gap_bytes") or r["dbtap"].get("gap_bytes") or 0)
+                       for r in rs)
+            ok = all(r["count_ok"] for r in rs)
+            # a run whose source reported losses may count fewer, never more
+            explained = all(r["count_ok"] or (lost_of(r) > 0 and r["fewer"]) for r in rs)
+            ok_all &= explained
+            check = ("yes, every run" if ok else
+                     "fewer where losses were reported" if explained else "**NO**")
+            if c == "ebpf" and all(r.get("bpf_run_cnt") for r in rs):
+                bpf = statistics.median(r["bpf_run_ns"] / r["queries"] for r in rs)
+        total = extra_m + (cpu or 0.0) if c != BASE[c] else None
+        summary[c] = dict(qps=qps, p95=p95, extra_m=extra_m, cpu=cpu, total=total, bpf=bpf,
+                          lost=lost, gapb=gapb)
+        base = c == BASE[c]
+        P(f"| {LABELS[c]} | {qps:.0f} | {'-' if base else f'{pct(qps, bqps):+.1f} %'} | {p95:.2f} | "
+          f"{'-' if base else f'{pct(p95, bp95):+.1f} %'} | {mysqld:.4f} "
+          f"({'-' if base else f'{extra_m:+.4f}'}) | {fmt(cpu, '.4f')} | {fmt(total, '+.4f')} | "
+          f"{fmt(rss, '.1f')} | {fmt(lost, 'd')} | {fmt(gapb, 'd')} | {fmt(bpf, '.0f')} | {check} |")
+    P("")
+    P("CPU s per 10k queries = utime+stime (/proc/PID/stat, every thread) over the sysbench run / "
+      "sysbench's queries x 10,000, i.e. cores per 10k QPS. Extra mysqld CPU: against the "
+      "baseline on the same path (Unix socket or TCP). Total extra = extra mysqld + dbtap. Lost "
+      "records / drops: dbtap's capture.ebpf_lost_records (ebpf) or kernel_drops (packet), gap "
+      "bytes: stream_gap_bytes (ebpf) or gap_bytes (packet), summed over the rounds. BPF ns per query: the kernel's run_time_ns of dbtap's BPF programs "
+      "(/proc/PID/fdinfo of its program fds, kernel.bpf_stats_enabled=1 during the ebpf runs) / "
+      "sysbench's queries: it includes every traced syscall of the machine, not only mysqld's, and "
+      "the statistics themselves add two clock reads per program run to the ebpf rows' CPU "
+      "(so those rows overstate the cost slightly). "
+      "Counts = server: dbtap's execute/prepare/close == Com_stmt_* deltas.")
+    P("")
+    e = summary.get("ebpf")
+    if e and e["total"] is not None:
+        P(f"- eBPF total extra CPU per 10k QPS: {e['total']:.4f} core (goal "
+          f"{GOAL_TOTAL_CPU_PER_10K}: {'met' if e['total'] <= GOAL_TOTAL_CPU_PER_10K else 'NOT met'}); "
+          f"published eBPF agent: 0.2 in mysqld + 0.22 in the agent = 0.42.")
+        P(f"- lost records at this rate with the default ring (summed over the rounds): {e['lost']} "
+          f"({'none' if not e['lost'] else 'NOT zero'}).")
+    P("")
+    P("## Every run")
+    P("")
+    P("| round | condition | QPS | p95 ms | queries | mysqld CPU s | dbtap CPU s | Com_stmt_execute "
+      "| dbtap executes | lost records / drops | BPF run ns (runs), kernel; dbtap's ebpf_run_ns "
+      "(since its start) |")
+    P("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    for r in runs:
+        dj = r.get("dbtap") or {}
+        P(f"| {r['round']} | {r['condition']} | {r['qps']:.0f} | {r['p95_ms']:.2f} | {r['queries']} | "
+          f"{r['mysqld_cpu_s']:.2f} | {fmt(r.get('cap_cpu_s'), '.2f')} | "
+          f"{r['server']['Com_stmt_execute']} | "
+          f"{dj.get('by_command', {}).get('execute', '-') if dj else '-'} | "
+          f"{lost_of(r) if dj else '-'} | "
+          f"{r.get('bpf_run_ns', '-')} ({r.get('bpf_run_cnt', '-')})"
+          f"{'; dbtap: ' + str(dj['bpf']['ebpf_run_ns']) if dj and dj.get('bpf', {}).get('ebpf_run_ns') else ''} |")
+    P("")
+    P(f"dbtap vs server: {'equal, or fewer where the source reported losses' if ok_all else 'MISMATCH without reported losses (see above)'}.")
+    P("")
+    P(f"Reproduce: `{meta['command']}`.")
+    return "\n".join(L) + "\n", ok_all
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--port", type=int, default=38250)
+    p.add_argument("--seconds", type=int, default=10)
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--threads", type=int, default=4)
+    p.add_argument("--table-size", type=int, default=10000)
+    p.add_argument("--workdir", required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--dbtap", required=True)
+    p.add_argument("--command", default="bash bench/ebpf-overhead.sh")
+    a = p.parse_args()
+    work = Path(a.workdir).resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    srv = eh.Maria(a.port, work / "server")
+    runs: list[dict] = []
+    meta = {"command": a.command,
+            "load_before": " ".join(Path("/proc/loadavg").read_text().split()[:3])}
+    stats_was = BPF_STATS.read_text().strip() if BPF_STATS.exists() else None
+    try:
+        srv.start()
+        meta["server"] = subprocess.run(["mariadbd", "--version"], capture_output=True, text=True
+                                        ).stdout.split(" for ")[0].replace("mariadbd  Ver ", "MariaDB ").strip()
+        rev = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+                             capture_output=True, text=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True).stdout.strip()
+        meta["git"] = f"commit {rev}" + (" plus uncommitted changes" if dirty else "")
+        meta["dbtap_version"] = subprocess.run([a.dbtap, "--version"], capture_output=True,
+                                               text=True).stdout.strip()
+        meta["sysbench"] = subprocess.run(["sysbench", "--version"], capture_output=True,
+                                          text=True).stdout.split()[-1]
+        srv.sysbench_prepare(a.table_size)
+        warm = min(a.seconds, 5)
+        print(f"== warm-up: {warm} s, not counted", flush=True)
+        sysbench(a, srv, "unix", warm)
+        for rnd in range(1, a.rounds + 1):
+            k = (rnd - 1) % len(CONDITIONS)
+            for cond in CONDITIONS[k:] + CONDITIONS[:k]:
+                if stats_was is not None:
+                    BPF_STATS.write_text("1\n" if cond == "ebpf" else f"{stats_was}\n")
+                one = run_one(a, srv, cond, work, rnd)
+                runs.append(one)
+                extra = ""
+                if "cap_cpu_s" in one:
+                    extra = (f", dbtap CPU {one['cap_cpu_s']:.2f} s, counts "
+                             f"{'equal' if one['count_ok'] else 'MISMATCH'}, lost records "
+                             f"{one['dbtap'].get('ebpf_lost_records')}")
+                print(f"== round {rnd}/{a.rounds} {cond:12s}: {one['qps']:.0f} qps, p95 "
+                      f"{one['p95_ms']:.2f} ms, mysqld CPU {one['mysqld_cpu_s']:.2f} s{extra}",
+                      flush=True)
+                (work / "runs.json").write_text(json.dumps(runs, indent=1) + "\n")
+    finally:
+        if stats_was is not None:
+            BPF_STATS.write_text(f"{stats_was}\n")
+        srv.stop()
+    meta["load_after"] = " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    text, ok = report(a, runs, meta)
+    Path(a.out).write_text(text)
+    print()
+    print(text)
+    print(f"written to {a.out}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
