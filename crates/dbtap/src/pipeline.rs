@@ -83,7 +83,49 @@ enum Conn {
     Known(Box<dyn Session>),
     /// Orientation known, protocol not yet: decided by the first bytes seen. A connection
     /// picked up mid-stream is given [`SNIFF_TRIES`] deliveries to show a request boundary.
-    Sniff(ConnMeta, u32),
+    Sniff(Box<Sniffing>),
+}
+
+/// A connection whose protocol is not known yet.
+struct Sniffing {
+    meta: ConnMeta,
+    tries: u32,
+    /// Socket streams only: the deliveries so far (direction, time, bytes), at most
+    /// [`SNIFF_HOLD`] bytes. A stream delivers what each read returned, and a server that reads
+    /// a 4-byte header and then the body (MariaDB) never shows a whole message in one delivery;
+    /// a packet carries what the sender wrote, so TCP needs no holding.
+    held: Vec<(Dir, u64, Vec<u8>)>,
+}
+
+/// The most bytes a socket stream's deliveries are held while its protocol is detected.
+const SNIFF_HOLD: usize = 4096;
+
+impl Sniffing {
+    /// The protocol of `data` in `dir`, looked for in `data` alone, or for a socket stream
+    /// after the held deliveries from each of their starts (a boundary). Returns the protocol
+    /// and from which held delivery on the stream is fed.
+    fn detect(&self, dir: Dir, data: &[u8]) -> Option<(Protocol, usize)> {
+        let opening = self.meta.saw_open || self.meta.after_tls;
+        let look = |bytes: &[u8]| {
+            if self.meta.after_tls {
+                proto::registry::detect_after_tls(direction(dir), bytes)
+            } else {
+                sniff(dir, bytes, opening)
+            }
+        };
+        for k in 0..self.held.len() {
+            let mut bytes: Vec<u8> = self.held[k..]
+                .iter()
+                .filter(|(d, _, _)| *d == dir)
+                .flat_map(|(_, _, b)| b.iter().copied())
+                .collect();
+            bytes.extend_from_slice(data);
+            if let Some(p) = look(&bytes) {
+                return Some((p, k));
+            }
+        }
+        look(data).map(|p| (p, self.held.len()))
+    }
 }
 
 /// How many deliveries a mid-stream connection on a sniffed port may take to show a message
@@ -114,9 +156,86 @@ impl<C: Consumer> Conns<C> {
             .and_then(|(_, proto)| *proto);
         let conn = match known.and_then(|p| new_session(p, meta.clone(), &self.session_cfg)) {
             Some(s) => Conn::Known(s),
-            None => Conn::Sniff(meta, 0),
+            None => Conn::Sniff(Box::new(Sniffing {
+                meta,
+                tries: 0,
+                held: Vec::new(),
+            })),
         };
         self.conns.insert(id, conn);
+    }
+
+    /// Bytes for a connection whose protocol is not known yet: detect it (holding a socket
+    /// stream's deliveries, [`Sniffing`]), then feed the session; false when it is not read.
+    fn sniff_data(&mut self, id: u64, dir: Dir, data: &[u8], ts_ns: u64) -> bool {
+        let Some(conn) = self.conns.get_mut(&id) else {
+            return false;
+        };
+        if let Conn::Sniff(sn) = conn {
+            let opening = sn.meta.saw_open || sn.meta.after_tls;
+            let found = sn.detect(dir, data);
+            let session =
+                found.and_then(|(p, _)| new_session(p, sn.meta.clone(), &self.session_cfg));
+            let held: usize = sn.held.iter().map(|h| h.2.len()).sum();
+            let meta = &sn.meta;
+            match session {
+                Some(s) => {
+                    let from = found.map_or(0, |f| f.1);
+                    let held = std::mem::take(&mut sn.held);
+                    *conn = Conn::Known(s);
+                    // The held deliveries from the boundary on, each with its own time.
+                    for (d, ts, bytes) in held.into_iter().skip(from) {
+                        if !self.feed_known(id, d, &bytes, ts) {
+                            return false;
+                        }
+                    }
+                }
+                None if meta.id >= streams::FIRST_ID && held + data.len() <= SNIFF_HOLD => {
+                    sn.held.push((dir, ts_ns, data.to_vec()));
+                    return true;
+                }
+                None if !opening && sn.tries < SNIFF_TRIES => {
+                    // Mid-stream: wait for a delivery that starts at a request boundary.
+                    sn.tries += 1;
+                    sn.held.clear();
+                    return true;
+                }
+                None => {
+                    if opening && self.tls_read_elsewhere && is_tls_handshake(data) {
+                        // TLS from the first byte (Redis, MongoDB): read by eBPF instead.
+                        self.tls_left_to_ebpf += 1;
+                    } else if opening {
+                        self.unknown_protocol += 1;
+                    } else {
+                        self.unknown_midstream += 1;
+                        *self
+                            .unknown_midstream_ports
+                            .entry(meta.server.port().unwrap_or(0))
+                            .or_default() += 1;
+                    }
+                    self.conns.remove(&id);
+                    return false;
+                }
+            }
+        }
+        self.feed_known(id, dir, data, ts_ns)
+    }
+
+    /// Feeds bytes to connection `id`'s session; false when it reads no further.
+    fn feed_known(&mut self, id: u64, dir: Dir, data: &[u8], ts_ns: u64) -> bool {
+        let Some(Conn::Known(s)) = self.conns.get_mut(&id) else {
+            return false;
+        };
+        let tls_left = self
+            .tls_read_elsewhere
+            .then_some(&mut self.tls_left_to_ebpf);
+        feed_session(
+            s.as_mut(),
+            &mut self.consumer,
+            &mut self.health,
+            tls_left,
+            (id, dir, data, ts_ns),
+        )
     }
 
     /// Connection `id` carries decrypted TLS plaintext from now on: true if its session reads
@@ -124,8 +243,8 @@ impl<C: Consumer> Conns<C> {
     fn start_tls(&mut self, id: u64) -> bool {
         match self.conns.get_mut(&id) {
             Some(Conn::Known(s)) => s.start_tls(),
-            Some(Conn::Sniff(meta, _)) => {
-                meta.after_tls = true;
+            Some(Conn::Sniff(sn)) => {
+                sn.meta.after_tls = true;
                 true
             }
             None => false,
@@ -245,6 +364,29 @@ impl<C: Consumer> proto::Sink for SinkRef<'_, C> {
     }
 }
 
+/// Feeds one delivery to a session. `tls_left`: under `Settings::tls_read_elsewhere`, where a
+/// connection the session stops as encrypted is booked instead (it is read by eBPF).
+fn feed_session<C: Consumer>(
+    s: &mut dyn Session,
+    consumer: &mut C,
+    ledger: &mut SessionLedger,
+    tls_left: Option<&mut u64>,
+    (id, dir, data, ts_ns): (u64, Dir, &[u8], u64),
+) -> bool {
+    let encrypted = ledger.health.encrypted_connections;
+    let mut sink = SinkRef::new(consumer, ledger, id, data.len());
+    let go_on = s.feed(direction(dir), data, ts_ns, &mut sink) == Progress::Continue;
+    drop(sink);
+    if let Some(left) = tls_left
+        && !go_on
+        && ledger.health.encrypted_connections > encrypted
+    {
+        ledger.health.encrypted_connections = encrypted;
+        *left += 1;
+    }
+    go_on
+}
+
 /// A TLS handshake record (content type 22, version 3.x): a connection that is TLS from its
 /// first byte.
 fn is_tls_handshake(b: &[u8]) -> bool {
@@ -279,54 +421,23 @@ impl<C: Consumer> flow::Handler for Conns<C> {
     }
 
     fn data(&mut self, id: u64, dir: Dir, data: &[u8], ts_ns: u64) -> bool {
-        let Some(conn) = self.conns.get_mut(&id) else {
-            return false;
-        };
-        if let Conn::Sniff(meta, tries) = conn {
-            let opening = meta.saw_open || meta.after_tls;
-            let found = if meta.after_tls {
-                proto::registry::detect_after_tls(direction(dir), data)
-            } else {
-                sniff(dir, data, opening)
-            };
-            match found.and_then(|p| new_session(p, meta.clone(), &self.session_cfg)) {
-                Some(s) => *conn = Conn::Known(s),
-                None if !opening && *tries < SNIFF_TRIES => {
-                    // Mid-stream: wait for a delivery that starts at a request boundary.
-                    *tries += 1;
-                    return true;
-                }
-                None => {
-                    if opening && self.tls_read_elsewhere && is_tls_handshake(data) {
-                        // TLS from the first byte (Redis, MongoDB): read by eBPF instead.
-                        self.tls_left_to_ebpf += 1;
-                    } else if opening {
-                        self.unknown_protocol += 1;
-                    } else {
-                        self.unknown_midstream += 1;
-                        *self
-                            .unknown_midstream_ports
-                            .entry(meta.server.port().unwrap_or(0))
-                            .or_default() += 1;
-                    }
-                    self.conns.remove(&id);
-                    return false;
-                }
+        match self.conns.get_mut(&id) {
+            // The hot path: one lookup.
+            Some(Conn::Known(s)) => {
+                let tls_left = self
+                    .tls_read_elsewhere
+                    .then_some(&mut self.tls_left_to_ebpf);
+                feed_session(
+                    s.as_mut(),
+                    &mut self.consumer,
+                    &mut self.health,
+                    tls_left,
+                    (id, dir, data, ts_ns),
+                )
             }
+            Some(Conn::Sniff(_)) => self.sniff_data(id, dir, data, ts_ns),
+            None => false,
         }
-        let encrypted = self.health.health.encrypted_connections;
-        let mut sink = SinkRef::new(&mut self.consumer, &mut self.health, id, data.len());
-        let go_on = match conn {
-            Conn::Known(s) => s.feed(direction(dir), data, ts_ns, &mut sink) == Progress::Continue,
-            Conn::Sniff(..) => false,
-        };
-        drop(sink);
-        if !go_on && self.tls_read_elsewhere && self.health.health.encrypted_connections > encrypted
-        {
-            self.health.health.encrypted_connections = encrypted;
-            self.tls_left_to_ebpf += 1;
-        }
-        go_on
     }
 
     fn gap(&mut self, id: u64, dir: Dir, len: u64, ts_ns: u64) {

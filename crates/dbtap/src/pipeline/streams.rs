@@ -14,7 +14,7 @@ use super::{Conns, Consumer, Engine};
 use flow::{Dir, Handler};
 
 /// Stream connections get pipeline ids from here up, apart from the flow table's.
-const FIRST_ID: u64 = 1 << 62;
+pub(super) const FIRST_ID: u64 = 1 << 62;
 /// Socket streams open at once; beyond it the least recently active is closed and counted.
 pub(super) const MAX_STREAMS: usize = 100_000;
 
