@@ -115,6 +115,11 @@ fn run(c: &CaptureArgs, mode: Mode) -> Result<()> {
     let files = crate::rotate::SharedFiles::default();
     // The tracer first: in `auto` the packet workers then know to leave TLS to it.
     let chosen = source::start(c, &mut plan, rings.len(), &ctl, &tx, &files)?;
+    plan.source_label = match (source::wants_packets(c), chosen.handle.is_some()) {
+        (true, true) => format!("{} + ebpf", c.interface),
+        (true, false) => c.interface.clone(),
+        (false, _) => "ebpf".to_string(),
+    };
     let mut handles = worker::spawn(c, &plan, rings, &ctl, &tx, &files)?;
     handles.extend(chosen.handle);
     drop(tx);
@@ -237,7 +242,7 @@ fn intervals(
                 let Some(views) = top_views else {
                     continue;
                 };
-                let frame = top_frame(c, &iv, secs, sample, plan.start_instant, views);
+                let frame = top_frame(plan, &iv, secs, sample, views);
                 if tx.send(frame).is_err() {
                     stop.store(true, Ordering::Release);
                 }
@@ -252,11 +257,10 @@ fn intervals(
 /// A frame of the full-screen view: the interval's window and the since-start aggregate (both
 /// already scaled), with the header and the status line.
 fn top_frame(
-    c: &CaptureArgs,
+    plan: &Plan,
     iv: &Interval,
     secs: f64,
     sample: u64,
-    start_instant: Instant,
     (window, tot): (Aggregator, Aggregator),
 ) -> top::Frame {
     // Scaled like every count when sampling (the header says estimates).
@@ -267,11 +271,11 @@ fn top_frame(
             .sum::<u64>();
     let b_in: u64 = sample * iv.servers.values().map(|s| s.bytes_in).sum::<u64>();
     let b_out: u64 = sample * iv.servers.values().map(|s| s.bytes_out).sum::<u64>();
-    let up = start_instant.elapsed().as_secs();
+    let up = plan.start_instant.elapsed().as_secs();
     top::Frame {
         header: format!(
             "dbtap top - {} - up {:02}:{:02}:{:02}{}",
-            c.interface,
+            plan.source_label,
             up / 3600,
             (up / 60) % 60,
             up % 60,
@@ -292,6 +296,6 @@ fn top_frame(
         window,
         window_secs: secs,
         total: tot,
-        total_secs: start_instant.elapsed().as_secs_f64(),
+        total_secs: plan.start_instant.elapsed().as_secs_f64(),
     }
 }

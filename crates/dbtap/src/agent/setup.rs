@@ -37,6 +37,8 @@ pub(super) struct Plan {
     pub(super) setup: Arc<LiveSetup>,
     pub(super) started: SystemTime,
     pub(super) start_instant: Instant,
+    /// What the run reads, for `dbtap top`'s header: `lo`, `lo + ebpf` or `ebpf`.
+    pub(super) source_label: String,
 }
 
 impl Plan {
@@ -99,6 +101,7 @@ impl Plan {
             setup,
             started,
             start_instant,
+            source_label: c.interface.clone(),
         };
         Ok((plan, rings))
     }
