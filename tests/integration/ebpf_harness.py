@@ -21,13 +21,11 @@ check` starts each server, connects over every path, reads the truth and stops (
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
-import threading
 import time
 from contextlib import closing
 from pathlib import Path
@@ -35,6 +33,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import harness  # noqa: E402
+import live_harness  # noqa: E402
 import pg_harness as ph  # noqa: E402
 import redis_harness as rh  # noqa: E402
 
@@ -447,29 +446,18 @@ def ebpf_unavailable(text: str) -> bool:
                                 "without the `ebpf` feature"))
 
 
-class Live:
-    """One `dbtap live` process, its stdout and stderr drained by threads. start() returns once
-    dbtap is reading plus a settle: under `--source ebpf` its "dbtap: source ebpf: ..." line
-    (printed once the tracer is attached), otherwise its "dbtap: capturing on ..." line (the
-    packet rings are open), and in `auto` also the "dbtap: source auto: ..." line after it.
-    stop() signals it."""
+class Live(live_harness.Live):
+    """One `dbtap live` process (live_harness.Live, with the source the test names). start()
+    returns once dbtap is reading plus a settle: under `--source ebpf` its "dbtap: source ebpf:
+    ..." line (printed once the tracer is attached), otherwise its "dbtap: capturing on ..."
+    line (the packet rings are open), and in `auto` also the "dbtap: source auto: ..." line
+    after it. A start that fails raises NotReady; stop() signals it."""
 
-    SETTLE_S = 0.5
+    settle_s = 0.5
 
     def __init__(self, *args, binary: Path | None = None):
-        self.binary = Path(binary) if binary else harness.dbtap_path()
-        self.args = [str(a) for a in args]
-        self.proc: subprocess.Popen | None = None
-        self.out: list[bytes] = []
-        self.err: list[str] = []
-        self.rc: int | None = None
-        self.ready = threading.Event()
+        super().__init__(*args, binary=binary)
         self._seen: set[str] = set()
-        self._threads: list[threading.Thread] = []
-
-    @property
-    def cmd(self) -> list[str]:
-        return [str(self.binary), "live", *self.args]
 
     @property
     def source(self) -> str:
@@ -484,77 +472,20 @@ class Live:
         """dbtap's "dbtap: source ..." line: what it chose and why."""
         return next((l.strip() for l in self.err if l.startswith("dbtap: source ")), "")
 
+    def on_err_line(self, line: str) -> bool:
+        self._seen.add("ready" if line.startswith(self.ready_line) else
+                       "source" if line.startswith("dbtap: source ") else "")
+        # in auto, the source line (what it chose) follows the packet start line
+        return "ready" in self._seen and (self.source != "auto" or "source" in self._seen)
+
+    def not_ready(self) -> None:
+        raise NotReady(self)
+
     def start(self, timeout: float = 30.0) -> "Live":
-        self.proc = subprocess.Popen(self.cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE)
-
-        def read_out():
-            for chunk in iter(lambda: self.proc.stdout.read1(65536), b""):
-                self.out.append(chunk)
-
-        def read_err():
-            for line in iter(self.proc.stderr.readline, b""):
-                s = line.decode(errors="replace")
-                self.err.append(s)
-                self._seen.add("ready" if s.startswith(self.ready_line) else
-                               "source" if s.startswith("dbtap: source ") else "")
-                # in auto, the source line (what it chose) follows the packet start line
-                if "ready" in self._seen and (self.source != "auto" or "source" in self._seen):
-                    self.ready.set()
-
-        for fn in (read_out, read_err):
-            t = threading.Thread(target=fn, daemon=True)
-            t.start()
-            self._threads.append(t)
-        deadline = time.monotonic() + timeout
-        while not self.ready.wait(0.05):
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.stop(signal.SIGKILL)
-                raise NotReady(self)
-        time.sleep(self.SETTLE_S)
-        return self
+        return super().start(timeout)
 
     def stop(self, sig: int = signal.SIGINT, timeout: float = 60.0) -> "Live":
-        if self.proc is None:
-            return self
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        for t in self._threads:
-            t.join(10)
-        self.rc = self.proc.returncode
-        self.proc = None
-        return self
-
-    def __enter__(self) -> "Live":
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        if self.proc is not None:
-            self.stop(signal.SIGKILL)
-
-    @property
-    def stdout(self) -> str:
-        return b"".join(self.out).decode(errors="replace")
-
-    @property
-    def stderr(self) -> str:
-        return "".join(self.err)
-
-    def json(self) -> dict:
-        text = self.stdout
-        i = text.find("{")
-        if self.rc != 0 or i < 0:
-            die(f"{' '.join(self.cmd)} exited {self.rc}; no JSON digest on stdout "
-                f"{text[-300:]!r}; stderr: {self.stderr[-2000:]!r}")
-        try:
-            return json.loads(text[i:])
-        except json.JSONDecodeError as e:
-            die(f"dbtap live's final digest is not JSON ({e}): {text[i:i + 300]!r}")
+        return super().stop(sig, timeout)
 
 
 class NotReady(RuntimeError):

@@ -53,6 +53,18 @@ class Live:
     def cmd(self) -> list[str]:
         return [str(self.binary), "live", *packet_source(self.args)]
 
+    # -- hooks for subclasses ------------------------------------------------------------------
+    settle_s = SETTLE_S
+
+    def on_err_line(self, line: str) -> bool:
+        """A stderr line arrived; true once dbtap is capturing."""
+        return line.startswith(READY)
+
+    def not_ready(self) -> None:
+        """dbtap exited or timed out before it was capturing (it has been killed)."""
+        die(f"{' '.join(self.cmd)} did not start capturing (exit {self.rc}); "
+            f"stderr: {''.join(self.err)!r}")
+
     def start(self, timeout: float = 15.0) -> "Live":
         self.proc = subprocess.Popen(self.cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE)
@@ -65,7 +77,7 @@ class Live:
             for line in iter(self.proc.stderr.readline, b""):
                 s = line.decode(errors="replace")
                 self.err.append(s)
-                if s.startswith(READY):
+                if self.on_err_line(s):
                     self.ready.set()
 
         for fn in (read_out, read_err):
@@ -76,9 +88,8 @@ class Live:
         while not self.ready.wait(0.05):
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 self.stop(signal.SIGKILL)
-                die(f"{' '.join(self.cmd)} did not start capturing (exit {self.rc}); "
-                    f"stderr: {''.join(self.err)!r}")
-        time.sleep(SETTLE_S)
+                self.not_ready()
+        time.sleep(self.settle_s)
         return self
 
     @property

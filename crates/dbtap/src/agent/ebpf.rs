@@ -206,23 +206,16 @@ struct Writer {
 }
 
 impl Writer {
-    fn write(&mut self, r: &Record<'_>, ts_ns: u64) {
+    fn write(&mut self, r: &Record<'_>) {
         let Some(w) = &mut self.rotator else {
             return;
         };
         self.buf.clear();
         stream::encode(r, &mut self.buf);
-        if let Err(e) = w.write(ts_ns, &self.buf, self.buf.len() as u32) {
+        if let Err(e) = w.write(r.ts_ns(), &self.buf, self.buf.len() as u32) {
             self.error = Some(format!("--write stopped: {e}"));
             self.rotator = None;
         }
-    }
-}
-
-fn record_ts(r: &Record<'_>) -> u64 {
-    match r {
-        Record::Open(o) => o.ts_ns,
-        Record::Data { ts_ns, .. } | Record::Close { ts_ns, .. } => *ts_ns,
     }
 }
 
@@ -270,7 +263,7 @@ fn run(
     };
     let mut take = |ev: ebpf::Event<'_>, engine: &mut Engine<LiveConsumer>, w: &mut Writer| {
         record(ev, &mut procs, &mut |r| {
-            w.write(r, record_ts(r));
+            w.write(r);
             engine.stream_record(r);
         });
     };

@@ -33,14 +33,9 @@ struct State {
     /// True once any stream record arrived (the health then has a stream section).
     seen: bool,
     connections: u64,
-    bytes: u64,
-    tls_connections: u64,
     /// Holes of lost bytes delivered to sessions (not the cut tails of long messages).
     gaps: u64,
     bad_records: u64,
-    /// The tls flag of the record being pushed: the session of a connection whose first bytes
-    /// are TLS plaintext opens after the TLS handshake.
-    pushing_tls: bool,
 }
 
 struct StreamConn {
@@ -50,7 +45,6 @@ struct StreamConn {
     pending: Option<ConnMeta>,
     /// The session stopped reading (TLS it cannot see, or nothing more to learn).
     stopped: bool,
-    tls: bool,
 }
 
 impl Streams {
@@ -73,8 +67,8 @@ impl Streams {
         let r = self.reasm.stats();
         Some(StreamHealth {
             stream_connections: s.connections,
-            stream_bytes: s.bytes,
-            stream_tls_connections: s.tls_connections,
+            stream_bytes: r.data_bytes,
+            stream_tls_connections: r.tls_starts,
             stream_gaps: s.gaps,
             stream_gap_bytes: r.gap_lost_bytes,
             stream_uncopied_bytes: r.gap_truncated_bytes,
@@ -95,14 +89,9 @@ impl Streams {
 impl<C: Consumer> Engine<C> {
     /// One record of a stream source (the eBPF tracer, or a `--write` file of it).
     pub fn stream_record(&mut self, r: &Record<'_>) {
-        let ts = match r {
-            Record::Open(o) => o.ts_ns,
-            Record::Data { ts_ns, .. } | Record::Close { ts_ns, .. } => *ts_ns,
-        };
-        self.note_time(ts);
+        self.note_time(r.ts_ns());
         let Streams { reasm, state } = &mut self.streams;
         state.seen = true;
-        state.pushing_tls = matches!(r, Record::Data { tls: true, .. });
         let lost = reasm.stats().gap_lost_bytes;
         let mut h = Feed {
             conns: &mut self.conns,
@@ -153,17 +142,11 @@ fn dir(d: Direction) -> Dir {
 impl<C: Consumer> Feed<'_, C> {
     /// The connection's id, its session opened if this is its first delivery.
     fn started(&mut self, conn: u64) -> Option<u64> {
-        let tls = self.state.pushing_tls;
         let c = self.state.conns.get_mut(&conn)?;
-        if let Some(mut meta) = c.pending.take() {
+        if let Some(meta) = c.pending.take() {
             // Counted when its first bytes arrive: the source may announce sockets that never
             // carry anything it reports (plaintext TCP left to the packets under `auto`).
             self.state.connections += 1;
-            meta.after_tls = tls;
-            if tls && !c.tls {
-                c.tls = true;
-                self.state.tls_connections += 1;
-            }
             self.conns.open_meta(meta);
         }
         Some(c.id)
@@ -187,7 +170,6 @@ impl<C: Consumer> StreamHandler for Feed<'_, C> {
             server: o.server.clone(),
             pending: Some(meta),
             stopped: false,
-            tls: false,
         };
         if let Some(old) = self.state.conns.insert(o.conn, c) {
             // The source reused a key without closing it first: the old stream ended.
@@ -198,7 +180,6 @@ impl<C: Consumer> StreamHandler for Feed<'_, C> {
     }
 
     fn data(&mut self, conn: u64, d: Direction, bytes: &[u8], ts_ns: u64) {
-        self.state.bytes += bytes.len() as u64;
         let Some(id) = self.started(conn) else {
             return;
         };
@@ -229,14 +210,11 @@ impl<C: Consumer> StreamHandler for Feed<'_, C> {
         let Some(c) = self.state.conns.get_mut(&conn) else {
             return;
         };
-        if c.pending.is_some() {
+        if let Some(meta) = &mut c.pending {
             // Nothing delivered yet (a stream that starts inside TLS): the session opens with
             // the first bytes, after TLS.
+            meta.after_tls = true;
             return;
-        }
-        if !c.tls {
-            c.tls = true;
-            self.state.tls_connections += 1;
         }
         // The session reads on (and uncounts the connection as encrypted at its next call),
         // or its bytes are not read further.
