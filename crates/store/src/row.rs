@@ -133,10 +133,6 @@ impl LatAcc {
         (&self.exact, self.dense.as_deref())
     }
 
-    pub fn count(&self) -> u64 {
-        self.count
-    }
-
     pub fn sum_ns(&self) -> u128 {
         self.sum
     }

@@ -35,6 +35,15 @@ impl Sums {
         self.service.merge(&r.service);
     }
 
+    pub fn merge(&mut self, o: &Sums) {
+        self.count += o.count;
+        self.errors += o.errors;
+        self.bytes_in = self.bytes_in.saturating_add(o.bytes_in);
+        self.bytes_out = self.bytes_out.saturating_add(o.bytes_out);
+        self.rows = self.rows.saturating_add(o.rows);
+        self.service.merge(&o.service);
+    }
+
     /// p50, p95, p99 and max of service time, µs.
     pub fn quantiles_us(&self) -> Result<[Option<f64>; 4], Error> {
         let l = self.service.latency()?;
