@@ -112,6 +112,7 @@ mod tests {
             hours_done: Some(10 * DAY + 5 * HOUR),
             days_done: Some(10 * DAY),
             last_minute: Some(10 * DAY + 5 * HOUR + 30 * 60),
+            first_minute: Some(DAY),
         };
         let from = 7 * DAY + 23 * HOUR + 30 * 60;
         let to = 10 * DAY + 6 * HOUR;

@@ -265,6 +265,8 @@ pub fn span_in(conn: &Connection) -> Result<Option<(i64, i64)>, Error> {
         [],
         |r| r.get(0),
     )?;
+    // Rolled-up rows start at their period; the data no earlier than the first minute written.
+    let first = first.map(|f| f.max(marks.first_minute.unwrap_or(f)));
     Ok(first.zip(marks.last_minute.map(|l| l + 60)))
 }
 

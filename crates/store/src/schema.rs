@@ -148,6 +148,8 @@ pub struct Marks {
     pub days_done: Option<i64>,
     /// Start of the newest minute written.
     pub last_minute: Option<i64>,
+    /// Start of the oldest minute ever written.
+    pub first_minute: Option<i64>,
 }
 
 impl Marks {
@@ -156,6 +158,7 @@ impl Marks {
             hours_done: get_i64(conn, "hours_done")?,
             days_done: get_i64(conn, "days_done")?,
             last_minute: get_i64(conn, "last_minute")?,
+            first_minute: get_i64(conn, "first_minute")?,
         })
     }
 
@@ -164,6 +167,7 @@ impl Marks {
             ("hours_done", self.hours_done),
             ("days_done", self.days_done),
             ("last_minute", self.last_minute),
+            ("first_minute", self.first_minute),
         ] {
             if let Some(v) = v {
                 set_i64(conn, k, v)?;

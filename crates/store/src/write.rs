@@ -186,6 +186,7 @@ fn write_in(
     st.rolled_rows += rollup::late(&tx, &marks, m, &rows)?;
     st.rolled_rows += rollup::advance(&tx, &mut marks, m.div_euclid(3600) * 3600)?;
     marks.last_minute = Some(marks.last_minute.map_or(m, |l| l.max(m)));
+    marks.first_minute = Some(marks.first_minute.map_or(m, |l| l.min(m)));
     marks.save(&tx)?;
     st.deleted_rows += retain::apply(&tx, cfg, &marks)?;
     st.deleted_rows += retain::bound_size(&tx, cfg, &marks)?;
