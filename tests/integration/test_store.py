@@ -427,3 +427,22 @@ def test_live_store_survives_sigkill_and_listen_serves_the_ui(srv):
     # What was written of later minutes is never more than was sent.
     for k, n in per_minute(path).items():
         assert n <= client_minutes(sent).get(k, 0), k
+
+
+def test_live_store_stopped_by_sigint_writes_every_minute(srv):
+    path = OUT / "live-int.db"
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+    live = live_harness.Live("-i", "lo", "--port", PORT, "--store", path, "--interval", "0",
+                             "--format", "json", "--limit", "0")
+    live.start()
+    try:
+        sent = paced_client(PORT, time.time() + 4)
+        time.sleep(1.5)  # the last responses reach the capture
+    finally:
+        live.stop(signal.SIGINT)
+    assert live.rc == 0, live.stderr
+    # The current minute too: a stop writes what is pending.
+    assert per_minute(path) == client_minutes(sent)
+    # The final digest says the same.
+    assert live_harness.by_command(live.json()) == dict(totals(sent))
