@@ -173,14 +173,29 @@ fn main() {
     let s24 = median_ms(|| drop(st.side(&range(86_400), "a").expect("side")));
     println!("| measure | value |");
     println!("|---|---|");
-    println!("| groups (active per minute) | {} ({}) |", a.groups, a.active);
+    println!(
+        "| groups (active per minute) | {} ({}) |",
+        a.groups, a.active
+    );
     println!("| minutes written | {minutes} |");
     println!("| minute rows written | {rows} |");
-    println!("| write rate (rows/s, one transaction per minute, rollups and retention included) | {:.0} |", rows as f64 / write_s);
-    println!("| minute write (ms, mean) | {:.2} |", write_s * 1e3 / minutes as f64);
+    println!(
+        "| write rate (rows/s, one transaction per minute, rollups and retention included) | {:.0} |",
+        rows as f64 / write_s
+    );
+    println!(
+        "| minute write (ms, mean) | {:.2} |",
+        write_s * 1e3 / minutes as f64
+    );
     println!("| file bytes | {} |", stats.bytes);
-    println!("| bytes per group-minute (all tiers and indexes) | {:.1} |", stats.bytes as f64 / stats.minute_rows.max(1) as f64);
-    println!("| rows: minute / hour / day | {} / {} / {} |", stats.minute_rows, stats.hour_rows, stats.day_rows);
+    println!(
+        "| bytes per group-minute (all tiers and indexes) | {:.1} |",
+        stats.bytes as f64 / stats.minute_rows.max(1) as f64
+    );
+    println!(
+        "| rows: minute / hour / day | {} / {} / {} |",
+        stats.minute_rows, stats.hour_rows, stats.day_rows
+    );
     println!("| top, last 24 h (ms, median of 5) | {t24:.1} |");
     println!("| top, last 7 d (ms) | {t7:.1} |");
     println!("| group, last 24 h, 300 points (ms) | {g24:.1} |");

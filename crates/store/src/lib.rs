@@ -9,6 +9,7 @@
 
 mod answer;
 mod codec;
+mod group;
 mod plan;
 mod read;
 mod retain;
@@ -17,7 +18,6 @@ mod row;
 mod schema;
 mod side;
 mod top;
-mod group;
 mod write;
 
 use std::collections::HashMap;
@@ -28,8 +28,8 @@ use aggregate::{Dim, DimSet};
 use rusqlite::{Connection, OpenFlags};
 
 pub use answer::{
-    DimsAnswer, DistBucket, ErrorRow, ExampleRow, GroupAnswer, GroupInfo, GroupPoint,
-    GroupSummary, Heatmap, Share, TopAnswer, TopRow, Totals,
+    DimsAnswer, DistBucket, ErrorRow, ExampleRow, GroupAnswer, GroupInfo, GroupPoint, GroupSummary,
+    Heatmap, Share, TopAnswer, TopRow, Totals,
 };
 pub use codec::{CodecError, decode_errors, decode_latency, encode_errors, encode_latency};
 

@@ -69,14 +69,7 @@ pub fn advance_days(tx: &Transaction, marks: &mut Marks, upto: i64) -> Result<u6
 }
 
 /// Merges the rows of `from` with ts in `[a, b)` into `to` rows of `period`. Rows written.
-fn roll(
-    tx: &Transaction,
-    from: &str,
-    to: &str,
-    period: i64,
-    a: i64,
-    b: i64,
-) -> Result<u64, Error> {
+fn roll(tx: &Transaction, from: &str, to: &str, period: i64, a: i64, b: i64) -> Result<u64, Error> {
     let mut acc: BTreeMap<(i64, i64), Row> = BTreeMap::new();
     let mut st = tx.prepare_cached(&format!(
         "SELECT series, ts, {COLUMNS} FROM {from} WHERE ts >= ?1 AND ts < ?2"

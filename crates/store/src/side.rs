@@ -117,8 +117,12 @@ impl Store {
         }
         let blocks = if totals.count > 0 && n > 0 && n <= MAX_BLOCKS {
             Blocks {
-                start_ns: u64::try_from(first).unwrap_or(0).saturating_mul(1_000_000_000),
-                len_ns: u64::try_from(step).unwrap_or(60).saturating_mul(1_000_000_000),
+                start_ns: u64::try_from(first)
+                    .unwrap_or(0)
+                    .saturating_mul(1_000_000_000),
+                len_ns: u64::try_from(step)
+                    .unwrap_or(60)
+                    .saturating_mul(1_000_000_000),
                 blocks,
             }
         } else {
@@ -126,7 +130,11 @@ impl Store {
         };
         Ok(Side {
             label: label.to_string(),
-            span_ns: Some(u64::try_from(to - from).unwrap_or(0).saturating_mul(1_000_000_000)),
+            span_ns: Some(
+                u64::try_from(to - from)
+                    .unwrap_or(0)
+                    .saturating_mul(1_000_000_000),
+            ),
             complete: true,
             groups: out,
             totals: totals.data(String::new())?,

@@ -100,7 +100,11 @@ impl Store {
                 errors: s.errors,
                 service_sum_us,
                 load: service_sum_us / 1e6 / secs,
-                share: if total_us > 0.0 { service_sum_us / total_us } else { 0.0 },
+                share: if total_us > 0.0 {
+                    service_sum_us / total_us
+                } else {
+                    0.0
+                },
                 p50_us: p50,
                 p95_us: p95,
                 p99_us: p99,
@@ -114,7 +118,9 @@ impl Store {
             rank(q.sort, b)
                 .total_cmp(&rank(q.sort, a))
                 .then(b.service_sum_us.total_cmp(&a.service_sum_us))
-                .then_with(|| (&a.protocol, &a.command, &a.id).cmp(&(&b.protocol, &b.command, &b.id)))
+                .then_with(|| {
+                    (&a.protocol, &a.command, &a.id).cmp(&(&b.protocol, &b.command, &b.id))
+                })
         });
         let limit = if q.limit == 0 { rows.len() } else { q.limit };
         let omitted = rows.len().saturating_sub(limit) as u64;

@@ -86,7 +86,9 @@ fn intern(
     if let Some(&id) = cache.get(k) {
         return Ok((id, false));
     }
-    let p = params![k.protocol, k.command, k.qid, k.fp_hash, k.server, k.client, k.db, k.user];
+    let p = params![
+        k.protocol, k.command, k.qid, k.fp_hash, k.server, k.client, k.db, k.user
+    ];
     let found: Option<i64> = tx
         .prepare_cached(
             "SELECT id FROM series WHERE protocol = ?1 AND command = ?2 AND qid = ?3 \
@@ -145,7 +147,11 @@ impl Store {
         if let Some(last) = marks.last_minute {
             let hour_end = last.div_euclid(3600) * 3600 + 3600;
             rollup::advance(&tx, &mut marks, hour_end)?;
-            rollup::advance_days(&tx, &mut marks, hour_end.div_euclid(86_400) * 86_400 + 86_400)?;
+            rollup::advance_days(
+                &tx,
+                &mut marks,
+                hour_end.div_euclid(86_400) * 86_400 + 86_400,
+            )?;
             marks.save(&tx)?;
         }
         tx.commit()?;

@@ -4,9 +4,7 @@
 mod common;
 
 use common::*;
-use store::{
-    Filter, GroupQuery, GroupRef, RangeQuery, SortBy, Store, StoreConfig, TopQuery,
-};
+use store::{Filter, GroupQuery, GroupRef, RangeQuery, SortBy, Store, StoreConfig, TopQuery};
 
 const T0: i64 = 1_700_000_040;
 
@@ -58,7 +56,11 @@ fn writes_minutes_and_reads_top() {
     assert_eq!(t.totals.count, 600);
     assert_eq!(t.totals.errors, all.totals().stats.errors);
     assert_eq!(t.groups.len(), 4);
-    assert!(t.groups.windows(2).all(|w| w[0].service_sum_us >= w[1].service_sum_us));
+    assert!(
+        t.groups
+            .windows(2)
+            .all(|w| w[0].service_sum_us >= w[1].service_sum_us)
+    );
     let share: f64 = t.groups.iter().map(|g| g.share).sum();
     assert!((share - 1.0).abs() < 1e-9);
     assert_eq!(t.groups[0].spark.len(), 3);
@@ -110,7 +112,16 @@ fn filters_and_search() {
     let t = top(&st, r.clone(), SortBy::Load);
     let want = all
         .groups()
-        .filter(|g| g.dims.as_ref().unwrap().server.as_ref().unwrap().to_string() == SERVERS[1])
+        .filter(|g| {
+            g.dims
+                .as_ref()
+                .unwrap()
+                .server
+                .as_ref()
+                .unwrap()
+                .to_string()
+                == SERVERS[1]
+        })
         .map(|g| g.stats.count)
         .sum::<u64>();
     assert_eq!(t.totals.count, want);
@@ -146,14 +157,22 @@ fn group_answer_and_examples() {
         points: 3,
     };
     let a = st.group(&q).unwrap();
-    let count: u64 = all.groups().filter(|g| g.id == group_id(0)).map(|g| g.stats.count).sum();
+    let count: u64 = all
+        .groups()
+        .filter(|g| g.id == group_id(0))
+        .map(|g| g.stats.count)
+        .sum();
     assert_eq!(a.summary.count, count);
     assert_eq!(a.series.len(), 3);
     assert_eq!(a.step_s, 60);
     assert_eq!(a.heatmap.cells.len(), 3);
     assert_eq!(a.heatmap.bounds_us.len(), a.heatmap.cells[0].len() + 1);
     assert_eq!(a.group.fingerprint, g0.fingerprint);
-    assert!(a.examples.iter().any(|e| e.kind == "slowest" && !e.text.is_empty()));
+    assert!(
+        a.examples
+            .iter()
+            .any(|e| e.kind == "slowest" && !e.text.is_empty())
+    );
     if a.summary.errors > 0 {
         assert_eq!(a.errors[0].code, 1146);
         assert_eq!(a.errors[0].message, "error 1146");
@@ -177,19 +196,45 @@ fn answers_have_the_api_field_names() {
         k
     };
     let t = serde_json::to_value(top(&st, range(T0, T0 + 180), SortBy::Load)).unwrap();
-    assert_eq!(keys(&t), ["from", "groups", "omitted", "step_s", "to", "totals"]);
-    assert_eq!(keys(&t["totals"]), ["count", "errors", "load", "service_sum_us"]);
+    assert_eq!(
+        keys(&t),
+        ["from", "groups", "omitted", "step_s", "to", "totals"]
+    );
+    assert_eq!(
+        keys(&t["totals"]),
+        ["count", "errors", "load", "service_sum_us"]
+    );
     assert_eq!(
         keys(&t["groups"][0]),
         [
-            "bytes_in", "bytes_out", "command", "count", "errors", "fingerprint", "id", "load",
-            "max_us", "p50_us", "p95_us", "p99_us", "protocol", "rows", "service_sum_us", "share",
+            "bytes_in",
+            "bytes_out",
+            "command",
+            "count",
+            "errors",
+            "fingerprint",
+            "id",
+            "load",
+            "max_us",
+            "p50_us",
+            "p95_us",
+            "p99_us",
+            "protocol",
+            "rows",
+            "service_sum_us",
+            "share",
             "spark"
         ]
     );
     let d = serde_json::to_value(st.dims(&range(T0, T0 + 180)).unwrap()).unwrap();
-    assert_eq!(keys(&d["dims"]), ["client", "database", "protocol", "server", "user"]);
-    assert_eq!(keys(&d["dims"]["server"][0]), ["count", "service_sum_us", "share", "value"]);
+    assert_eq!(
+        keys(&d["dims"]),
+        ["client", "database", "protocol", "server", "user"]
+    );
+    assert_eq!(
+        keys(&d["dims"]["server"][0]),
+        ["count", "service_sum_us", "share", "value"]
+    );
     let g = st
         .group(&GroupQuery {
             range: range(T0, T0 + 180),
@@ -205,19 +250,43 @@ fn answers_have_the_api_field_names() {
     assert_eq!(
         keys(&g),
         [
-            "dims", "distribution", "errors", "examples", "from", "group", "heatmap", "series",
-            "step_s", "summary", "to"
+            "dims",
+            "distribution",
+            "errors",
+            "examples",
+            "from",
+            "group",
+            "heatmap",
+            "series",
+            "step_s",
+            "summary",
+            "to"
         ]
     );
     assert_eq!(
         keys(&g["group"]),
-        ["command", "fingerprint", "first_seen", "id", "last_seen", "protocol"]
+        [
+            "command",
+            "fingerprint",
+            "first_seen",
+            "id",
+            "last_seen",
+            "protocol"
+        ]
     );
     assert_eq!(
         keys(&g["series"][0]),
         [
-            "bytes_in", "bytes_out", "count", "errors", "p50_us", "p95_us", "p99_us", "rows",
-            "service_sum_us", "ts"
+            "bytes_in",
+            "bytes_out",
+            "count",
+            "errors",
+            "p50_us",
+            "p95_us",
+            "p99_us",
+            "rows",
+            "service_sum_us",
+            "ts"
         ]
     );
     assert_eq!(keys(&g["heatmap"]), ["bounds_us", "cells"]);
@@ -225,7 +294,15 @@ fn answers_have_the_api_field_names() {
     assert_eq!(
         keys(&g["examples"][0]),
         [
-            "client", "code", "database", "kind", "latency_us", "message", "text", "ts", "user"
+            "client",
+            "code",
+            "database",
+            "kind",
+            "latency_us",
+            "message",
+            "text",
+            "ts",
+            "user"
         ]
     );
 }

@@ -27,7 +27,13 @@ fn minute_agg(m: i64, n: u64, groups: usize) -> aggregate::Aggregator {
     let mut a = new_agg();
     for i in 0..n {
         let g = (i as usize) % groups;
-        let ev = event(g, (i as usize / groups) % 2, m as u64 * 1_000_000_000 + i, latency(&mut r), None);
+        let ev = event(
+            g,
+            (i as usize / groups) % 2,
+            m as u64 * 1_000_000_000 + i,
+            latency(&mut r),
+            None,
+        );
         add(&mut a, g, &ev);
     }
     a
@@ -138,7 +144,8 @@ fn child(path: &str) {
     let mut k = 0i64;
     while started.elapsed() < Duration::from_secs(60) {
         let m = T0 + k * 60;
-        st.write_minute(m, &minute_agg(m, 1 + (k as u64 % 7), 3)).unwrap();
+        st.write_minute(m, &minute_agg(m, 1 + (k as u64 % 7), 3))
+            .unwrap();
         println!("written {m}");
         k += 1;
     }
@@ -152,7 +159,12 @@ fn sigkill_loses_no_written_minute() {
     }
     let path = temp("crash");
     let mut c = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "sigkill_loses_no_written_minute", "--nocapture", "--test-threads=1"])
+        .args([
+            "--exact",
+            "sigkill_loses_no_written_minute",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env(CHILD, &path)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
