@@ -317,3 +317,59 @@ fn side_compares_with_diff() {
     let d = diff::compare(&a, &b, &diff::Settings::default());
     assert!(!d.groups.is_empty());
 }
+
+#[test]
+fn store_is_send_and_refuses_other_files() {
+    fn send<T: Send>() {}
+    send::<Store>();
+    let dir = std::env::temp_dir().join(format!("dbtap-store-schema-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("h.db");
+    let _ = std::fs::remove_file(&path);
+    drop(Store::open(&path, StoreConfig::default()).unwrap());
+    let c = rusqlite::Connection::open(&path).unwrap();
+    c.execute(
+        "UPDATE meta SET value = '99' WHERE key = 'schema_version'",
+        [],
+    )
+    .unwrap();
+    drop(c);
+    let e = Store::open(&path, StoreConfig::default()).err().unwrap();
+    assert!(e.to_string().contains("version 99"), "{e}");
+    assert!(!e.to_string().contains('\n'));
+    std::fs::write(&path, b"not a database at all, just bytes").unwrap();
+    assert!(Store::open_read_only(&path).is_err());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn minutes_after_finish_merge_into_the_rolled_up_rows() {
+    let (mut st, _) = three_minutes(StoreConfig::default());
+    st.finish().unwrap();
+    let before = top(&st, range(T0 - 3_600, T0 + 86_400), SortBy::Load)
+        .totals
+        .count;
+    let mut agg = new_agg();
+    let mut r = Rng(3);
+    for i in 0..10u64 {
+        let ev = event(
+            1,
+            0,
+            (T0 + 120) as u64 * 1_000_000_000 + i,
+            latency(&mut r),
+            None,
+        );
+        add(&mut agg, 1, &ev);
+    }
+    st.write_minute(T0 + 120, &agg).unwrap();
+    // A whole-day range reads the day row: it holds the late minute too.
+    let day = T0.div_euclid(86_400) * 86_400;
+    let d = top(&st, range(day, day + 86_400), SortBy::Load);
+    assert_eq!(d.totals.count, before + 10);
+    assert_eq!(
+        top(&st, range(T0 + 120, T0 + 180), SortBy::Load)
+            .totals
+            .count,
+        210
+    );
+}
