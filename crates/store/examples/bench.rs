@@ -202,5 +202,7 @@ fn main() {
     println!("| group, last 7 d (ms) | {g7:.1} |");
     println!("| side (diff), last 24 h (ms) | {s24:.1} |");
     drop(st);
-    let _ = std::fs::remove_file(&a.path);
+    if std::env::var_os("DBTAP_BENCH_KEEP").is_none() {
+        let _ = std::fs::remove_file(&a.path);
+    }
 }

@@ -260,6 +260,7 @@ impl Store {
         let conn = Connection::open_with_flags(path, flags)?;
         conn.busy_timeout(Duration::from_secs(5))?;
         schema::check(&conn)?;
+        schema::cache(&conn)?;
         Ok(Store {
             conn,
             cfg: StoreConfig::default(),

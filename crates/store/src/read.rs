@@ -74,11 +74,17 @@ pub fn union_sql(
     } else {
         ""
     };
+    // Without a condition on it the series table is not needed (series ids map in Rust).
+    let join = if conds.is_empty() {
+        ""
+    } else {
+        " JOIN series s ON s.id = r.series"
+    };
     let parts: Vec<String> = segs
         .iter()
         .map(|g| {
             format!(
-                "SELECT {select} FROM {t} r JOIN series s ON s.id = r.series{join_fp} \
+                "SELECT {select} FROM {t} r{join}{join_fp} \
                  WHERE r.ts >= {a} AND r.ts < {b}{conds}",
                 t = g.table,
                 a = g.from,
