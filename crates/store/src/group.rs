@@ -146,7 +146,7 @@ impl Store {
         let tx = self.conn.unchecked_transaction()?;
         let marks = Marks::load(&tx)?;
         let (from, to) = round_out(q.range.from_s, q.range.to_s);
-        let step = step_for(to - from, q.points.max(1));
+        let step = step_for(to - from, q.points.clamp(1, crate::MAX_POINTS));
         let (first, n) = points(from, to, step);
         let segs = plan(from, to, &marks, max_period(step));
         let mut pts: Vec<Sums> = vec![Sums::default(); n];

@@ -41,6 +41,9 @@ pub const STORE_DIMS: DimSet = DimSet::FINGERPRINT
     .with(Dim::Db)
     .with(Dim::User);
 
+/// Most points a series or sparkline is cut into (more asked for are fewer, longer steps).
+pub const MAX_POINTS: usize = 1_000;
+
 /// How long each tier's rows are kept (relative to the newest minute written).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Retention {
@@ -203,7 +206,8 @@ pub struct TopQuery {
     pub sort: SortBy,
     /// Most rows returned (0: all).
     pub limit: usize,
-    /// Sparkline points wanted (the step is rounded up to a whole tier-friendly length).
+    /// Sparkline points wanted (at most [`MAX_POINTS`]; the step is rounded up to a whole
+    /// tier-friendly length, so there may be fewer).
     pub spark_points: usize,
 }
 
@@ -219,7 +223,8 @@ pub struct GroupRef {
 pub struct GroupQuery {
     pub range: RangeQuery,
     pub group: GroupRef,
-    /// Series points wanted (the step is rounded up to a whole tier-friendly length).
+    /// Series points wanted (at most [`MAX_POINTS`]; the step is rounded up to a whole
+    /// tier-friendly length, so there may be fewer).
     pub points: usize,
 }
 

@@ -122,9 +122,10 @@ impl Store {
         agg: &Aggregator,
     ) -> Result<WriteStats, Error> {
         self.writable()?;
-        if minute_start_s.rem_euclid(60) != 0 {
+        if minute_start_s.rem_euclid(60) != 0 || !(0..crate::plan::MAX_TS).contains(&minute_start_s)
+        {
             return Err(Error::Invalid(format!(
-                "minute start {minute_start_s} is not a multiple of 60"
+                "minute start {minute_start_s} is not a multiple of 60 in [0, 2^40)"
             )));
         }
         let Store {

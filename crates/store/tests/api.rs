@@ -102,6 +102,8 @@ fn rewriting_a_minute_merges_into_it() {
     assert_eq!([g.p50_us, g.p95_us, g.p99_us], [us(p50), us(p95), us(p99)]);
     assert_eq!(st.stats().unwrap().minute_rows, 1);
     assert!(st.write_minute(T0 + 1, &a).is_err());
+    assert!(st.write_minute(-60, &a).is_err());
+    assert!(st.write_minute(i64::MAX / 60 * 60, &a).is_err());
 }
 
 #[test]
@@ -372,4 +374,39 @@ fn minutes_after_finish_merge_into_the_rolled_up_rows() {
             .count,
         210
     );
+}
+
+#[test]
+fn extreme_ranges_and_points_do_not_panic() {
+    let (st, _) = three_minutes(StoreConfig::default());
+    for (a, b) in [
+        (i64::MIN, i64::MAX),
+        (i64::MAX, i64::MIN),
+        (T0, T0),
+        (-5, 5),
+    ] {
+        let t = st
+            .top(&TopQuery {
+                range: range(a, b),
+                sort: SortBy::P99,
+                limit: usize::MAX,
+                spark_points: usize::MAX,
+            })
+            .unwrap();
+        assert!(
+            t.groups
+                .iter()
+                .all(|g| g.spark.len() <= store::MAX_POINTS + 1)
+        );
+        let g = st
+            .group(&GroupQuery {
+                range: range(a, b),
+                group: GroupRef::default(),
+                points: usize::MAX,
+            })
+            .unwrap();
+        assert!(g.series.len() <= store::MAX_POINTS + 1);
+        st.dims(&range(a, b)).unwrap();
+        st.side(&range(a, b), "x").unwrap();
+    }
 }
