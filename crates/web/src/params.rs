@@ -7,7 +7,7 @@ use std::collections::HashMap;
 /// Most rows `/api/top` returns.
 pub const MAX_LIMIT: usize = 1_000;
 /// Most points of a series or sparkline.
-pub const MAX_POINTS: usize = 1_440;
+pub const MAX_POINTS: usize = store::MAX_POINTS;
 /// The default range: the last hour of data.
 pub const DEFAULT_RANGE_S: i64 = 3_600;
 
