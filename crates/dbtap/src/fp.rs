@@ -136,7 +136,34 @@ impl Fingerprinter {
             },
             text: group.text,
             fp_hash: group.hash,
+            fp_command: group.command,
         })
+    }
+
+    /// [`add_to`](Fingerprinter::add_to) that also hands an admitted event's group to `then`
+    /// (the history store's bins, [`crate::storefeed::MinuteBins::event_in`]), so the event is
+    /// fingerprinted once.
+    pub fn add_to_then(
+        &mut self,
+        agg: &mut aggregate::Aggregator,
+        ev: &QueryEvent,
+        then: impl FnOnce(FingerprintMode, &Classified<'_>),
+    ) -> bool {
+        if self.scope.is_some() && agg.scope().is_none() {
+            agg.set_scope(self.scope.clone());
+        }
+        let (mode, dims) = (self.norm.mode, self.dims);
+        match self.classify(ev) {
+            Some(c) => {
+                agg.add_with_dims(ev, c.key, || describe(mode, dims, ev, &c));
+                then(mode, &c);
+                true
+            }
+            None => {
+                agg.filtered_out();
+                false
+            }
+        }
     }
 }
 
@@ -147,6 +174,9 @@ pub struct Classified<'a> {
     pub text: &'a str,
     /// The fingerprint's own hash (the key's hash folds the dimension values in).
     pub fp_hash: u64,
+    /// The command the fingerprint is filed under (the key's is `all` when grouping by neither
+    /// the fingerprint nor the command).
+    pub fp_command: &'static str,
 }
 
 /// A new group's (display text, Query ID, dimension values). Grouped by the fingerprint

@@ -122,14 +122,17 @@ impl Consumer for DigestConsumer {
         if !self.window.contains(ev.start_ns) {
             return;
         }
-        if !self.fp.add_to(&mut self.agg, &ev) {
+        let store = &mut self.store;
+        let admitted = self.fp.add_to_then(&mut self.agg, &ev, |mode, c| {
+            if let Some(s) = store {
+                s.event_in(&ev, mode, c);
+            }
+        });
+        if !admitted {
             return; // left out by --where
         }
         if let Some(r) = &mut self.recorder {
             r.record(ev.start_ns, ev.service_ns());
-        }
-        if let Some(s) = &mut self.store {
-            s.event(&ev);
         }
         if let Some(t) = &mut self.timeline {
             t.event(&mut self.fp, &ev);
@@ -188,7 +191,7 @@ fn digest(args: DigestArgs) -> anyhow::Result<()> {
     consumer.store = args
         .store
         .open(examples)?
-        .map(|s| storefeed::StoreSink::new(&args.input.grouping, examples, s));
+        .map(|s| storefeed::StoreSink::new(examples, s));
     // --mergeable: also the time blocks `dbtap diff` needs (diffcmd.rs).
     consumer.recorder = args.mergeable.then(diff::blocks::Recorder::default);
     consumer

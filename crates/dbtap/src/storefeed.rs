@@ -16,11 +16,11 @@
 
 use std::collections::BTreeMap;
 
-use aggregate::{AggConfig, Aggregator, Filter};
+use aggregate::{AggConfig, Aggregator, GroupKey};
 use proto::QueryEvent;
 
-use crate::cli::GroupingArgs;
-use crate::fp::Fingerprinter;
+use crate::cli::FingerprintMode;
+use crate::fp::Classified;
 
 /// One minute in nanoseconds.
 pub const MINUTE_NS: u64 = 60_000_000_000;
@@ -38,7 +38,6 @@ pub fn minute_of(ns: u64) -> i64 {
 
 /// Events binned per minute of their request start.
 pub struct MinuteBins {
-    fp: Fingerprinter,
     cfg: AggConfig,
     bins: BTreeMap<i64, Aggregator>,
     /// The latest packet time seen.
@@ -47,15 +46,9 @@ pub struct MinuteBins {
 }
 
 impl MinuteBins {
-    /// Bins with the command line's fingerprint rules (`--fingerprint`, `--key-patterns`,
-    /// `--keep-key-order`), keyed by the store's dimensions. The caller counts only the events
-    /// its `--where` admits. `lag_ns`: how long past its end a minute is held
-    /// ([`MinuteBins::ready`]).
-    pub fn new(g: &GroupingArgs, cfg: AggConfig, lag_ns: u64) -> Self {
-        let mut fp = Fingerprinter::new(g.fingerprint, g.key_patterns, g.keep_key_order);
-        fp.set_scope(store::STORE_DIMS, Filter::default());
+    /// Empty bins; `lag_ns`: how long past its end a minute is held ([`MinuteBins::ready`]).
+    pub fn new(cfg: AggConfig, lag_ns: u64) -> Self {
         MinuteBins {
-            fp,
             cfg,
             bins: BTreeMap::new(),
             now_ns: 0,
@@ -63,22 +56,12 @@ impl MinuteBins {
         }
     }
 
-    /// Counts `ev` in the minute its request started.
-    pub fn event(&mut self, ev: &QueryEvent) {
-        let minute = minute_of(ev.start_ns);
-        let (mode, dims) = (self.fp.mode(), self.fp.dims());
-        let Some(c) = self.fp.classify(ev) else {
-            return;
-        };
-        let cfg = &self.cfg;
-        let agg = self
-            .bins
-            .entry(minute)
-            .or_insert_with(|| Aggregator::new(cfg.clone()));
-        agg.add_with_dims(ev, c.key, || {
-            let id = crate::fp::query_id(mode, ev.protocol, c.key.command, c.text, c.fp_hash);
-            (c.text.to_string(), id, Some(Box::new(dims.values(ev))))
-        });
+    /// Counts `ev` in the minute its request started, given its group as the caller's
+    /// fingerprinter classified it (after its `--where`): the store's key is made from the
+    /// fingerprint's own hash and command and the store's dimensions, whatever the caller's
+    /// `--group-by`, so the event is fingerprinted once.
+    pub fn event_in(&mut self, ev: &QueryEvent, mode: FingerprintMode, c: &Classified<'_>) {
+        add(&mut self.bins, &self.cfg, ev, mode, c);
     }
 
     /// The packet clock.
@@ -117,6 +100,30 @@ impl MinuteBins {
     pub fn is_empty(&self) -> bool {
         self.bins.is_empty()
     }
+}
+
+/// Adds `ev` of group `c` to the bin of the minute its request started, keyed by
+/// [`store::STORE_DIMS`], with the fingerprint's own Query ID.
+fn add(
+    bins: &mut BTreeMap<i64, Aggregator>,
+    cfg: &AggConfig,
+    ev: &QueryEvent,
+    mode: FingerprintMode,
+    c: &Classified<'_>,
+) {
+    let key = GroupKey {
+        protocol: ev.protocol,
+        command: c.fp_command,
+        fingerprint_hash: store::STORE_DIMS.group_hash(ev, c.fp_hash),
+    };
+    let agg = bins
+        .entry(minute_of(ev.start_ns))
+        .or_insert_with(|| Aggregator::new(cfg.clone()));
+    agg.add_with_dims(ev, key, || {
+        let id = crate::fp::query_id(mode, ev.protocol, c.fp_command, c.text, c.fp_hash);
+        let values = store::STORE_DIMS.values(ev);
+        (c.text.to_string(), id, Some(Box::new(values)))
+    });
 }
 
 /// Minutes waiting to be written (the live writer): bins from several workers and intervals
@@ -167,22 +174,23 @@ pub struct StoreSink {
 }
 
 impl StoreSink {
-    /// Bins with the command line's fingerprint rules, written to `store` in packet time.
-    pub fn new(g: &GroupingArgs, keep_examples: bool, store: store::Store) -> Self {
+    /// Bins written to `store` in packet time.
+    pub fn new(keep_examples: bool, store: store::Store) -> Self {
         let cfg = AggConfig {
             keep_examples,
             ..AggConfig::default()
         };
         StoreSink {
-            bins: MinuteBins::new(g, cfg, DIGEST_LAG_NS),
+            bins: MinuteBins::new(cfg, DIGEST_LAG_NS),
             store,
             error: None,
             minutes: 0,
         }
     }
 
-    pub fn event(&mut self, ev: &QueryEvent) {
-        self.bins.event(ev);
+    /// See [`MinuteBins::event_in`].
+    pub fn event_in(&mut self, ev: &QueryEvent, mode: FingerprintMode, c: &Classified<'_>) {
+        self.bins.event_in(ev, mode, c);
     }
 
     /// The packet clock: writes the minutes that are complete.
@@ -220,17 +228,19 @@ impl StoreSink {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cli::GroupingArgs;
+    use crate::fp::Fingerprinter;
     use proto::{Endpoint, Protocol};
     use std::net::SocketAddr;
 
-    fn grouping() -> GroupingArgs {
-        GroupingArgs {
-            fingerprint: crate::cli::FingerprintMode::Dbtap,
+    fn fingerprinter(group_by: Option<&str>) -> Fingerprinter {
+        Fingerprinter::from_args(&GroupingArgs {
+            fingerprint: FingerprintMode::Dbtap,
             key_patterns: false,
             keep_key_order: false,
-            group_by: None,
+            group_by: group_by.map(str::to_string),
             where_: Vec::new(),
-        }
+        })
     }
 
     fn ev(start_s: f64, dur_ms: u64, client: &str) -> QueryEvent {
@@ -250,12 +260,19 @@ mod tests {
         e
     }
 
+    fn feed(b: &mut MinuteBins, fp: &mut Fingerprinter, e: &QueryEvent) {
+        let mode = fp.mode();
+        let c = fp.classify(e).expect("admitted");
+        b.event_in(e, mode, &c);
+    }
+
     #[test]
     fn events_go_to_the_minute_their_request_started() {
-        let mut b = MinuteBins::new(&grouping(), AggConfig::default(), DIGEST_LAG_NS);
-        b.event(&ev(119.9, 500, "10.0.0.1:5000")); // ends in minute 120: counted in 60
-        b.event(&ev(120.0, 1, "10.0.0.1:5000"));
-        b.event(&ev(130.0, 1, "10.0.0.3:5000")); // another client: another group
+        let mut fp = fingerprinter(None);
+        let mut b = MinuteBins::new(AggConfig::default(), DIGEST_LAG_NS);
+        feed(&mut b, &mut fp, &ev(119.9, 500, "10.0.0.1:5000")); // ends in minute 120: counted in 60
+        feed(&mut b, &mut fp, &ev(120.0, 1, "10.0.0.1:5000"));
+        feed(&mut b, &mut fp, &ev(130.0, 1, "10.0.0.3:5000")); // another client: another group
         b.packet(175_000_000_000);
         assert!(b.ready().is_empty(), "60 s of lag not yet passed");
         b.packet(180_000_000_000);
@@ -269,19 +286,48 @@ mod tests {
         assert_eq!(agg.groups().count(), 2);
         let g = agg.groups().next().expect("group");
         assert!(g.dims.is_some());
-        // The fingerprint's own ID, the same for both clients' groups.
+        // The fingerprint's own ID (as `dbtap digest` shows it), the same for both clients.
         let ids: Vec<&str> = agg.groups().map(|g| g.id.as_str()).collect();
         assert_eq!(ids[0], ids[1]);
+        let e = ev(120.0, 1, "10.0.0.1:5000");
+        let dims = fp.dims();
+        let c = fp.classify(&e).expect("admitted");
+        let (text, digest_id, _) = crate::fp::describe(FingerprintMode::Dbtap, dims, &e, &c);
+        assert_eq!(
+            (ids[0], g.fingerprint.as_str()),
+            (digest_id.as_str(), text.as_str())
+        );
         assert!(b.is_empty());
     }
 
     #[test]
+    fn the_store_key_does_not_depend_on_the_callers_group_by() {
+        let keys = |group_by: Option<&str>| {
+            let mut fp = fingerprinter(group_by);
+            let mut b = MinuteBins::new(AggConfig::default(), 0);
+            feed(&mut b, &mut fp, &ev(61.0, 1, "10.0.0.1:5000"));
+            feed(&mut b, &mut fp, &ev(62.0, 1, "10.0.0.3:5000"));
+            let all = b.take_all();
+            all[0]
+                .1
+                .groups()
+                .map(|g| (g.key, g.id.clone(), g.fingerprint.clone()))
+                .collect::<Vec<_>>()
+        };
+        let plain = keys(None);
+        assert_eq!(plain.len(), 2);
+        assert_eq!(keys(Some("db,user")), plain);
+        assert_eq!(keys(Some("server,fingerprint")), plain);
+    }
+
+    #[test]
     fn pending_merges_and_waits_for_the_delay() {
-        let mut b = MinuteBins::new(&grouping(), AggConfig::default(), 0);
-        b.event(&ev(61.0, 1, "10.0.0.1:5000"));
+        let mut fp = fingerprinter(None);
+        let mut b = MinuteBins::new(AggConfig::default(), 0);
+        feed(&mut b, &mut fp, &ev(61.0, 1, "10.0.0.1:5000"));
         let mut p = Pending::default();
         p.add(b.take_all());
-        b.event(&ev(62.0, 1, "10.0.0.1:5000"));
+        feed(&mut b, &mut fp, &ev(62.0, 1, "10.0.0.1:5000"));
         p.add(b.take_all());
         assert!(p.due(124, 5).is_empty());
         let d = p.due(125, 5);

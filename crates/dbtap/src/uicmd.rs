@@ -216,7 +216,7 @@ fn digest_captures(args: &UiArgs) -> Result<(store::Store, Vec<web::Source>)> {
                 ..AggConfig::default()
             }),
         );
-        consumer.store = Some(StoreSink::new(&args.grouping, examples, store));
+        consumer.store = Some(StoreSink::new(examples, store));
         let (mut consumer, health) =
             crate::pipeline::run(std::slice::from_ref(f), &settings, consumer)?;
         crate::warn(&health);

@@ -129,11 +129,14 @@ impl LiveConsumer {
 
 impl Consumer for LiveConsumer {
     fn event(&mut self, ev: QueryEvent) {
-        if !self.fp.add_to(&mut self.window, &ev) {
+        let bins = &mut self.bins;
+        let admitted = self.fp.add_to_then(&mut self.window, &ev, |mode, c| {
+            if let Some(b) = bins {
+                b.event_in(&ev, mode, c);
+            }
+        });
+        if !admitted {
             return;
-        }
-        if let Some(b) = &mut self.bins {
-            b.event(&ev);
         }
         self.server(ev.server.clone()).record(&ev);
     }
@@ -195,7 +198,7 @@ pub(super) fn consumer(c: &CaptureArgs, plan: &Plan) -> LiveConsumer {
         bins: plan
             .store
             .as_ref()
-            .map(|_| crate::storefeed::MinuteBins::new(&c.grouping, plan.agg_cfg.clone(), 0)),
+            .map(|_| crate::storefeed::MinuteBins::new(plan.agg_cfg.clone(), 0)),
     }
 }
 
