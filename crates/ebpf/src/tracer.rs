@@ -461,6 +461,17 @@ impl Tracer {
 
     /// Closes whose record the ring had no room for (the kernel kept them in a map).
     fn drain_lost_closes(&mut self, f: &mut dyn FnMut(Event<'_>)) -> usize {
+        // Cleared before the walk: an entry added during it sets the flag again.
+        let zero = 0u32.to_le_bytes();
+        let Ok(pending) = map(&self.obj, "lost_closes_pending") else {
+            return 0;
+        };
+        match pending.lookup(&zero, MapFlags::ANY) {
+            Ok(Some(v)) if v.iter().any(|&b| b != 0) => {
+                let _ = pending.update(&zero, &0u64.to_le_bytes(), MapFlags::ANY);
+            }
+            _ => return 0,
+        }
         let Ok(m) = map(&self.obj, "lost_closes") else {
             return 0;
         };

@@ -177,6 +177,15 @@ struct {
 	__type(value, u64[2]);
 } lost_closes SEC(".maps");
 
+/* Set to 1 when an entry goes into lost_closes: user space walks that map (a walk of an LRU
+ * hash visits every bucket, even when it is empty) only when this says there is something. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, u64);
+} lost_closes_pending SEC(".maps");
+
 
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -504,8 +513,13 @@ static __always_inline void on_close(u32 fd)
 		h.sock = sock;
 		h.offset = st->off[0];
 		h.len = st->off[1];
-		if (bpf_ringbuf_output(&ring, &h, sizeof(h), wake_flags()))
+		if (bpf_ringbuf_output(&ring, &h, sizeof(h), wake_flags())) {
+			u32 z = 0;
 			bpf_map_update_elem(&lost_closes, &sock, st->off, BPF_ANY);
+			u64 *pending = bpf_map_lookup_elem(&lost_closes_pending, &z);
+			if (pending)
+				__sync_lock_test_and_set(pending, 1);
+		}
 	}
 	bpf_map_delete_elem(&socks, &sock);
 }
