@@ -4,7 +4,13 @@
 #
 #   bash bench/ebpf-overhead.sh                          # 10 s per run, 2 rounds, 4 threads
 #   bash bench/ebpf-overhead.sh --seconds 5 --rounds 1   # a quick look
-#   options: --seconds N  --rounds N  --threads N  --table-size N
+#   bash bench/ebpf-overhead.sh --rate 600               # sysbench paced at 600 tx/s (~9.6k QPS)
+#   options: --seconds N  --rounds N  --threads N  --table-size N  --rate TPS
+#
+# Unpaced (the default), sysbench saturates the machine and every condition competes for the
+# cores: the extra CPU then mixes work with contention. Paced (--rate), every condition serves
+# the same queries per second on a machine with idle time, so the extra CPU per 10k queries is
+# the work the capture adds, at that rate: the literal "cores per 10k QPS".
 #
 # The conditions (one sysbench run each, the order rotated every round):
 #   baseline      sysbench over the Unix socket, nothing else running
@@ -30,7 +36,7 @@ ROOT=$(pwd)
 OUT=$ROOT/bench/out
 W=$OUT/work-ebpf-overhead
 PORT=38250
-SECONDS_PER_RUN=10 ROUNDS=2 THREADS=4 TABLE_SIZE=10000
+SECONDS_PER_RUN=10 ROUNDS=2 THREADS=4 TABLE_SIZE=10000 RATE=0
 ARGS=("$@")
 need() { [ "$#" -ge 2 ] && [[ "$2" =~ ^[0-9]+$ ]] || { echo "$1 needs a number" >&2; exit 2; }; }
 while [ "$#" -gt 0 ]; do
@@ -39,6 +45,7 @@ while [ "$#" -gt 0 ]; do
     --rounds) need "$@"; ROUNDS=$2; shift 2 ;;
     --threads) need "$@"; THREADS=$2; shift 2 ;;
     --table-size) need "$@"; TABLE_SIZE=$2; shift 2 ;;
+    --rate) need "$@"; RATE=$2; shift 2 ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 0 ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
@@ -85,6 +92,6 @@ DBTAP=${DBTAP_BIN:-$ROOT/target/release/dbtap}
 mkdir -p "$W"
 echo "== sysbench oltp_read_only, $THREADS threads, ${SECONDS_PER_RUN} s x 5 conditions x $ROUNDS rounds, MariaDB on its Unix socket and 127.0.0.1:$PORT"
 "$PY" bench/ebpf_overhead.py --port "$PORT" --seconds "$SECONDS_PER_RUN" --rounds "$ROUNDS" \
-  --threads "$THREADS" --table-size "$TABLE_SIZE" --workdir "$W" \
+  --threads "$THREADS" --table-size "$TABLE_SIZE" --rate "$RATE" --workdir "$W" \
   --out "$OUT/ebpf-overhead.md" --dbtap "$DBTAP" \
   --command "bash bench/ebpf-overhead.sh${ARGS[*]:+ ${ARGS[*]}}"

@@ -70,7 +70,7 @@ def bpf_prog_stats(pid: int) -> dict[int, tuple[int, int]]:
 
 def sysbench(a, srv: eh.Maria, via: str, seconds: int) -> dict:
     args = srv.sysbench_args(a.threads, a.table_size, via) + [
-        f"--time={seconds}", "--events=0", "--report-interval=0", "run"]
+        f"--time={seconds}", "--events=0", "--report-interval=0", f"--rate={a.rate}", "run"]
     r = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     if r.returncode != 0:
         die(f"sysbench run failed ({r.returncode}):\n{r.stdout[-3000:]}")
@@ -187,6 +187,11 @@ def per10k(r: dict, key: str) -> float:
     return r[key] / r["queries"] * 1e4
 
 
+def pacing(a) -> str:
+    return (f"paced at {a.rate} transactions/s (sysbench --rate; the machine keeps idle time)"
+            if a.rate else "unpaced (sysbench saturates the machine)")
+
+
 def fmt(x, spec: str, none: str = "-") -> str:
     return none if x is None else format(x, spec)
 
@@ -199,7 +204,7 @@ def report(a, runs: list[dict], meta: dict) -> tuple[str, bool]:
     P("# dbtap live --source ebpf: overhead on a busy MariaDB over its Unix socket")
     P("")
     P(f"sysbench {meta['sysbench']} oltp_read_only, --db-ps-mode=auto, {a.threads} threads, "
-      f"{a.table_size} rows, {a.seconds} s per run, {a.rounds} round(s) of the five conditions "
+      f"{a.table_size} rows, {pacing(a)}, {a.seconds} s per run, {a.rounds} round(s) of the five conditions "
       f"interleaved (order rotated each round), against {meta['server']} (private datadir, "
       f"Unix socket and 127.0.0.1:{a.port}). Medians over rounds. Machine: {os.cpu_count()} cores "
       f"({platform.machine()}, {platform.release()}), shared; load before {meta['load_before']}, "
@@ -293,6 +298,7 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--threads", type=int, default=4)
     p.add_argument("--table-size", type=int, default=10000)
+    p.add_argument("--rate", type=int, default=0, help="sysbench --rate (transactions/s; 0: unpaced)")
     p.add_argument("--workdir", required=True)
     p.add_argument("--out", required=True)
     p.add_argument("--dbtap", required=True)

@@ -686,6 +686,72 @@ def test_process_dimension_and_write_read_back(maria, redis, tmp_path):
 
 
 # -------------------------------------------------------------------------------------------------
+# f. a traced client: the process named with --pid connected out (connect traced; roles reversed)
+
+CLIENT_SCRIPT = r"""
+import ssl, sys, redis
+sock, port, tls_port, ca = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+print("ready", flush=True)
+sys.stdin.readline()
+u = redis.Redis(unix_socket_path=sock, single_connection_client=True)
+t = redis.Redis(host="127.0.0.1", port=port, single_connection_client=True)
+s = redis.Redis(host="127.0.0.1", port=tls_port, ssl=True, ssl_ca_certs=ca,
+                single_connection_client=True)
+n = {"set": 0, "incrby": 0, "lpush": 0}
+for i in range(25):
+    u.set(f"cl:u{i}", "v"); n["set"] += 1
+for i in range(17):
+    t.incrby("cl:t", 2); n["incrby"] += 1
+for i in range(11):
+    s.lpush("cl:s", "x"); n["lpush"] += 1
+for c in (u, t, s):
+    c.close()
+print("done", n["set"], n["incrby"], n["lpush"], flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_traced_client_process_connects_out_unix_tcp_tls(redis):
+    """dbtap traces a client (`--pid`, no server traced): its connect(2)s make it the client of
+    its Unix-socket, plain TCP and TLS (its own libssl) connections. Per command and per server
+    == the client's own counts and the server's commandstats; the process is the client's."""
+    r = redis
+    cl = subprocess.Popen([sys.executable, "-c", CLIENT_SCRIPT, str(r.sock), str(r.port),
+                           str(r.tls_port), str(r.certs["ca"])], stdin=subprocess.PIPE,
+                          stdout=subprocess.PIPE, text=True)
+    try:
+        assert cl.stdout.readline().strip() == "ready"
+
+        def work():
+            cl.stdin.write("go\n")
+            cl.stdin.flush()
+            done = cl.stdout.readline().split()
+            assert done[:1] == ["done"], done
+            return dict(zip(("set", "incrby", "lpush"), map(int, done[1:])))
+
+        live, truth, own = redis_window(
+            r, args("ebpf", "--pid", cl.pid, "--group-by", "server,process,fingerprint"), work)
+    finally:
+        cl.stdin.close()
+        cl.wait(timeout=30)
+    d = live.json()
+    got = redis_got(d)
+    print(f"\ntraced client: dbtap {got}\n  client {own}\n  commandstats {truth}")
+    assert own == {"set": 25, "incrby": 17, "lpush": 11}, own
+    assert got == {k: (n, 0) for k, n in own.items()} == {k: truth[k] for k in own}, (got, truth)
+    by = collections.Counter()
+    for g in d["queries"]:
+        if g["protocol"] == "redis":
+            dims = g["dimensions"]
+            by[(dims["server"], dims["process"], g["command"])] += g["count"]
+    assert by == {(str(r.sock), "python3", "set"): 25,
+                  (f"127.0.0.1:{r.port}", "python3", "incrby"): 17,
+                  (f"127.0.0.1:{r.tls_port}", "python3", "lpush"): 11}, by
+    assert capture(d).get("stream_tls_connections") == 1, capture(d)
+    no_loss(d)
+
+
+# -------------------------------------------------------------------------------------------------
 # without the privilege: one line naming what is missing (and the tests' skip recognizes it)
 
 def test_without_privilege_one_line_error_that_skips():

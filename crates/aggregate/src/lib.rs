@@ -94,7 +94,7 @@ pub struct Totals {
 #[derive(Clone, Debug)]
 pub struct Aggregator {
     cfg: AggConfig,
-    index: HashMap<GroupKey, usize>,
+    index: HashMap<GroupKey, usize, foldhash::fast::RandomState>,
     groups: Vec<Group>,
     overflow: Option<Group>,
     totals: Totals,
@@ -107,7 +107,7 @@ impl Aggregator {
     pub fn new(cfg: AggConfig) -> Self {
         Aggregator {
             cfg,
-            index: HashMap::new(),
+            index: HashMap::default(),
             groups: Vec::new(),
             overflow: None,
             totals: Totals::default(),

@@ -41,7 +41,11 @@ pub enum Addr {
 /// One thing the tracer saw. `ts_ns` is realtime (ns since the epoch).
 #[derive(Debug, PartialEq, Eq)]
 pub enum Event<'a> {
-    /// A traced socket: at accept (`accepted`), or first seen mid-connection.
+    /// A traced socket: at accept or connect (`accepted`: seen from its start), or first seen
+    /// mid-connection. `outgoing`: the traced process is the client (it connected; `local` is
+    /// then the client's end and `peer` the server's): known at connect, or for one first seen
+    /// mid-connection (outgoing when its local end is an unbound Unix socket, or a TCP port
+    /// other than the configured ones connected to one of them).
     Open {
         sock: u64,
         ts_ns: u64,
@@ -50,8 +54,9 @@ pub enum Event<'a> {
         peer: Addr,
         peer_pid: Option<u32>,
         accepted: bool,
+        outgoing: bool,
     },
-    /// `inbound`: read by the traced (server) process = client->server. `bytes` are the first
+    /// `inbound`: client->server (read by a traced server, written by a traced client). `bytes` are the first
     /// bytes of `len` (the rest is a gap); `offset` is the first byte's position in the stream.
     Data {
         sock: u64,

@@ -18,6 +18,7 @@ const F_INBOUND: u8 = 1;
 const F_TLS: u8 = 2;
 const F_ACCEPTED: u8 = 4;
 const F_PEER_PID: u8 = 8;
+const F_OUTGOING: u8 = 16;
 const AF_UNIX: u16 = 1;
 const AF_INET: u16 = 2;
 const AF_INET6: u16 = 10;
@@ -33,6 +34,8 @@ pub enum Raw<'a> {
         peer: Addr,
         peer_pid: Option<u32>,
         accepted: bool,
+        /// Connected by the traced process (it is the client).
+        outgoing: bool,
     },
     Data {
         sock: u64,
@@ -149,6 +152,7 @@ pub fn decode(b: &[u8]) -> Option<Raw<'_>> {
                     .then_some(u32_at(b, 88)?)
                     .filter(|&p| p != 0),
                 accepted: flags & F_ACCEPTED != 0,
+                outgoing: flags & F_OUTGOING != 0,
             })
         }
         K_CLOSE if b.len() >= HDR => Some(Raw::Close {
@@ -262,6 +266,23 @@ mod tests {
             )
         );
         assert_eq!((peer_pid, accepted, sock, pid), (Some(1234), true, 77, 9));
+        assert!(matches!(
+            decode(&b),
+            Some(Raw::Open {
+                outgoing: false,
+                ..
+            })
+        ));
+        let mut b = b;
+        b[1] |= F_OUTGOING;
+        assert!(matches!(
+            decode(&b),
+            Some(Raw::Open {
+                outgoing: true,
+                accepted: true,
+                ..
+            })
+        ));
         let b = open_rec(AF_UNIX, 0, AF_UNIX, 0, b"\0abstract", b"");
         assert!(
             matches!(decode(&b), Some(Raw::Open { local: Addr::Unix(p), .. }) if p == "@abstract")

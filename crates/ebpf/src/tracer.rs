@@ -51,6 +51,8 @@ struct SockSeen {
     next: [u64; 2],
     /// Whether the last data was TLS plaintext.
     tls: bool,
+    /// The traced process is the client: its reads are server->client.
+    outgoing: bool,
 }
 
 /// A running tracer. Not `Send`: build it on the thread that polls it.
@@ -337,6 +339,7 @@ impl Tracer {
                 peer,
                 peer_pid,
                 accepted,
+                outgoing,
             } => {
                 if self.socks.contains_key(&sock) {
                     // Announced late (the ring had no room for the first Open): its data came
@@ -344,7 +347,11 @@ impl Tracer {
                     self.stats.late_opens += 1;
                     return 0;
                 }
-                self.seen(sock).pid = pid;
+                let outgoing =
+                    outgoing || (!accepted && connected_to_server(&self.cfg.ports, &local, &peer));
+                let s = self.seen(sock);
+                s.pid = pid;
+                s.outgoing = outgoing;
                 let ts_ns = self.real(ts);
                 f(Event::Open {
                     sock,
@@ -354,6 +361,7 @@ impl Tracer {
                     peer,
                     peer_pid,
                     accepted,
+                    outgoing,
                 });
                 1
             }
@@ -381,6 +389,7 @@ impl Tracer {
                         peer,
                         peer_pid: None,
                         accepted: false,
+                        outgoing: false,
                     });
                     n += 1;
                 }
@@ -389,6 +398,7 @@ impl Tracer {
                 s.tls = tls;
                 let d = &mut s.next[usize::from(inbound)];
                 *d = (*d).max(offset.saturating_add(len));
+                let inbound = inbound != s.outgoing;
                 self.stats.data_records += 1;
                 self.stats.bytes += bytes.len() as u64;
                 f(Event::Data {
@@ -440,7 +450,7 @@ impl Tracer {
                 if end > next {
                     // An empty record at the end offset: the bytes before it were lost (a
                     // gap), not cut by the copy limit.
-                    let (pid, inbound, tls) = (s.pid, dir == 1, s.tls);
+                    let (pid, inbound, tls) = (s.pid, (dir == 1) != s.outgoing, s.tls);
                     f(Event::Data {
                         sock,
                         ts_ns,
@@ -461,6 +471,17 @@ impl Tracer {
 
     /// Closes whose record the ring had no room for (the kernel kept them in a map).
     fn drain_lost_closes(&mut self, f: &mut dyn FnMut(Event<'_>)) -> usize {
+        // Cleared before the walk: an entry added during it sets the flag again.
+        let zero = 0u32.to_le_bytes();
+        let Ok(pending) = map(&self.obj, "lost_closes_pending") else {
+            return 0;
+        };
+        match pending.lookup(&zero, MapFlags::ANY) {
+            Ok(Some(v)) if v.iter().any(|&b| b != 0) => {
+                let _ = pending.update(&zero, &0u64.to_le_bytes(), MapFlags::ANY);
+            }
+            _ => return 0,
+        }
         let Ok(m) = map(&self.obj, "lost_closes") else {
             return 0;
         };
@@ -564,9 +585,31 @@ impl Tracer {
     }
 }
 
+/// A TCP connection first seen mid-stream whose local port is none of the configured server
+/// ports and whose peer's is: the traced process connected out to a server (it is the client).
+fn connected_to_server(ports: &[u16], local: &Addr, peer: &Addr) -> bool {
+    match (local, peer) {
+        (Addr::Ip(l), Addr::Ip(p)) => !ports.contains(&l.port()) && ports.contains(&p.port()),
+        _ => false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_tcp_connection_to_a_server_port_from_another_port_is_outgoing() {
+        let ip = |s: &str| Addr::Ip(s.parse().unwrap());
+        let ports = [6379];
+        let out = |l: &str, p: &str| connected_to_server(&ports, &ip(l), &ip(p));
+        assert!(out("127.0.0.1:40000", "127.0.0.1:6379"));
+        assert!(!out("127.0.0.1:6379", "127.0.0.1:40000"));
+        assert!(!out("127.0.0.1:6379", "127.0.0.1:6379"));
+        assert!(!out("127.0.0.1:40000", "127.0.0.1:5432"));
+        let unix = Addr::Unix("/run/redis.sock".into());
+        assert!(!connected_to_server(&ports, &unix, &ip("127.0.0.1:6379")));
+    }
 
     #[test]
     fn ring_sizes() {

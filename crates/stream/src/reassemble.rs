@@ -51,7 +51,7 @@ struct Conn {
 #[derive(Debug)]
 pub struct Reassembler {
     max_conns: usize,
-    conns: HashMap<u64, Conn>,
+    conns: HashMap<u64, Conn, foldhash::fast::RandomState>,
     /// Recency index: activity tick -> connection; the first entry is the least recent.
     recent: BTreeMap<u64, u64>,
     tick: u64,
@@ -70,7 +70,7 @@ impl Reassembler {
     pub fn new(max_conns: usize) -> Self {
         Reassembler {
             max_conns: max_conns.max(1),
-            conns: HashMap::new(),
+            conns: HashMap::default(),
             recent: BTreeMap::new(),
             tick: 0,
             stats: Stats::default(),

@@ -158,18 +158,31 @@ fn record(ev: ebpf::Event<'_>, procs: &mut Procs, f: &mut dyn FnMut(&Record<'_>)
         ebpf::Event::Open {
             sock,
             ts_ns,
+            pid,
             local,
             peer,
             peer_pid,
             accepted,
-            ..
-        } => f(&Record::Open(StreamOpen {
-            conn: sock,
-            ts_ns,
-            client: endpoint(&peer),
-            server: endpoint(&local),
-            peer: peer_pid.filter(|p| *p > 0).map(|p| procs.get(p)),
-            saw_open: accepted,
+            outgoing,
+        } => f(&Record::Open(if outgoing {
+            // The traced process connected out: it is the client (and the client process).
+            StreamOpen {
+                conn: sock,
+                ts_ns,
+                client: endpoint(&local),
+                server: endpoint(&peer),
+                peer: Some(procs.get(pid)),
+                saw_open: accepted,
+            }
+        } else {
+            StreamOpen {
+                conn: sock,
+                ts_ns,
+                client: endpoint(&peer),
+                server: endpoint(&local),
+                peer: peer_pid.filter(|p| *p > 0).map(|p| procs.get(p)),
+                saw_open: accepted,
+            }
         })),
         ebpf::Event::Data {
             sock,

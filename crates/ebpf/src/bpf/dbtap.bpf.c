@@ -24,8 +24,10 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #define IPPROTO_TCP 6
 
 enum { DK_DATA = 1, DK_OPEN = 2, DK_CLOSE = 3, DK_EXIT = 4 };
-enum { DF_INBOUND = 1, DF_TLS = 2, DF_ACCEPTED = 4, DF_PEER_PID = 8 };
-enum { DOP_READ = 1, DOP_WRITE, DOP_READV, DOP_WRITEV, DOP_RECVMSG, DOP_SENDMSG, DOP_ACCEPT, DOP_CLOSE };
+enum { DF_INBOUND = 1, DF_TLS = 2, DF_ACCEPTED = 4, DF_PEER_PID = 8, DF_OUTGOING = 16 };
+enum { DOP_READ = 1, DOP_WRITE, DOP_READV, DOP_WRITEV, DOP_RECVMSG, DOP_SENDMSG, DOP_ACCEPT, DOP_CLOSE,
+       DOP_CONNECT };
+#define EINPROGRESS 115
 
 struct hdr {
 	u8 kind;
@@ -83,8 +85,11 @@ struct call {
 struct sock_state {
 	u64 off[2];
 	u8 announced;
+	/* Seen from its start (accept, or connect): DF_ACCEPTED on its Open. */
 	u8 accepted;
-	u8 _pad[6];
+	/* Connected by the traced process (it is the client): DF_OUTGOING on its Open. */
+	u8 outgoing;
+	u8 _pad[5];
 };
 
 struct ssl_ctx {
@@ -177,6 +182,15 @@ struct {
 	__type(value, u64[2]);
 } lost_closes SEC(".maps");
 
+/* Set to 1 when an entry goes into lost_closes: user space walks that map (a walk of an LRU
+ * hash visits every bucket, even when it is empty) only when this says there is something. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, u64);
+} lost_closes_pending SEC(".maps");
+
 
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -262,10 +276,14 @@ static __always_inline u64 file_sock(struct file *fp, u64 *sk_out, u16 *tcp)
 	u16 fam = sk->__sk_common.skc_family;
 	if (fam == AF_UNIX) {
 		/* The server's end of a connection to a listening socket carries the listener's
-		 * address; unbound ones (socketpairs, the server's own client connections, stdout
-		 * to journald) are not database traffic. */
-		if (!KCAST(struct unix_sock, sk)->addr)
-			return 0;
+		 * address, a client's end is unbound with a bound peer (the traced process connected
+		 * out: DF_OUTGOING); socketpairs (both ends unbound) are not database traffic. */
+		struct unix_sock *us = KCAST(struct unix_sock, sk);
+		if (!us->addr) {
+			struct sock *pk = us->peer;
+			if (!pk || !KCAST(struct unix_sock, pk)->addr)
+				return 0;
+		}
 		*tcp = 0;
 	} else if ((fam == AF_INET || fam == AF_INET6) && sk->sk_protocol == IPPROTO_TCP) {
 		*tcp = 1;
@@ -307,7 +325,7 @@ static __always_inline void fill_ip(struct sock *sk, struct open_rec *r)
 }
 
 /* Emits an Open record for socket `sock` (struct sock at `skp`); 0 when written. */
-__noinline int announce(u64 sock, u64 skp, u32 accepted)
+__noinline int announce(u64 sock, u64 skp, u32 how)
 {
 	u32 z = 0;
 	struct open_rec *r = bpf_map_lookup_elem(&open_scratch, &z);
@@ -316,7 +334,7 @@ __noinline int announce(u64 sock, u64 skp, u32 accepted)
 	struct sock *sk = (struct sock *)skp;
 	__builtin_memset(r, 0, sizeof(*r));
 	r->h.kind = DK_OPEN;
-	r->h.flags = accepted ? DF_ACCEPTED : 0;
+	r->h.flags = how & (DF_ACCEPTED | DF_OUTGOING);
 	r->h.pid = bpf_get_current_pid_tgid() >> 32;
 	r->h.ts = bpf_ktime_get_ns();
 	r->h.sock = sock;
@@ -324,6 +342,9 @@ __noinline int announce(u64 sock, u64 skp, u32 accepted)
 	if (fam == AF_UNIX) {
 		r->lfam = AF_UNIX;
 		r->rfam = AF_UNIX;
+		/* Unbound with a bound peer: the client's end, whatever was seen of its connect. */
+		if (!BPF_CORE_READ((struct unix_sock *)sk, addr))
+			r->h.flags |= DF_OUTGOING;
 		read_unix_path(sk, &r->lpath_len, r->lpath);
 		struct sock *peer = BPF_CORE_READ((struct unix_sock *)sk, peer);
 		if (peer)
@@ -401,7 +422,8 @@ static __always_inline u64 reserve(u64 sock, u64 sk, u32 inbound, u64 len, int *
 	*ok = st != 0;
 	if (!st)
 		return 0;
-	if (!st->announced && announce(sock, sk, st->accepted) == 0)
+	if (!st->announced &&
+	    announce(sock, sk, (st->accepted ? DF_ACCEPTED : 0) | (st->outgoing ? DF_OUTGOING : 0)) == 0)
 		st->announced = 1;
 	return __sync_fetch_and_add(&st->off[inbound ? 1 : 0], len);
 }
@@ -457,6 +479,7 @@ static __always_inline int op_of(long id)
 	case 0: return DOP_READ;
 	case 1: return DOP_WRITE;
 	case 3: return DOP_CLOSE;
+	case 42: return DOP_CONNECT;
 	case 19: return DOP_READV;
 	case 20: return DOP_WRITEV;
 	case 43: return DOP_ACCEPT;
@@ -504,8 +527,13 @@ static __always_inline void on_close(u32 fd)
 		h.sock = sock;
 		h.offset = st->off[0];
 		h.len = st->off[1];
-		if (bpf_ringbuf_output(&ring, &h, sizeof(h), wake_flags()))
+		if (bpf_ringbuf_output(&ring, &h, sizeof(h), wake_flags())) {
+			u32 z = 0;
 			bpf_map_update_elem(&lost_closes, &sock, st->off, BPF_ANY);
+			u64 *pending = bpf_map_lookup_elem(&lost_closes_pending, &z);
+			if (pending)
+				__sync_lock_test_and_set(pending, 1);
+		}
 	}
 	bpf_map_delete_elem(&socks, &sock);
 }
@@ -534,6 +562,16 @@ int BPF_PROG(on_sys_enter, struct pt_regs *regs, long id)
 	struct call c = {.op = op};
 	if (op == DOP_ACCEPT)
 		return 0; /* handled at exit */
+	if (op == DOP_CONNECT) {
+		/* The socket is not connected yet (an unbound Unix socket is not traceable before):
+		 * keep the fd for the exit. */
+		struct tstate *cs = tstate(1);
+		if (cs) {
+			struct call cc = {.op = DOP_CONNECT, .buf = fd};
+			cs->c = cc;
+		}
+		return 0;
+	}
 	if (op == DOP_CLOSE) {
 		on_close(fd);
 		return 0;
@@ -564,7 +602,25 @@ static __always_inline void on_accepted(u32 fd)
 	if (tcp && !tcp_plaintext())
 		return; /* announced at its first TLS plaintext */
 	struct sock_state *st = bpf_map_lookup_elem(&socks, &sock);
-	if (st && announce(sock, sk, 1) == 0)
+	if (st && announce(sock, sk, DF_ACCEPTED) == 0)
+		st->announced = 1;
+}
+
+/* A connect(2) of the traced process succeeded (or is under way: EINPROGRESS): the process
+ * is the client of this connection. */
+static __always_inline void on_connected(u32 fd)
+{
+	u64 sk = 0;
+	u16 tcp = 0;
+	u64 sock = file_sock(fd_file(fd), &sk, &tcp);
+	if (!sock)
+		return;
+	struct sock_state fresh = {.accepted = 1, .outgoing = 1};
+	bpf_map_update_elem(&socks, &sock, &fresh, BPF_ANY);
+	if (tcp && !tcp_plaintext())
+		return; /* announced at its first TLS plaintext */
+	struct sock_state *st = bpf_map_lookup_elem(&socks, &sock);
+	if (st && announce(sock, sk, DF_ACCEPTED | DF_OUTGOING) == 0)
 		st->announced = 1;
 }
 
@@ -585,6 +641,11 @@ int BPF_PROG(on_sys_exit, struct pt_regs *regs, long ret)
 		return 0;
 	struct call c = ts->c;
 	ts->c.op = 0;
+	if (c.op == DOP_CONNECT) {
+		if (op == DOP_CONNECT && (ret == 0 || ret == -EINPROGRESS))
+			on_connected(c.buf);
+		return 0;
+	}
 	if (ret <= 0)
 		return 0;
 	switch (c.op) {
