@@ -81,7 +81,7 @@ impl Dim {
         }
     }
 
-    fn bit(self) -> u8 {
+    const fn bit(self) -> u8 {
         1 << (self as u8)
     }
 }
@@ -130,7 +130,7 @@ impl DimSet {
         Ok(set)
     }
 
-    pub fn with(self, d: Dim) -> DimSet {
+    pub const fn with(self, d: Dim) -> DimSet {
         DimSet(self.0 | d.bit())
     }
 

@@ -35,6 +35,9 @@ pub enum Command {
     /// eyeballed), which are new or gone, and what moved the load. Exit status 3 when
     /// --fail-on is met.
     Diff(crate::diffcmd::DiffArgs),
+    /// Browse query history in a web browser: a store written by `--store`, or captures
+    /// digested at start. Serves the pages and the JSON API (docs/api.md) until Ctrl-C.
+    Ui(crate::uicmd::UiArgs),
 }
 
 #[derive(Args, Debug, Clone)]
@@ -166,6 +169,12 @@ pub struct LiveArgs {
     /// The final digest (printed at the stop) and the JSON of /api/digest.
     #[command(flatten)]
     pub report: ReportArgs,
+
+    #[command(flatten)]
+    pub store: crate::uicmd::StoreArgs,
+
+    #[command(flatten)]
+    pub web: crate::uicmd::WebArgs,
 }
 
 #[derive(Args, Debug)]
@@ -229,7 +238,7 @@ pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
 }
 
 /// The help of `--port`: the registered protocols' default ports, then `rest`.
-fn port_help(rest: &str) -> String {
+pub(crate) fn port_help(rest: &str) -> String {
     let ports: Vec<String> = proto::registry::default_ports()
         .map(|(port, _)| port.to_string())
         .collect();
@@ -374,6 +383,7 @@ impl Command {
             Command::Live(a) => &a.capture.grouping,
             Command::Top(a) => &a.capture.grouping,
             Command::Diff(a) => &a.grouping,
+            Command::Ui(a) => &a.grouping,
         }
     }
 }
@@ -463,6 +473,9 @@ pub struct DigestArgs {
     /// distributions (`mergeable`), which `dbtap diff` reads. Use with --limit 0 for a diff.
     #[arg(long)]
     pub mergeable: bool,
+
+    #[command(flatten)]
+    pub store: crate::uicmd::StoreArgs,
 }
 
 #[derive(Args, Debug)]

@@ -10,8 +10,10 @@ mod pipeline;
 mod rotate;
 mod selection;
 mod service;
+mod storefeed;
 mod timeline;
 mod timespec;
+mod uicmd;
 
 use std::io::{BufWriter, Write};
 use std::process::ExitCode;
@@ -44,6 +46,7 @@ fn main() -> ExitCode {
             Ok(true) => return ExitCode::from(diffcmd::EXIT_FAIL_ON),
             other => other.map(|_| ()),
         },
+        Command::Ui(args) => uicmd::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -80,7 +83,7 @@ fn settings(input: &InputArgs) -> Settings {
     s
 }
 
-fn warn(health: &CaptureHealth) {
+pub(crate) fn warn(health: &CaptureHealth) {
     for w in &health.warnings {
         eprintln!("dbtap: warning: {w}");
     }
@@ -88,7 +91,7 @@ fn warn(health: &CaptureHealth) {
 
 /// Fingerprints and aggregates every event (of the requests that started in `window`), and
 /// feeds the timeline when there is one.
-struct DigestConsumer {
+pub(crate) struct DigestConsumer {
     fp: Fingerprinter,
     agg: Aggregator,
     window: timespec::Window,
@@ -96,17 +99,20 @@ struct DigestConsumer {
     /// `--mergeable` (and the capture sides of `dbtap diff`): the time blocks of the events
     /// counted.
     recorder: Option<diff::blocks::Recorder>,
+    /// `--store`: the per-minute bins and the store they go to.
+    pub(crate) store: Option<storefeed::StoreSink>,
 }
 
 impl DigestConsumer {
     /// Every event of the capture, no timeline, no time blocks.
-    fn new(fp: Fingerprinter, agg: Aggregator) -> Self {
+    pub(crate) fn new(fp: Fingerprinter, agg: Aggregator) -> Self {
         DigestConsumer {
             fp,
             agg,
             window: timespec::Window::ALL,
             timeline: None,
             recorder: None,
+            store: None,
         }
     }
 }
@@ -122,6 +128,9 @@ impl Consumer for DigestConsumer {
         if let Some(r) = &mut self.recorder {
             r.record(ev.start_ns, ev.service_ns());
         }
+        if let Some(s) = &mut self.store {
+            s.event(&ev);
+        }
         if let Some(t) = &mut self.timeline {
             t.event(&mut self.fp, &ev);
         }
@@ -134,6 +143,9 @@ impl Consumer for DigestConsumer {
     }
 
     fn packet(&mut self, ts_ns: u64) {
+        if let Some(s) = &mut self.store {
+            s.packet(ts_ns);
+        }
         if let Some(t) = &mut self.timeline {
             t.packet(ts_ns);
         }
@@ -170,7 +182,13 @@ fn digest(args: DigestArgs) -> anyhow::Result<()> {
         window,
         timeline,
         recorder: None,
+        store: None,
     };
+    let examples = !args.report.no_examples;
+    consumer.store = args
+        .store
+        .open(examples)?
+        .map(|s| storefeed::StoreSink::new(&args.input.grouping, examples, s));
     // --mergeable: also the time blocks `dbtap diff` needs (diffcmd.rs).
     consumer.recorder = args.mergeable.then(diff::blocks::Recorder::default);
     consumer
@@ -178,6 +196,9 @@ fn digest(args: DigestArgs) -> anyhow::Result<()> {
         .track_transactions(aggregate::txn::TxnConfig::default());
     let (mut consumer, mut health) = pipeline::run(&args.input.files, &settings, consumer)?;
     let series = consumer.timeline.take().map(|t| t.finish()).transpose()?;
+    if let Some(sink) = consumer.store.take() {
+        sink.finish()?;
+    }
     health.protocol.unanswered = consumer.agg.totals().stats.no_response;
     if let Some(s) = &sel {
         s.clip(&mut health);

@@ -136,7 +136,8 @@ fn handler_loop(server: &tiny_http::Server, stopping: &AtomicBool, provider: &dy
     }
 }
 
-type Reply = Response<io::Cursor<Vec<u8>>>;
+/// An answer of [`route`].
+pub type Reply = Response<io::Cursor<Vec<u8>>>;
 
 fn header(name: &str, value: &str) -> Header {
     // Both are ASCII constants of this module.
@@ -155,8 +156,9 @@ fn handle(rq: Request, provider: &dyn Provider) {
     let _ = rq.respond(reply);
 }
 
-/// The answer to `method url`.
-fn route(method: &Method, url: &str, provider: &dyn Provider) -> Reply {
+/// The answer to `method url` (public so that `crates/web` serves `/metrics` and
+/// `/api/digest` exactly as this endpoint does).
+pub fn route(method: &Method, url: &str, provider: &dyn Provider) -> Reply {
     let (path, query) = url.split_once('?').unwrap_or((url, ""));
     let known = matches!(path, "/" | "/metrics" | "/api/digest");
     if !known {

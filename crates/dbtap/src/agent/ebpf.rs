@@ -278,10 +278,12 @@ fn run(
             continue;
         }
         let (window, servers) = engine.consumer_mut().take_window();
+        let minutes = engine.consumer_mut().take_minutes();
         let report = WorkerReport {
             worker: idx,
             window,
             servers,
+            minutes,
             health: health(&engine, &tracer, &mut w),
             ring: live::RingStats::default(),
             open_connections: engine.open_streams(),
@@ -303,10 +305,12 @@ fn run(
         let _ = r.close();
     }
     let (window, servers) = consumer.take_window();
+    let minutes = consumer.take_minutes();
     let _ = tx.send(WorkerReport {
         worker: idx,
         window,
         servers,
+        minutes,
         health: h,
         ring: live::RingStats::default(),
         open_connections: 0,

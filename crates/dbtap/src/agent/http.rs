@@ -8,7 +8,7 @@ use anyhow::Result;
 use report::CaptureHealth;
 
 use super::merge::Snapshot;
-use super::setup::LiveSetup;
+use super::setup::{LiveSetup, Plan};
 use super::unix_ns;
 use crate::cli::CaptureArgs;
 
@@ -19,23 +19,31 @@ struct HttpProvider {
     setup: Arc<LiveSetup>,
 }
 
-/// Starts the endpoint when `--listen` asks for it.
+/// Starts the endpoint when `--listen` asks for it: the web UI and its API over the run's
+/// history store (`crates/web`), with `/metrics` and `/api/digest` served from the snapshot.
 pub(super) fn serve(
     c: &CaptureArgs,
     snap: &Arc<Mutex<Snapshot>>,
-    setup: &Arc<LiveSetup>,
-) -> Result<Option<metrics::http::Server>> {
-    Ok(match c.listen {
-        Some(addr) => {
-            let provider = Arc::new(HttpProvider {
-                snap: Arc::clone(snap),
-                exporter: Mutex::new(metrics::prom::Exporter::new(c.metrics_top)),
-                setup: Arc::clone(setup),
-            });
-            Some(metrics::http::serve(addr, provider)?)
-        }
-        None => None,
-    })
+    plan: &Plan,
+) -> Result<Option<web::Server>> {
+    let (Some(addr), Some(store)) = (c.listen, plan.store.clone()) else {
+        return Ok(None);
+    };
+    let provider = Arc::new(HttpProvider {
+        snap: Arc::clone(snap),
+        exporter: Mutex::new(metrics::prom::Exporter::new(c.metrics_top)),
+        setup: Arc::clone(&plan.setup),
+    });
+    let app = web::App {
+        store,
+        mode: web::Mode::Live,
+        sources: Vec::new(),
+        examples: plan.agg_cfg.keep_examples,
+        live: plan.live_view.clone().map(|v| v as Arc<dyn web::LiveView>),
+        metrics: Some(provider),
+        token: plan.token.clone(),
+    };
+    Ok(Some(web::serve(addr, app)?))
 }
 
 impl HttpProvider {

@@ -194,7 +194,7 @@ fn zone_label(tz: &jiff::tz::TimeZone) -> String {
 pub(super) fn startup(
     c: &CaptureArgs,
     plan: &Plan,
-    server: Option<&metrics::http::Server>,
+    server: Option<&web::Server>,
     tz: &jiff::tz::TimeZone,
 ) {
     let matcher = &plan.matcher;
@@ -224,11 +224,7 @@ pub(super) fn startup(
 }
 
 /// The start line of `--source ebpf`: what is traced, where the metrics are, the time zone.
-pub(super) fn startup_ebpf(
-    what: &str,
-    server: Option<&metrics::http::Server>,
-    tz: &jiff::tz::TimeZone,
-) {
+pub(super) fn startup_ebpf(what: &str, server: Option<&web::Server>, tz: &jiff::tz::TimeZone) {
     eprintln!(
         "dbtap: {what}{}; times are local ({}); Ctrl-C to stop",
         server

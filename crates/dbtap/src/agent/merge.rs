@@ -46,6 +46,8 @@ pub(super) struct Interval {
     pub(super) health: CaptureHealth,
     pub(super) ring: live::RingStats,
     pub(super) open_connections: usize,
+    /// The workers' minute bins of the interval (history store), not yet merged.
+    pub(super) minutes: Vec<(i64, Aggregator)>,
 }
 
 /// The workers as the main thread sees them: which still run, the latest cumulative health and
@@ -56,16 +58,24 @@ pub(super) struct Merger {
     latest: Vec<Option<(CaptureHealth, live::RingStats)>>,
     errors: Vec<String>,
     agg_cfg: AggConfig,
+    /// The history store's writer thread: every interval's minute bins go there.
+    store_tx: Option<super::history::MinutesTx>,
 }
 
 impl Merger {
-    pub(super) fn new(rx: Receiver<WorkerReport>, threads: usize, agg_cfg: AggConfig) -> Merger {
+    pub(super) fn new(
+        rx: Receiver<WorkerReport>,
+        threads: usize,
+        agg_cfg: AggConfig,
+        store_tx: Option<super::history::MinutesTx>,
+    ) -> Merger {
         Merger {
             rx,
             alive: vec![true; threads],
             latest: vec![None; threads],
             errors: Vec::new(),
             agg_cfg,
+            store_tx,
         }
     }
 
@@ -74,14 +84,22 @@ impl Merger {
     }
 
     /// One report per worker still running, merged.
+    /// Their minute bins go to the store's writer.
     pub(super) fn collect(&mut self) -> Interval {
-        collect(
+        let mut iv = collect(
             &self.rx,
             &mut self.alive,
             &mut self.latest,
             &self.agg_cfg,
             &mut self.errors,
-        )
+        );
+        if let Some(tx) = &self.store_tx
+            && !iv.minutes.is_empty()
+        {
+            // A writer that is gone said why already.
+            let _ = tx.send(std::mem::take(&mut iv.minutes));
+        }
+        iv
     }
 
     pub(super) fn print_errors(&mut self) {
@@ -136,6 +154,7 @@ fn collect(
         health: CaptureHealth::default(),
         ring: live::RingStats::default(),
         open_connections: 0,
+        minutes: Vec::new(),
     };
     let mut got = vec![false; alive.len()];
     let deadline = Instant::now() + Duration::from_secs(3);
@@ -150,6 +169,7 @@ fn collect(
                     out.servers.entry(k).or_default().merge(&v);
                 }
                 out.open_connections += r.open_connections;
+                out.minutes.extend(r.minutes);
                 latest[i] = Some((r.health, r.ring));
                 if let Some(e) = r.error {
                     errors.push(format!("capture thread {i}: {e}"));

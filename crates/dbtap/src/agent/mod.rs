@@ -23,11 +23,13 @@
 
 #[cfg(feature = "ebpf")]
 mod ebpf;
+mod history;
 mod http;
 pub(crate) mod lines;
 mod merge;
 mod setup;
 mod source;
+mod webview;
 pub(crate) mod worker;
 
 use std::io::IsTerminal;
@@ -126,7 +128,12 @@ fn run(c: &CaptureArgs, mode: Mode) -> Result<()> {
     let workers = handles.len();
 
     let snap = Arc::new(Mutex::new(Snapshot::new(&plan.agg_cfg, plan.started)));
-    let server = http::serve(c, &snap, &plan.setup)?;
+    let server = http::serve(c, &snap, &plan)?;
+    let writer = match &plan.store {
+        Some(s) => Some(history::spawn(Arc::clone(s), plan.sample)?),
+        None => None,
+    };
+    let (store_tx, store_thread) = writer.unzip();
 
     let ui = match mode {
         Mode::Top(order) => {
@@ -155,7 +162,7 @@ fn run(c: &CaptureArgs, mode: Mode) -> Result<()> {
             lines::startup_ebpf(line, server.as_ref(), &tz);
         }
     }
-    let mut merger = Merger::new(rx, workers, plan.agg_cfg.clone());
+    let mut merger = Merger::new(rx, workers, plan.agg_cfg.clone(), store_tx);
     let mut lines = lines::Lines::new(tz, plan.sample);
     intervals(c, &plan, &ctl, &snap, &mut merger, &ui, &mut lines)?;
 
@@ -169,6 +176,10 @@ fn run(c: &CaptureArgs, mode: Mode) -> Result<()> {
         s.stop();
     }
     let (total, health) = merger.finish(&snap, handles, give_up, c);
+    // The merger's sender is gone: the writer writes what is pending and ends.
+    if let Some(t) = store_thread {
+        let _ = t.join();
+    }
     match ui {
         Ui::Top { tx, thread } => {
             drop(tx);
@@ -230,6 +241,9 @@ fn intervals(
         let secs = last_tick.elapsed().as_secs_f64();
         last_tick = Instant::now();
         let end_ns = unix_ns(SystemTime::now());
+        if let Some(v) = &plan.live_view {
+            v.update(&iv, secs, end_ns, iv.ring.drops.saturating_sub(last_drops));
+        }
         let views = matches!(ui, Ui::Top { .. });
         let top_views = merge::publish(snap, &mut iv, secs, end_ns, views, sample, c);
         merger.print_errors();

@@ -39,6 +39,12 @@ pub(super) struct Plan {
     pub(super) start_instant: Instant,
     /// What the run reads, for `dbtap top`'s header: `lo`, `lo + ebpf` or `ebpf`.
     pub(super) source_label: String,
+    /// The history store (`--store`, or in memory under `--listen`).
+    pub(super) store: Option<super::history::SharedStore>,
+    /// The web UI's access token (`--token-file`, DBTAP_UI_TOKEN).
+    pub(super) token: Option<String>,
+    /// `/api/live` (under `--listen`).
+    pub(super) live_view: Option<Arc<super::webview::LiveLines>>,
 }
 
 impl Plan {
@@ -91,6 +97,8 @@ impl Plan {
             ports: settings.ports.iter().map(|(p, _)| *p).collect(),
             addrs: settings.servers.clone(),
         };
+        let (store, token, live_view) =
+            web_parts(c, mode, keep_examples, tick, u64::from(c.sample.max(1)))?;
         let plan = Plan {
             settings,
             tick,
@@ -102,6 +110,9 @@ impl Plan {
             started,
             start_instant,
             source_label: c.interface.clone(),
+            store,
+            token,
+            live_view,
         };
         Ok((plan, rings))
     }
@@ -110,6 +121,40 @@ impl Plan {
     pub(super) fn threads(&self) -> usize {
         self.setup.threads
     }
+}
+
+type WebParts = (
+    Option<super::history::SharedStore>,
+    Option<String>,
+    Option<Arc<super::webview::LiveLines>>,
+);
+
+/// The history store, the UI's access token and the live view of a run.
+fn web_parts(
+    c: &CaptureArgs,
+    mode: &Mode,
+    examples: bool,
+    tick: Duration,
+    sample: u64,
+) -> Result<WebParts> {
+    let listen = c.listen.is_some();
+    let (store_args, web_args, fields) = match mode {
+        Mode::Lines(a) => (Some(&a.store), Some(&a.web), a.fields.clone()),
+        Mode::Top(_) => (None, None, super::webview::default_fields()),
+    };
+    let store = super::history::open(store_args, listen, examples)?;
+    let token = match web_args {
+        Some(w) if listen => w.token()?,
+        _ => None,
+    };
+    let view = listen.then(|| {
+        Arc::new(super::webview::LiveLines::new(
+            tick.as_secs_f64(),
+            fields,
+            sample,
+        ))
+    });
+    Ok((store, token, view))
 }
 
 /// The rotation of a worker's `--write` file set.

@@ -97,6 +97,8 @@ pub(super) struct LiveConsumer {
     window: Aggregator,
     servers: HashMap<Endpoint, ServerWindow>,
     matcher: ServerMatch,
+    /// `--store` or `--listen`: the events binned per minute for the history store.
+    bins: Option<crate::storefeed::MinuteBins>,
 }
 
 impl LiveConsumer {
@@ -115,12 +117,23 @@ impl LiveConsumer {
             std::mem::take(&mut self.servers),
         )
     }
+
+    /// The minutes binned since the last call (none without a store).
+    pub(super) fn take_minutes(&mut self) -> Vec<(i64, Aggregator)> {
+        self.bins
+            .as_mut()
+            .map(crate::storefeed::MinuteBins::take_all)
+            .unwrap_or_default()
+    }
 }
 
 impl Consumer for LiveConsumer {
     fn event(&mut self, ev: QueryEvent) {
         if !self.fp.add_to(&mut self.window, &ev) {
             return;
+        }
+        if let Some(b) = &mut self.bins {
+            b.event(&ev);
         }
         self.server(ev.server.clone()).record(&ev);
     }
@@ -155,6 +168,8 @@ pub(super) struct WorkerReport {
     pub(super) worker: usize,
     pub(super) window: Aggregator,
     pub(super) servers: HashMap<Endpoint, ServerWindow>,
+    /// The window's events binned per minute of their request start (history store).
+    pub(super) minutes: Vec<(i64, Aggregator)>,
     /// Cumulative since start.
     pub(super) health: CaptureHealth,
     /// Cumulative since start.
@@ -177,6 +192,10 @@ pub(super) fn consumer(c: &CaptureArgs, plan: &Plan) -> LiveConsumer {
         window: Aggregator::new(plan.agg_cfg.clone()),
         servers: HashMap::new(),
         matcher: plan.matcher.clone(),
+        bins: plan
+            .store
+            .as_ref()
+            .map(|_| crate::storefeed::MinuteBins::new(&c.grouping, plan.agg_cfg.clone(), 0)),
     }
 }
 
@@ -302,11 +321,13 @@ fn worker(
             continue;
         }
         let (window, servers) = engine.consumer_mut().take_window();
+        let minutes = engine.consumer_mut().take_minutes();
         let health = engine.health(vec![name.clone()], 0);
         let report = WorkerReport {
             worker: idx,
             window,
             servers,
+            minutes,
             health: writer.annotate(health),
             ring: ring.stats().unwrap_or_default(),
             open_connections: engine.open_connections(),
@@ -325,6 +346,7 @@ fn worker(
     });
     let (mut consumer, health) = engine.finish(vec![name.clone()], 0);
     let (window, servers) = consumer.take_window();
+    let minutes = consumer.take_minutes();
     let health = writer.annotate(health);
     if let Some(w) = writer.rotator.take() {
         let _ = w.close();
@@ -333,6 +355,7 @@ fn worker(
         worker: idx,
         window,
         servers,
+        minutes,
         health,
         ring: ring_stats,
         open_connections: 0,
@@ -355,6 +378,7 @@ mod tests {
                 ports: vec![3306],
                 addrs: vec!["10.0.0.9:7000".parse().expect("addr")],
             },
+            bins: None,
         }
     }
 

@@ -1,0 +1,107 @@
+//! The history store of a live run (`--store PATH`, or in memory under `--listen`): the writer
+//! thread. The main thread sends it every interval's minute bins (the workers bin events by the
+//! minute their request started, packet clock); it merges them per minute and writes a minute
+//! once the wall clock is [`DELAY_S`] past its end, in one transaction. Events of a minute
+//! already written (a request that took long, a worker's late report) are written later and
+//! merged into it by the store. A SIGKILL loses what is not written: the current minute, and
+//! the previous one during its first [`DELAY_S`] seconds.
+
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use aggregate::Aggregator;
+use anyhow::{Context, Result};
+
+use crate::storefeed::Pending;
+
+/// How long past its end a minute waits for late events before it is written.
+pub const DELAY_S: i64 = 5;
+
+/// Where the merger sends each interval's minute bins.
+pub(super) type MinutesTx = Sender<Vec<(i64, Aggregator)>>;
+
+/// The store a live run writes to, shared with the web server.
+pub(super) type SharedStore = Arc<Mutex<store::Store>>;
+
+/// Opens the store of a live run: the `--store` file, else an in-memory one when the web UI is
+/// served (`--listen`), else none.
+pub(super) fn open(
+    args: Option<&crate::uicmd::StoreArgs>,
+    listen: bool,
+    examples: bool,
+) -> Result<Option<SharedStore>> {
+    let file = match args {
+        Some(a) => a.open(examples)?,
+        None => None,
+    };
+    let store = match file {
+        Some(s) => Some(s),
+        None if listen => {
+            let cfg = args.map_or_else(
+                || crate::uicmd::StoreArgs::default().config(examples),
+                |a| a.config(examples),
+            );
+            Some(store::Store::memory(cfg).context("the in-memory history store")?)
+        }
+        None => None,
+    };
+    Ok(store.map(|s| Arc::new(Mutex::new(s))))
+}
+
+/// Starts the writer thread; it ends (writing everything pending) when every sender is gone.
+/// `sample`: counts are scaled by it (estimates for all connections).
+pub(super) fn spawn(store: SharedStore, sample: u64) -> Result<(MinutesTx, JoinHandle<()>)> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let handle = std::thread::Builder::new()
+        .name("dbtap-store".into())
+        .spawn(move || writer(&rx, &store, sample))
+        .context("starting the history store writer")?;
+    Ok((tx, handle))
+}
+
+fn now_s() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
+}
+
+fn writer(rx: &Receiver<Vec<(i64, Aggregator)>>, store: &SharedStore, sample: u64) {
+    let mut pending = Pending::default();
+    let mut failed = false;
+    loop {
+        match rx.recv_timeout(Duration::from_millis(500)) {
+            Ok(m) => pending.add(m),
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => {
+                write(store, pending.drain(), sample, &mut failed);
+                if !failed && let Err(e) = lock(store).finish() {
+                    eprintln!("dbtap: error: {e}");
+                }
+                return;
+            }
+        }
+        write(store, pending.due(now_s(), DELAY_S), sample, &mut failed);
+    }
+}
+
+/// Writes `minutes`; the first error is printed and stops the writing for the rest of the run.
+fn write(store: &SharedStore, minutes: Vec<(i64, Aggregator)>, sample: u64, failed: &mut bool) {
+    for (m, mut agg) in minutes {
+        if *failed {
+            return;
+        }
+        agg.scale(sample);
+        if let Err(e) = lock(store).write_minute(m, &agg) {
+            eprintln!("dbtap: error: {e}; no further minutes are written to the history store");
+            *failed = true;
+        }
+    }
+}
+
+fn lock(store: &SharedStore) -> std::sync::MutexGuard<'_, store::Store> {
+    store
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}

@@ -1,0 +1,275 @@
+//! The routes: the access token, the pages and assets, `/metrics` and `/api/digest` (handed to
+//! `crates/metrics`' routes unchanged), and the JSON API over the store (`docs/api.md`).
+
+use std::io;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::Serialize;
+use tiny_http::{Header, Method, Response};
+
+use crate::params::{MAX_LIMIT, MAX_POINTS, Params, shown};
+use crate::{App, assets};
+
+pub type Reply = Response<io::Cursor<Vec<u8>>>;
+
+fn header(name: &str, value: &str) -> Header {
+    // Names and values are ASCII constants of this module.
+    Header::from_bytes(name.as_bytes(), value.as_bytes()).expect("ASCII header")
+}
+
+/// A JSON answer.
+fn json(status: u16, body: Vec<u8>) -> Reply {
+    Response::from_data(body)
+        .with_status_code(status)
+        .with_header(header("Content-Type", "application/json"))
+        .with_header(header("Cache-Control", "no-store"))
+}
+
+/// `{"error": "..."}` with `status`.
+pub fn json_error(status: u16, msg: &str) -> Reply {
+    let one_line: String = msg
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    let body = serde_json::json!({ "error": one_line }).to_string() + "\n";
+    json(status, body.into_bytes())
+}
+
+fn serialized<T: Serialize>(v: &T) -> Reply {
+    match serde_json::to_vec(v) {
+        Ok(mut b) => {
+            b.push(b'\n');
+            json(200, b)
+        }
+        Err(e) => json_error(500, &format!("cannot render the answer: {e}")),
+    }
+}
+
+fn now_s() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
+}
+
+/// The answer to `method url` with the `Authorization` header `auth`.
+pub fn route(app: &App, method: &Method, url: &str, auth: Option<&str>) -> Reply {
+    let (path, query) = url.split_once('?').unwrap_or((url, ""));
+    if let Some(name) = path.strip_prefix("/assets/") {
+        return asset(method, name);
+    }
+    if let Some(token) = &app.token
+        && !authorized(token, query, auth)
+    {
+        return json_error(
+            401,
+            "missing or wrong access token (Authorization: Bearer T, or ?token=T)",
+        )
+        .with_header(header("WWW-Authenticate", "Bearer"));
+    }
+    if matches!(path, "/metrics" | "/api/digest") {
+        return match &app.metrics {
+            Some(p) => metrics::http::route(method, url, p.as_ref()),
+            None => json_error(
+                404,
+                &format!("not found: {path} (served by dbtap live only)"),
+            ),
+        };
+    }
+    if *method != Method::Get {
+        return json_error(405, &format!("method {method} not allowed: use GET"))
+            .with_header(header("Allow", "GET"));
+    }
+    if let Some(html) = assets::page(path) {
+        return Response::from_data(html.to_vec())
+            .with_header(header("Content-Type", "text/html; charset=utf-8"))
+            .with_header(header("Cache-Control", "no-cache"));
+    }
+    let params = match Params::parse(query) {
+        Ok(p) => p,
+        Err(e) => return json_error(400, &e),
+    };
+    match catch_unwind(AssertUnwindSafe(|| api(app, path, &params))) {
+        Ok(Ok(reply)) => reply,
+        Ok(Err(ApiError::Bad(msg))) => json_error(400, &msg),
+        Ok(Err(ApiError::NotFound(msg))) => json_error(404, &msg),
+        Ok(Err(ApiError::Store(msg))) => json_error(500, &msg),
+        Err(_) => json_error(500, "internal error"),
+    }
+}
+
+/// A static file under `/assets/`, cached by the browser for a while.
+fn asset(method: &Method, name: &str) -> Reply {
+    if *method != Method::Get {
+        return json_error(405, &format!("method {method} not allowed: use GET"))
+            .with_header(header("Allow", "GET"));
+    }
+    match assets::get(name) {
+        Some(b) => Response::from_data(b.to_vec())
+            .with_header(header("Content-Type", assets::content_type(name)))
+            .with_header(header("Cache-Control", "public, max-age=300")),
+        None => json_error(404, &format!("no asset {}", shown(name))),
+    }
+}
+
+/// The token as a bearer header or a `token` parameter, compared in constant time.
+fn authorized(token: &str, query: &str, auth: Option<&str>) -> bool {
+    let eq = |given: &str| {
+        let (a, b) = (given.as_bytes(), token.as_bytes());
+        a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    };
+    let bearer = auth
+        .and_then(|h| h.trim().strip_prefix("Bearer "))
+        .is_some_and(|t| eq(t.trim()));
+    bearer
+        || Params::parse(query)
+            .ok()
+            .and_then(|p| p.get("token").map(eq))
+            .unwrap_or(false)
+}
+
+enum ApiError {
+    Bad(String),
+    NotFound(String),
+    Store(String),
+}
+
+impl From<store::Error> for ApiError {
+    fn from(e: store::Error) -> Self {
+        ApiError::Store(e.to_string())
+    }
+}
+
+type ApiResult = Result<Reply, ApiError>;
+
+fn api(app: &App, path: &str, p: &Params) -> ApiResult {
+    match path {
+        "/api/meta" => meta(app),
+        "/api/top" => top(app, p),
+        "/api/dims" => dims(app, p),
+        "/api/group" => group(app, p),
+        "/api/compare" => compare(app, p),
+        "/api/live" => match &app.live {
+            Some(l) => Ok(serialized(&l.live_json())),
+            None => Err(ApiError::NotFound("not live".into())),
+        },
+        _ => Err(ApiError::NotFound(format!(
+            "not found: {} (see docs/api.md for the routes)",
+            shown(path)
+        ))),
+    }
+}
+
+/// The store, also after a thread panicked while holding it.
+fn store(app: &App) -> std::sync::MutexGuard<'_, store::Store> {
+    app.store
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn range(app: &App, p: &Params, from: &str, to: &str) -> Result<store::RangeQuery, ApiError> {
+    let span = store(app).span()?;
+    p.range(from, to, span, now_s()).map_err(ApiError::Bad)
+}
+
+#[derive(Serialize)]
+struct Meta<'a> {
+    version: &'static str,
+    mode: crate::Mode,
+    span: Option<Span>,
+    examples: bool,
+    sources: &'a [crate::Source],
+    live: Option<LiveMeta>,
+}
+
+#[derive(Serialize)]
+struct Span {
+    from: i64,
+    to: i64,
+}
+
+#[derive(Serialize)]
+struct LiveMeta {
+    interval_s: f64,
+}
+
+fn meta(app: &App) -> ApiResult {
+    let span = store(app).span()?.map(|(from, to)| Span { from, to });
+    Ok(serialized(&Meta {
+        version: env!("CARGO_PKG_VERSION"),
+        mode: app.mode,
+        span,
+        examples: app.examples,
+        sources: &app.sources,
+        live: app.live.as_ref().map(|l| LiveMeta {
+            interval_s: l.interval_s(),
+        }),
+    }))
+}
+
+fn top(app: &App, p: &Params) -> ApiResult {
+    let sort = match p.get("sort").unwrap_or("load") {
+        "load" => store::SortBy::Load,
+        "count" => store::SortBy::Count,
+        "p99" => store::SortBy::P99,
+        "errors" => store::SortBy::Errors,
+        other => {
+            return Err(ApiError::Bad(format!(
+                "bad sort {}: expected load, count, p99 or errors",
+                shown(other)
+            )));
+        }
+    };
+    let q = store::TopQuery {
+        range: range(app, p, "from", "to")?,
+        sort,
+        limit: p.count("limit", 50, MAX_LIMIT).map_err(ApiError::Bad)?,
+        spark_points: p.count("points", 60, MAX_POINTS).map_err(ApiError::Bad)?,
+    };
+    Ok(serialized(&store(app).top(&q)?))
+}
+
+fn dims(app: &App, p: &Params) -> ApiResult {
+    let q = range(app, p, "from", "to")?;
+    Ok(serialized(&store(app).dims(&q)?))
+}
+
+fn group(app: &App, p: &Params) -> ApiResult {
+    let need = |n: &str| p.need(n).map(str::to_string).map_err(ApiError::Bad);
+    let q = store::GroupQuery {
+        range: range(app, p, "from", "to")?,
+        group: store::GroupRef {
+            protocol: need("protocol")?,
+            command: need("command")?,
+            id: need("id")?,
+        },
+        points: p.count("points", 120, MAX_POINTS).map_err(ApiError::Bad)?,
+    };
+    Ok(serialized(&store(app).group(&q)?))
+}
+
+/// Two ranges through `dbtap diff`'s engine. Defaults: B is the default range (the last hour
+/// of data), A the range of the same length just before B.
+fn compare(app: &App, p: &Params) -> ApiResult {
+    let b = range(app, p, "b_from", "b_to")?;
+    let len = b.to_s - b.from_s;
+    let a = if p.get("a_from").is_none() && p.get("a_to").is_none() {
+        store::RangeQuery {
+            from_s: b.from_s - len,
+            to_s: b.from_s,
+            filter: p.filter(),
+        }
+    } else {
+        range(app, p, "a_from", "a_to")?
+    };
+    let (side_a, side_b) = {
+        let s = store(app);
+        let label = |r: &store::RangeQuery| format!("{}..{}", r.from_s, r.to_s);
+        (s.side(&a, &label(&a))?, s.side(&b, &label(&b))?)
+    };
+    let d = diff::compare(&side_a, &side_b, &diff::Settings::default());
+    let mut out = Vec::new();
+    diff::render::json(&d, &mut out)
+        .map_err(|e| ApiError::Store(format!("cannot render the comparison: {e}")))?;
+    Ok(json(200, out))
+}
