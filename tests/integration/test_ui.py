@@ -265,7 +265,7 @@ def test_range_picker_chooses_one_capture(data, browser):
     src = {Path(s["label"]).name: s for s in m["sources"]}
     before = src[data.files["before"].name]
     page = browser.open(f"{data.ui.base}/")
-    page = browser.act(lambda: page.select_option("#range-source", label=before["label"]))
+    page = browser.act(lambda: page.select_option("#range-source", label=Path(before["label"]).name))
     rows = table_rows(page)
     assert f"from={before['from']}" in page.url and f"to={before['to']}" in page.url
     api = data.ui.api("top", **{"from": before["from"], "to": before["to"]}, sort="load",
@@ -335,7 +335,9 @@ def test_query_page_shows_the_group(data, browser):
     val = lambda sel: float(page.get_attribute(sel, "data-value"))  # noqa: E731
     assert val("#sum-count") == api["summary"]["count"] == truth == top["count"]
     assert val("#sum-p99") == pytest.approx(api["summary"]["p99_us"])
-    assert close(val("#sum-p99"), top["p99"])
+    q = digest_groups(digest(data))[top["id"]]
+    assert q["count"] == truth and close(val("#sum-p99"), q["service_us"]["p99"]), q["service_us"]
+    assert close(val("#sum-p50"), q["service_us"]["p50"]), q["service_us"]
     assert "from t where k =" in page.inner_text("#fingerprint").lower()
     # The count chart holds the API's series, which adds up to the group's count.
     series = page.evaluate("() => document.getElementById('chart-count')._chart.data[1]")
@@ -365,8 +367,8 @@ def test_compare_ranks_the_dropped_index_first(data, browser):
     src = {Path(s["label"]).name: s for s in m["sources"]}
     a, b = src[data.files["before"].name], src[data.files["after"].name]
     page = browser.open(f"{data.ui.base}/compare")
-    page = browser.act(lambda: page.select_option("#a-source", label=a["label"]))
-    page = browser.act(lambda: page.select_option("#b-source", label=b["label"]))
+    page = browser.act(lambda: page.select_option("#a-source", label=Path(a["label"]).name))
+    page = browser.act(lambda: page.select_option("#b-source", label=Path(b["label"]).name))
     for k, v in (("a_from", a["from"]), ("a_to", a["to"]), ("b_from", b["from"]), ("b_to", b["to"])):
         assert f"{k}={v}" in page.url, page.url
     rows = page.eval_on_selector_all("#compare-table tbody tr[data-id]", """rows => rows.map(r => ({
@@ -427,6 +429,23 @@ def test_live_page_refreshes_with_the_traffic(browser):
             top = page.eval_on_selector_all("#live-top tbody tr[data-id] td.count",
                                             "tds => tds.map(t => Number(t.dataset.value))")
             assert top and max(top) > 0, top
+            # The page shows the API's lines for its interval, cell for cell (read the API until
+            # it is at the same interval as the page, or the page moves on and is read again).
+            api = Ui(LIVE_PORT)
+            for _ in range(20):
+                a, shown = api.api("live"), page.get_attribute("body", "data-ts")
+                if str(a["ts"]) == shown:
+                    cells = page.eval_on_selector_all(
+                        "#live-table tbody tr[data-server]",
+                        "trs => trs.map(t => [...t.querySelectorAll('td')].map(c => c.textContent))")
+                    if str(a["ts"]) == page.get_attribute("body", "data-ts"):
+                        break
+                time.sleep(0.2)
+            else:
+                raise AssertionError("the page and /api/live never showed the same interval")
+            assert head == a["header"] and cells == a["lines"], (head, cells, a)
+            counted = int(cells[0][a["header"].index("count")])
+            assert 0 < counted <= sent["SET"], (counted, sent)
             browser.shot(OUT / "live.png")
         finally:
             stop.set()

@@ -250,7 +250,7 @@ export function rangePicker(box, m, answered) {
     const sel = el('select', { id: 'range-source', title: 'one capture file' }, el('option', { value: '' }, 'capture…'));
     m.sources.forEach((s, i) => {
       const on = from === String(s.from) && to === String(s.to);
-      sel.append(el('option', { value: String(i), selected: on }, s.label));
+      sel.append(el('option', { value: String(i), selected: on, title: s.label }, s.label.split('/').pop()));
     });
     sel.addEventListener('change', () => {
       const s = m.sources[+sel.value];
@@ -401,7 +401,8 @@ export function lineChart(box, ts, series, fmt = fmtCompact, opts = {}) {
       fill: s.fill ? (s.color || PALETTE[i % PALETTE.length]) + '22' : undefined,
       value: (u, v) => (v === null || v === undefined ? '–' : fmt(v)),
       paths: opts.bars && typeof uPlot.paths?.bars === 'function' ? uPlot.paths.bars({ size: [0.8, 40] }) : undefined,
-      points: { show: ts.length < 40 },
+      // Isolated points (a gap on each side) draw no line: show points when there are few.
+      points: { show: s.values.filter((v) => v !== null && v !== undefined).length < 40, size: 5 },
     }))],
   }, [ts, ...series.map((s) => s.values)], box);
   box._chart = u;

@@ -52,7 +52,7 @@ function sideRow(name, key, r, m) {
     const sel = el('select', { id: `${key}-source` }, el('option', { value: '' }, 'capture…'));
     m.sources.forEach((s, i) => {
       const on = s.from === r[`${key}_from`] && s.to === r[`${key}_to`];
-      sel.append(el('option', { value: String(i), selected: on }, s.label));
+      sel.append(el('option', { value: String(i), selected: on, title: s.label }, s.label.split('/').pop()));
     });
     sel.addEventListener('change', () => {
       const s = m.sources[+sel.value];
@@ -88,8 +88,9 @@ function metricCell(g, name) {
   const m = (g.metrics || []).find((x) => x.name === name);
   if (!m) return el('td', { class: name }, '–');
   const chg = m.change_pct === null || m.change_pct === undefined ? '' : ` (${m.change_pct > 0 ? '+' : ''}${m.change_pct.toFixed(0)}%)`;
-  return el('td', { class: `${name} v-${m.verdict}`, 'data-before': m.before ?? '', 'data-after': m.after ?? '', 'data-verdict': m.verdict, title: `${m.test}: p=${m.p_adjusted ?? '–'} (adjusted)` },
-    `${fmtUs(msUs(m.before))} → ${fmtUs(msUs(m.after))}${chg}`);
+  return el('td', { class: `${name} v-${m.verdict}`, 'data-before': m.before ?? '', 'data-after': m.after ?? '', 'data-verdict': m.verdict,
+    title: `${m.verdict}${chg}; ${m.test}: p=${m.p_adjusted ?? '–'} (adjusted)` },
+  `${fmtUs(msUs(m.before))} → ${fmtUs(msUs(m.after))}`);
 }
 
 function verdictCell(g) {
@@ -121,17 +122,17 @@ function row(g, maxAbs, r) {
     metricCell(g, 'p50'), metricCell(g, 'p99'), verdictCell(g));
 }
 
-function sideStat(label, s) {
+function sideStat(label, s, from, to) {
   return el('div', { class: 'stat' }, el('span', { class: 'k' }, label),
     el('span', { class: 'v small' }, `${fmtInt(s.queries)} queries · ${s.qps === null ? '–' : s.qps.toFixed(1)}/s · load ${fmtLoad(s.load)}`),
-    el('span', { class: 'muted' }, `${s.label || ''}${s.complete ? '' : ' (incomplete: losses)'}`));
+    el('span', { class: 'muted' }, `${fmtTime(from)} – ${fmtTime(to)}${s.complete ? '' : ' (incomplete: losses)'}`));
 }
 
 function renderDiff(d, r) {
   const sum = document.getElementById('compare-summary');
   sum.textContent = d.summary.line;
   sum.dataset.regressed = d.summary.regressed;
-  document.getElementById('side-stats').replaceChildren(sideStat('A (before)', d.before), sideStat('B (after)', d.after));
+  document.getElementById('side-stats').replaceChildren(sideStat('A (before)', d.before, r.a_from, r.a_to), sideStat('B (after)', d.after, r.b_from, r.b_to));
   const tbody = document.querySelector('#compare-table tbody');
   const maxAbs = Math.max(0, ...d.groups.map((g) => Math.abs(g.load_change || 0)));
   tbody.replaceChildren(...(d.groups.length ? d.groups.map((g) => row(g, maxAbs, r))
