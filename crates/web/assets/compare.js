@@ -114,7 +114,7 @@ function row(g, maxAbs, r) {
   const href = pageLink('/query', { proto: g.protocol, cmd: g.command, id: g.id, from: r.b_from, to: r.b_to });
   return el('tr', { 'data-id': g.id, 'data-status': g.status, 'data-rank': g.rank },
     el('td', { class: 'rank' }, g.rank),
-    el('td', { class: 'fp status', 'data-value': g.status }, el('span', { class: `status status-${g.status}` }, g.status)),
+    el('td', { class: 'fp status', 'data-value': g.status }, el('span', { class: `pill status-${g.status}` }, g.status)),
     el('td', { class: 'fp', title: g.fingerprint }, el('span', { class: 'kind' }, `${g.protocol} ${g.command}`), el('a', { href }, g.fingerprint || g.id)),
     el('td', { class: 'count', 'data-before': g.count_before, 'data-after': g.count_after }, `${fmtInt(g.count_before)} → ${fmtInt(g.count_after)}`),
     el('td', { class: 'load' }, `${fmtLoad(g.load_before)} → ${fmtLoad(g.load_after)}`),

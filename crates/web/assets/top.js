@@ -42,8 +42,15 @@ function renderTable(top) {
   } else {
     tbody.replaceChildren(...top.groups.map((g) => row(g, maxShare)));
   }
-  document.getElementById('omitted').textContent = top.omitted
-    ? `${fmtInt(top.omitted)} more group${top.omitted === 1 ? '' : 's'} not shown (limit ${param('limit', '50')})` : '';
+  const om = document.getElementById('omitted');
+  om.replaceChildren();
+  if (top.omitted) {
+    const more = Math.min(1000, top.groups.length * 4);
+    om.append(`${fmtInt(top.omitted)} more group${top.omitted === 1 ? '' : 's'} not shown. `);
+    if (more > top.groups.length) {
+      om.append(el('a', { href: '#', id: 'show-more', onclick: (e) => { e.preventDefault(); setParams({ limit: more }); } }, `show ${more}`));
+    }
+  }
   const t = top.totals;
   document.getElementById('total-load').textContent = fmtLoad(t.load);
   document.getElementById('total-count').textContent = fmtInt(t.count);
