@@ -278,6 +278,15 @@ def test_range_picker_chooses_one_capture(data, browser):
     assert group_of(rows, "from t where id =")["count"] == c["by_id"]
     assert group_of(rows, "update counters")["count"] == c["bump"]
     assert not any(r["protocol"] == "redis" for r in rows)
+    # The same range typed into the from/to fields (the browser runs in UTC).
+    page = browser.act(lambda: page.click("#range-presets button[data-range=all]"))
+    assert group_of(table_rows(page), "from t where k =")["count"] > c["lookup"]
+    local = lambda ts: datetime.datetime.fromtimestamp(ts, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M")  # noqa: E731
+    page.fill("#range-from", local(before["from"]))
+    page.fill("#range-to", local(before["to"]))
+    page = browser.act(lambda: page.click("#range-apply"))
+    assert f"from={before['from']}" in page.url and f"to={before['to']}" in page.url
+    assert table_rows(page) == rows
     # The last hour of data (preset 1h): the `after` capture alone.
     page = browser.act(lambda: page.click("#range-presets button[data-range='-1h']"))
     rows = table_rows(page)

@@ -104,7 +104,9 @@ class Browser:
         self._pw = sync_playwright().start()
         self.browser = self._pw.chromium.launch(executable_path=CHROMIUM, headless=True,
                                                 args=["--no-sandbox"])
-        self.page = self.browser.new_page(viewport=self.size, color_scheme=self.color_scheme)
+        # UTC: the pages show and read times in the browser's zone (the tests type some).
+        self.page = self.browser.new_page(viewport=self.size, color_scheme=self.color_scheme,
+                                          timezone_id="UTC")
         # Script errors fail the tests that check `errors`; a missing favicon or a 4xx the page
         # shows on purpose is not one.
         self.page.on("pageerror", lambda e: self.errors.append(f"pageerror: {e}"))
