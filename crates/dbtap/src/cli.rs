@@ -116,8 +116,9 @@ pub struct CaptureArgs {
     #[command(flatten)]
     pub grouping: GroupingArgs,
 
-    /// Serve /metrics (Prometheus) and /api/digest (JSON) on this address, e.g. 127.0.0.1:9187
-    /// or :9187 (loopback). Give 0.0.0.0:9187 explicitly to serve other hosts.
+    /// Serve /metrics (Prometheus), /api/digest (JSON) and the web UI with its API (docs/api.md)
+    /// on this address, e.g. 127.0.0.1:9187 or :9187 (loopback). Give 0.0.0.0:9187 explicitly
+    /// to serve other hosts.
     #[arg(long, value_name = "ADDR", value_parser = parse_listen)]
     pub listen: Option<SocketAddr>,
 

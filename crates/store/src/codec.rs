@@ -195,9 +195,7 @@ fn histogram_state(c: &mut Cursor) -> Result<LatencyState, CodecError> {
     let count = c.u64()?;
     let sum_ns = c.u128()?;
     let min = c.u64()?;
-    let max = min
-        .checked_add(c.u64()?)
-        .ok_or(CodecError::Range("max"))?;
+    let max = min.checked_add(c.u64()?).ok_or(CodecError::Range("max"))?;
     let mask = c.byte()?;
     let mut decades = [0u64; 8];
     for (i, d) in decades.iter_mut().enumerate() {

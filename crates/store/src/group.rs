@@ -36,7 +36,10 @@ fn coarse(acc: &LatAcc, bounds: &[f64]) -> Vec<u64> {
     let n = bounds.len().saturating_sub(1).max(1);
     let mut out = vec![0u64; n];
     let mut put = |v_us: f64, c: u64| {
-        let i = bounds.partition_point(|&b| b <= v_us).saturating_sub(1).min(n - 1);
+        let i = bounds
+            .partition_point(|&b| b <= v_us)
+            .saturating_sub(1)
+            .min(n - 1);
         if let Some(slot) = out.get_mut(i) {
             *slot += c;
         }
@@ -71,8 +74,10 @@ fn point(ts: i64, s: &Sums) -> Result<GroupPoint, Error> {
 
 fn distribution(acc: &LatAcc, bounds: &[f64]) -> Vec<DistBucket> {
     let c = coarse(acc, bounds);
-    let (Some(a), Some(z)) = (c.iter().position(|&n| n > 0), c.iter().rposition(|&n| n > 0))
-    else {
+    let (Some(a), Some(z)) = (
+        c.iter().position(|&n| n > 0),
+        c.iter().rposition(|&n| n > 0),
+    ) else {
         return Vec::new();
     };
     (a..=z)
@@ -92,7 +97,13 @@ fn examples(conn: &Connection, g: &GroupRef, from: i64, to: i64) -> Result<Vec<E
          ORDER BY ts, kind",
     )?;
     let rows = st.query_map(
-        rusqlite::params![g.protocol, g.command, g.id, from.div_euclid(3600) * 3600, to],
+        rusqlite::params![
+            g.protocol,
+            g.command,
+            g.id,
+            from.div_euclid(3600) * 3600,
+            to
+        ],
         |r| {
             Ok(ExampleRow {
                 kind: r.get(0)?,
@@ -102,7 +113,9 @@ fn examples(conn: &Connection, g: &GroupRef, from: i64, to: i64) -> Result<Vec<E
                 database: r.get(4)?,
                 user: r.get(5)?,
                 client: r.get(6)?,
-                code: r.get::<_, Option<i64>>(7)?.and_then(|c| u32::try_from(c).ok()),
+                code: r
+                    .get::<_, Option<i64>>(7)?
+                    .and_then(|c| u32::try_from(c).ok()),
                 message: r.get(8)?,
             })
         },
@@ -133,25 +146,31 @@ impl Store {
         let tx = self.conn.unchecked_transaction()?;
         let marks = Marks::load(&tx)?;
         let (from, to) = round_out(q.range.from_s, q.range.to_s);
-        let step = step_for(to - from, q.points.max(1));
+        let step = step_for(to - from, q.points.clamp(1, crate::MAX_POINTS));
         let (first, n) = points(from, to, step);
         let segs = plan(from, to, &marks, max_period(step));
         let mut pts: Vec<Sums> = vec![Sums::default(); n];
         let mut per_series: HashMap<i64, (u64, u128)> = HashMap::new();
         let mut errors: BTreeMap<u32, u64> = BTreeMap::new();
-        scan_rows(&tx, &segs, &q.range.filter, Some(&q.group), |series, ts, row| {
-            let i = usize::try_from((ts - first).div_euclid(step)).unwrap_or(usize::MAX);
-            if let Some(p) = pts.get_mut(i) {
-                p.add(&row);
-            }
-            let e = per_series.entry(series).or_default();
-            e.0 += row.count;
-            e.1 += row.service.sum_ns();
-            for (c, k) in &row.errors_by_code {
-                *errors.entry(*c).or_default() += k;
-            }
-            Ok(())
-        })?;
+        scan_rows(
+            &tx,
+            &segs,
+            &q.range.filter,
+            Some(&q.group),
+            |series, ts, row| {
+                let i = usize::try_from((ts - first).div_euclid(step)).unwrap_or(usize::MAX);
+                if let Some(p) = pts.get_mut(i) {
+                    p.add(&row);
+                }
+                let e = per_series.entry(series).or_default();
+                e.0 += row.count;
+                e.1 += row.service.sum_ns();
+                for (c, k) in &row.errors_by_code {
+                    *errors.entry(*c).or_default() += k;
+                }
+                Ok(())
+            },
+        )?;
         let mut all = Sums::default();
         pts.iter().for_each(|p| all.merge(p));
         let bounds = bounds_us();

@@ -9,6 +9,7 @@
 
 mod answer;
 mod codec;
+mod group;
 mod plan;
 mod read;
 mod retain;
@@ -17,7 +18,6 @@ mod row;
 mod schema;
 mod side;
 mod top;
-mod group;
 mod write;
 
 use std::collections::HashMap;
@@ -28,8 +28,8 @@ use aggregate::{Dim, DimSet};
 use rusqlite::{Connection, OpenFlags};
 
 pub use answer::{
-    DimsAnswer, DistBucket, ErrorRow, ExampleRow, GroupAnswer, GroupInfo, GroupPoint,
-    GroupSummary, Heatmap, Share, TopAnswer, TopRow, Totals,
+    DimsAnswer, DistBucket, ErrorRow, ExampleRow, GroupAnswer, GroupInfo, GroupPoint, GroupSummary,
+    Heatmap, Share, TopAnswer, TopRow, Totals,
 };
 pub use codec::{CodecError, decode_errors, decode_latency, encode_errors, encode_latency};
 
@@ -40,6 +40,9 @@ pub const STORE_DIMS: DimSet = DimSet::FINGERPRINT
     .with(Dim::Client)
     .with(Dim::Db)
     .with(Dim::User);
+
+/// Most points a series or sparkline is cut into (more asked for are fewer, longer steps).
+pub const MAX_POINTS: usize = 1_000;
 
 /// How long each tier's rows are kept (relative to the newest minute written).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -203,7 +206,8 @@ pub struct TopQuery {
     pub sort: SortBy,
     /// Most rows returned (0: all).
     pub limit: usize,
-    /// Sparkline points wanted (the step is rounded up to a whole tier-friendly length).
+    /// Sparkline points wanted (at most [`MAX_POINTS`]; the step is rounded up to a whole
+    /// tier-friendly length, so there may be fewer).
     pub spark_points: usize,
 }
 
@@ -219,7 +223,8 @@ pub struct GroupRef {
 pub struct GroupQuery {
     pub range: RangeQuery,
     pub group: GroupRef,
-    /// Series points wanted (the step is rounded up to a whole tier-friendly length).
+    /// Series points wanted (at most [`MAX_POINTS`]; the step is rounded up to a whole
+    /// tier-friendly length, so there may be fewer).
     pub points: usize,
 }
 
@@ -260,6 +265,7 @@ impl Store {
         let conn = Connection::open_with_flags(path, flags)?;
         conn.busy_timeout(Duration::from_secs(5))?;
         schema::check(&conn)?;
+        schema::cache(&conn)?;
         Ok(Store {
             conn,
             cfg: StoreConfig::default(),

@@ -24,8 +24,13 @@ fn ceil(v: i64, p: i64) -> i64 {
     floor(v.saturating_add(p - 1), p)
 }
 
-/// The range rounded out to whole minutes (empty when `to <= from`).
+/// Latest time a range may reach (about the year 36,800): keeps every sum of times in range.
+pub const MAX_TS: i64 = (1 << 40) / DAY * DAY;
+
+/// The range rounded out to whole minutes (empty when `to <= from`), clamped to
+/// `[0, 2^40]` seconds.
 pub fn round_out(from: i64, to: i64) -> (i64, i64) {
+    let (from, to) = (from.clamp(0, MAX_TS), to.clamp(0, MAX_TS));
     let a = floor(from, MINUTE);
     (a, ceil(to, MINUTE).max(a))
 }
@@ -147,5 +152,7 @@ mod tests {
         assert_eq!(max_period(10_800), HOUR);
         assert_eq!(points(90, 400, 60), (60, 6));
         assert_eq!(round_out(61, 119), (60, 120));
+        assert_eq!(round_out(i64::MIN, i64::MAX), (0, MAX_TS));
+        assert_eq!(round_out(500, 10), (480, 480));
     }
 }

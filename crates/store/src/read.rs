@@ -23,7 +23,11 @@ pub fn shown(v: &str) -> &str {
 
 /// A filter value as stored ("-" asks for the unknown value, stored as "").
 fn stored(v: &str) -> String {
-    if v == "-" { String::new() } else { v.to_string() }
+    if v == "-" {
+        String::new()
+    } else {
+        v.to_string()
+    }
 }
 
 pub fn us(ns: u128) -> f64 {
@@ -70,11 +74,17 @@ pub fn union_sql(
     } else {
         ""
     };
+    // Without a condition on it the series table is not needed (series ids map in Rust).
+    let join = if conds.is_empty() {
+        ""
+    } else {
+        " JOIN series s ON s.id = r.series"
+    };
     let parts: Vec<String> = segs
         .iter()
         .map(|g| {
             format!(
-                "SELECT {select} FROM {t} r JOIN series s ON s.id = r.series{join_fp} \
+                "SELECT {select} FROM {t} r{join}{join_fp} \
                  WHERE r.ts >= {a} AND r.ts < {b}{conds}",
                 t = g.table,
                 a = g.from,
@@ -96,7 +106,8 @@ pub fn each(
         return Ok(());
     }
     let mut st = conn.prepare(sql)?;
-    let named: Vec<(&str, &dyn ToSql)> = params.iter().map(|(k, v)| (*k, v as &dyn ToSql)).collect();
+    let named: Vec<(&str, &dyn ToSql)> =
+        params.iter().map(|(k, v)| (*k, v as &dyn ToSql)).collect();
     let mut q = st.query(named.as_slice())?;
     while let Some(r) = q.next()? {
         f(r)?;
@@ -125,8 +136,9 @@ pub fn scan_rows(
 
 /// Every series by id.
 pub fn series_info(conn: &Connection) -> Result<HashMap<i64, SeriesKey>, Error> {
-    let mut st =
-        conn.prepare("SELECT id, protocol, command, qid, fp_hash, server, client, db, user FROM series")?;
+    let mut st = conn.prepare(
+        "SELECT id, protocol, command, qid, fp_hash, server, client, db, user FROM series",
+    )?;
     let rows = st.query_map([], |r| {
         Ok((
             r.get::<_, i64>(0)?,
@@ -167,10 +179,7 @@ impl SeriesKey {
 }
 
 /// A group's fingerprint text, first and last seen.
-pub fn fingerprint(
-    conn: &Connection,
-    g: &GroupRef,
-) -> Result<Option<(String, i64, i64)>, Error> {
+pub fn fingerprint(conn: &Connection, g: &GroupRef) -> Result<Option<(String, i64, i64)>, Error> {
     use rusqlite::OptionalExtension;
     Ok(conn
         .prepare_cached(
@@ -189,7 +198,13 @@ pub fn fold_dims(
     info: &HashMap<i64, SeriesKey>,
 ) -> BTreeMap<String, Vec<Share>> {
     let total: u128 = per_series.values().map(|v| v.1).sum();
-    let share = |ns: u128| if total > 0 { ns as f64 / total as f64 } else { 0.0 };
+    let share = |ns: u128| {
+        if total > 0 {
+            ns as f64 / total as f64
+        } else {
+            0.0
+        }
+    };
     let mut out = BTreeMap::new();
     for d in DIMS {
         let mut sums: HashMap<&str, (u64, u128)> = HashMap::new();

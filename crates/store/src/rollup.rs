@@ -68,33 +68,35 @@ pub fn advance_days(tx: &Transaction, marks: &mut Marks, upto: i64) -> Result<u6
     Ok(n)
 }
 
-/// Merges the rows of `from` with ts in `[a, b)` into `to` rows of `period`. Rows written.
-fn roll(
-    tx: &Transaction,
-    from: &str,
-    to: &str,
-    period: i64,
-    a: i64,
-    b: i64,
-) -> Result<u64, Error> {
-    let mut acc: BTreeMap<(i64, i64), Row> = BTreeMap::new();
+/// Merges the rows of `from` with ts in `[a, b)` into `to` rows of `period`, one series at a
+/// time (rows come ordered by series, then time: one row is held in memory). Rows written.
+fn roll(tx: &Transaction, from: &str, to: &str, period: i64, a: i64, b: i64) -> Result<u64, Error> {
+    let mut cur: Option<((i64, i64), Row)> = None;
+    let mut n = 0;
     let mut st = tx.prepare_cached(&format!(
-        "SELECT series, ts, {COLUMNS} FROM {from} WHERE ts >= ?1 AND ts < ?2"
+        "SELECT series, ts, {COLUMNS} FROM {from} WHERE ts >= ?1 AND ts < ?2 \
+         ORDER BY series, ts"
     ))?;
     let mut q = st.query(params![a, b])?;
     while let Some(r) = q.next()? {
-        let series: i64 = r.get(0)?;
-        let ts: i64 = r.get(1)?;
+        let key = (
+            r.get::<_, i64>(0)?,
+            r.get::<_, i64>(1)?.div_euclid(period) * period,
+        );
         let row = Row::read(r, 2)?;
-        match acc.entry((series, ts.div_euclid(period) * period)) {
-            std::collections::btree_map::Entry::Occupied(mut e) => e.get_mut().merge(&row),
-            std::collections::btree_map::Entry::Vacant(e) => {
-                e.insert(row);
+        match &mut cur {
+            Some((k, acc)) if *k == key => acc.merge(&row),
+            _ => {
+                if let Some(((series, ts), acc)) = cur.replace((key, row)) {
+                    merge_into(tx, to, series, ts, &acc)?;
+                    n += 1;
+                }
             }
         }
     }
-    for ((series, ts), row) in &acc {
-        merge_into(tx, to, *series, *ts, row)?;
+    if let Some(((series, ts), acc)) = cur {
+        merge_into(tx, to, series, ts, &acc)?;
+        n += 1;
     }
-    Ok(acc.len() as u64)
+    Ok(n)
 }

@@ -60,7 +60,14 @@ impl LatAcc {
         dense
     }
 
-    fn add_totals(&mut self, count: u64, sum: u128, min: Option<u64>, max: Option<u64>, decades: &[u64; 8]) {
+    fn add_totals(
+        &mut self,
+        count: u64,
+        sum: u128,
+        min: Option<u64>,
+        max: Option<u64>,
+        decades: &[u64; 8],
+    ) {
         self.count = self.count.saturating_add(count);
         self.sum = self.sum.saturating_add(sum);
         self.min = match (self.min, min) {

@@ -54,7 +54,7 @@ impl Acc {
     }
 }
 
-/// `[count, Σ ln, Σ ln²]` of a row's service times (see the module doc).
+/// `[count, Σ ln, Σ ln²]` of a block's service times (see the module doc).
 fn block_sums(acc: &LatAcc) -> [f64; 3] {
     let mut s = [0.0; 3];
     let mut add = |ns: f64, c: f64| {
@@ -92,7 +92,7 @@ impl Store {
         let info = series_info(&tx)?;
         let mut groups: BTreeMap<GroupRef, Acc> = BTreeMap::new();
         let mut totals = Acc::default();
-        let mut blocks = vec![[0.0; 3]; n];
+        let mut blocks = vec![LatAcc::default(); n];
         scan_rows(&tx, &segs, &q.filter, None, |series, ts, row| {
             if let Some(k) = info.get(&series) {
                 groups.entry(k.group()).or_default().add(&row);
@@ -100,8 +100,7 @@ impl Store {
             totals.add(&row);
             let i = usize::try_from((ts - first).div_euclid(step)).unwrap_or(usize::MAX);
             if let Some(b) = blocks.get_mut(i) {
-                let s = block_sums(&row.service);
-                (0..3).for_each(|k| b[k] += s[k]);
+                b.merge(&row.service);
             }
             Ok(())
         })?;
@@ -117,16 +116,24 @@ impl Store {
         }
         let blocks = if totals.count > 0 && n > 0 && n <= MAX_BLOCKS {
             Blocks {
-                start_ns: u64::try_from(first).unwrap_or(0).saturating_mul(1_000_000_000),
-                len_ns: u64::try_from(step).unwrap_or(60).saturating_mul(1_000_000_000),
-                blocks,
+                start_ns: u64::try_from(first)
+                    .unwrap_or(0)
+                    .saturating_mul(1_000_000_000),
+                len_ns: u64::try_from(step)
+                    .unwrap_or(60)
+                    .saturating_mul(1_000_000_000),
+                blocks: blocks.iter().map(block_sums).collect(),
             }
         } else {
             Blocks::default()
         };
         Ok(Side {
             label: label.to_string(),
-            span_ns: Some(u64::try_from(to - from).unwrap_or(0).saturating_mul(1_000_000_000)),
+            span_ns: Some(
+                u64::try_from(to - from)
+                    .unwrap_or(0)
+                    .saturating_mul(1_000_000_000),
+            ),
             complete: true,
             groups: out,
             totals: totals.data(String::new())?,

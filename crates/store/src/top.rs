@@ -71,21 +71,21 @@ impl Store {
         let secs = (to - from).max(1) as f64;
         let info = series_info(&tx)?;
         let mut groups: HashMap<GroupRef, Sums> = HashMap::new();
-        let mut all = Sums::default();
+        let (mut count, mut errors, mut service_ns) = (0u64, 0u64, 0u128);
         let segs = plan(from, to, &marks, DAY);
         scan_rows(&tx, &segs, &q.range.filter, None, |series, _, row| {
             if let Some(k) = info.get(&series) {
                 groups.entry(k.group()).or_default().add(&row);
             }
-            all.count += row.count;
-            all.errors += row.errors;
-            all.service.merge(&row.service);
+            count += row.count;
+            errors += row.errors;
+            service_ns += row.service.sum_ns();
             Ok(())
         })?;
-        let step = step_for(to - from, q.spark_points.max(1));
+        let step = step_for(to - from, q.spark_points.clamp(1, crate::MAX_POINTS));
         let (first, n) = points(from, to, step);
         let sparks = self.sparks(&tx, &marks, q, step, first, n, &info)?;
-        let total_us = us(all.service.sum_ns());
+        let total_us = us(service_ns);
         let mut rows = Vec::with_capacity(groups.len());
         for (g, s) in groups {
             let [p50, p95, p99, max] = s.quantiles_us()?;
@@ -100,7 +100,11 @@ impl Store {
                 errors: s.errors,
                 service_sum_us,
                 load: service_sum_us / 1e6 / secs,
-                share: if total_us > 0.0 { service_sum_us / total_us } else { 0.0 },
+                share: if total_us > 0.0 {
+                    service_sum_us / total_us
+                } else {
+                    0.0
+                },
                 p50_us: p50,
                 p95_us: p95,
                 p99_us: p99,
@@ -114,7 +118,9 @@ impl Store {
             rank(q.sort, b)
                 .total_cmp(&rank(q.sort, a))
                 .then(b.service_sum_us.total_cmp(&a.service_sum_us))
-                .then_with(|| (&a.protocol, &a.command, &a.id).cmp(&(&b.protocol, &b.command, &b.id)))
+                .then_with(|| {
+                    (&a.protocol, &a.command, &a.id).cmp(&(&b.protocol, &b.command, &b.id))
+                })
         });
         let limit = if q.limit == 0 { rows.len() } else { q.limit };
         let omitted = rows.len().saturating_sub(limit) as u64;
@@ -132,8 +138,8 @@ impl Store {
             to,
             step_s: step,
             totals: Totals {
-                count: all.count,
-                errors: all.errors,
+                count,
+                errors,
                 service_sum_us: total_us,
                 load: total_us / 1e6 / secs,
             },

@@ -86,7 +86,9 @@ fn intern(
     if let Some(&id) = cache.get(k) {
         return Ok((id, false));
     }
-    let p = params![k.protocol, k.command, k.qid, k.fp_hash, k.server, k.client, k.db, k.user];
+    let p = params![
+        k.protocol, k.command, k.qid, k.fp_hash, k.server, k.client, k.db, k.user
+    ];
     let found: Option<i64> = tx
         .prepare_cached(
             "SELECT id FROM series WHERE protocol = ?1 AND command = ?2 AND qid = ?3 \
@@ -120,9 +122,10 @@ impl Store {
         agg: &Aggregator,
     ) -> Result<WriteStats, Error> {
         self.writable()?;
-        if minute_start_s.rem_euclid(60) != 0 {
+        if minute_start_s.rem_euclid(60) != 0 || !(0..crate::plan::MAX_TS).contains(&minute_start_s)
+        {
             return Err(Error::Invalid(format!(
-                "minute start {minute_start_s} is not a multiple of 60"
+                "minute start {minute_start_s} is not a multiple of 60 in [0, 2^40)"
             )));
         }
         let Store {
@@ -145,7 +148,11 @@ impl Store {
         if let Some(last) = marks.last_minute {
             let hour_end = last.div_euclid(3600) * 3600 + 3600;
             rollup::advance(&tx, &mut marks, hour_end)?;
-            rollup::advance_days(&tx, &mut marks, hour_end.div_euclid(86_400) * 86_400 + 86_400)?;
+            rollup::advance_days(
+                &tx,
+                &mut marks,
+                hour_end.div_euclid(86_400) * 86_400 + 86_400,
+            )?;
             marks.save(&tx)?;
         }
         tx.commit()?;

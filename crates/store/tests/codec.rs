@@ -82,14 +82,21 @@ fn rejects_bad_versions_trailing_bytes_and_huge_counts() {
     assert!(decode_latency(&[1, 1, 0xc0, 0x84, 0x3d]).is_err());
     assert!(decode_errors(&[1, 0xff, 0xff, 0xff, 0x0f]).is_err());
     // Overlong varint.
-    assert!(decode_errors(&[1, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f]).is_err());
+    assert!(
+        decode_errors(&[
+            1, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f
+        ])
+        .is_err()
+    );
 }
 
 #[test]
 fn blobs_are_compact() {
     let small = encode_latency(&latency_of(&[120_000, 130_000, 150_000]).state());
     assert!(small.len() <= 12, "{}", small.len());
-    let v: Vec<u64> = (0..1_000u64).map(|i| 100_000 + (i * 7_919) % 200_000).collect();
+    let v: Vec<u64> = (0..1_000u64)
+        .map(|i| 100_000 + (i * 7_919) % 200_000)
+        .collect();
     let big = encode_latency(&latency_of(&v).state());
     // Buckets over 100-300 µs: a few hundred, about 2-3 bytes each.
     assert!(big.len() < 1_500, "{}", big.len());

@@ -111,12 +111,20 @@ fn check_range(st: &Store, all: &BTreeMap<i64, Vec<Ev>>, from_s: i64, to_s: i64)
         .unwrap();
     let want = reference(all, top.from, top.to);
     assert_eq!(top.from, from_s.div_euclid(60) * 60);
-    assert_eq!(top.totals.count, want.totals().stats.count, "{from_s}..{to_s}");
+    assert_eq!(
+        top.totals.count,
+        want.totals().stats.count,
+        "{from_s}..{to_s}"
+    );
     assert_eq!(top.totals.errors, want.totals().stats.errors);
     assert_eq!(top.groups.len(), want.groups().count());
     let secs = (top.to - top.from) as f64;
     for g in want.groups() {
-        let row = top.groups.iter().find(|r| r.id == g.id).expect("group in top");
+        let row = top
+            .groups
+            .iter()
+            .find(|r| r.id == g.id)
+            .expect("group in top");
         let s = &g.stats;
         assert_eq!((row.count, row.errors), (s.count, s.errors), "{}", g.id);
         let [p50, p95, p99] = s.service.quantiles_ns([0.5, 0.95, 0.99]);
@@ -129,7 +137,11 @@ fn check_range(st: &Store, all: &BTreeMap<i64, Vec<Ev>>, from_s: i64, to_s: i64)
         assert_eq!(row.bytes_out, s.bytes_out.sum as u64);
         // The sparkline holds the group's whole load.
         let spark: f64 = row.spark.iter().sum::<f64>() * top.step_s as f64;
-        assert!((spark - row.load * secs).abs() < 1e-6 * (1.0 + spark), "{spark} {}", row.load);
+        assert!(
+            (spark - row.load * secs).abs() < 1e-6 * (1.0 + spark),
+            "{spark} {}",
+            row.load
+        );
         let ga = st
             .group(&GroupQuery {
                 range: range.clone(),
@@ -147,13 +159,25 @@ fn check_range(st: &Store, all: &BTreeMap<i64, Vec<Ev>>, from_s: i64, to_s: i64)
         let cells: u64 = ga.heatmap.cells.iter().flatten().sum();
         assert_eq!(cells, s.service.count());
         let errs: u64 = ga.errors.iter().map(|e| e.count).sum();
-        assert_eq!(errs, s.errors_by_code.sorted().iter().map(|e| e.count).sum::<u64>());
+        assert_eq!(
+            errs,
+            s.errors_by_code
+                .sorted()
+                .iter()
+                .map(|e| e.count)
+                .sum::<u64>()
+        );
         assert_eq!(ga.group.fingerprint, g.fingerprint);
     }
     let side = st.side(&range, "a").unwrap();
     assert_eq!(side.totals.count, want.totals().stats.count);
     for g in want.groups() {
-        let k = side.groups.iter().find(|(k, _)| k.id == g.id).expect("group in side").1;
+        let k = side
+            .groups
+            .iter()
+            .find(|(k, _)| k.id == g.id)
+            .expect("group in side")
+            .1;
         assert_eq!(k.service, g.stats.service);
         assert_eq!(k.response, g.stats.latency);
     }
@@ -171,13 +195,18 @@ fn a_week_of_minutes_reads_back_exactly() {
     let mut st = Store::open(&path, StoreConfig::default()).unwrap();
     write_week(&mut st, &all, t0);
     let stats = st.stats().unwrap();
-    assert_eq!(stats.day_rows > 0 && stats.hour_rows > 0, true, "{stats:?}");
+    assert!(stats.day_rows > 0 && stats.hour_rows > 0, "{stats:?}");
     let end = t0 + 7 * DAY;
     assert_eq!(st.span().unwrap(), Some((t0, end)));
     // Whole store, whole days, hour-aligned, and random ranges with unaligned ends.
     check_range(&st, &all, t0, end);
     check_range(&st, &all, (t0 / DAY + 1) * DAY, (t0 / DAY + 4) * DAY);
-    check_range(&st, &all, t0 + 2 * DAY - 3_600 * 5, t0 + 2 * DAY + 3_600 * 7 + 17);
+    check_range(
+        &st,
+        &all,
+        t0 + 2 * DAY - 3_600 * 5,
+        t0 + 2 * DAY + 3_600 * 7 + 17,
+    );
     for _ in 0..12 {
         let a = t0 + r.below(7 * DAY as u64) as i64;
         let len = [61, 3_600, 5 * 3_600 + 7, DAY, 3 * DAY + 4_000][r.below(5) as usize];

@@ -245,7 +245,16 @@ fn group(app: &App, p: &Params) -> ApiResult {
         },
         points: p.count("points", 120, MAX_POINTS).map_err(ApiError::Bad)?,
     };
-    Ok(serialized(&store(app).group(&q)?))
+    let answer = store(app).group(&q)?;
+    if answer.group.first_seen.is_none() {
+        return Err(ApiError::NotFound(format!(
+            "no group {}/{}/{} in the store",
+            shown(&q.group.protocol),
+            shown(&q.group.command),
+            shown(&q.group.id)
+        )));
+    }
+    Ok(serialized(&answer))
 }
 
 /// Two ranges through `dbtap diff`'s engine. Defaults: B is the default range (the last hour
@@ -272,4 +281,95 @@ fn compare(app: &App, p: &Params) -> ApiResult {
     diff::render::json(&d, &mut out)
         .map_err(|e| ApiError::Store(format!("cannot render the comparison: {e}")))?;
     Ok(json(200, out))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+
+    fn app(token: Option<&str>) -> App {
+        let store = store::Store::memory(store::StoreConfig::default()).expect("memory store");
+        App {
+            store: Arc::new(Mutex::new(store)),
+            mode: crate::Mode::Store,
+            sources: Vec::new(),
+            examples: false,
+            live: None,
+            metrics: None,
+            token: token.map(str::to_string),
+        }
+    }
+
+    fn body(r: Reply) -> (u16, String) {
+        let status = r.status_code().0;
+        let mut out = Vec::new();
+        let mut data = r.into_reader();
+        std::io::Read::read_to_end(&mut data, &mut out).expect("read");
+        (status, String::from_utf8(out).expect("utf-8"))
+    }
+
+    fn get(app: &App, url: &str, auth: Option<&str>) -> (u16, String) {
+        body(route(app, &Method::Get, url, auth))
+    }
+
+    #[test]
+    fn meta_and_empty_answers() {
+        let a = app(None);
+        let (s, b) = get(&a, "/api/meta", None);
+        assert_eq!(s, 200);
+        let v: serde_json::Value = serde_json::from_str(&b).expect("json");
+        assert_eq!(v["mode"], "store");
+        assert_eq!(v["span"], serde_json::Value::Null);
+        assert_eq!(v["live"], serde_json::Value::Null);
+        let (s, b) = get(&a, "/api/top?from=-1h", None);
+        assert_eq!(s, 200, "{b}");
+        let (s, _) = get(&a, "/api/dims", None);
+        assert_eq!(s, 200);
+    }
+
+    #[test]
+    fn bad_requests_are_one_line_json() {
+        let a = app(None);
+        for url in [
+            "/api/top?sort=nope",
+            "/api/top?limit=0",
+            "/api/top?points=99999",
+            "/api/top?from=abc",
+            "/api/top?from=100&to=50",
+            "/api/group?protocol=redis&command=get",
+            "/api/top?q=%zz",
+        ] {
+            let (s, b) = get(&a, url, None);
+            assert_eq!(s, 400, "{url}: {b}");
+            assert_eq!(b.matches('\n').count(), 1, "{b}");
+            let v: serde_json::Value = serde_json::from_str(&b).expect("json");
+            assert!(v["error"].is_string(), "{b}");
+        }
+        assert_eq!(
+            get(&a, "/api/live", None),
+            (404, "{\"error\":\"not live\"}\n".into())
+        );
+        assert_eq!(get(&a, "/api/nope", None).0, 404);
+        assert_eq!(
+            get(&a, "/api/group?protocol=redis&command=get&id=X", None).0,
+            404
+        );
+        assert_eq!(get(&a, "/metrics", None).0, 404);
+        assert_eq!(body(route(&a, &Method::Post, "/api/meta", None)).0, 405);
+    }
+
+    #[test]
+    fn the_token_guards_everything_but_assets() {
+        let a = app(Some("t0k"));
+        assert_eq!(get(&a, "/api/meta", None).0, 401);
+        assert_eq!(get(&a, "/", None).0, 401);
+        assert_eq!(get(&a, "/api/meta", Some("Bearer nope")).0, 401);
+        assert_eq!(get(&a, "/api/meta?token=t0", None).0, 401);
+        assert_eq!(get(&a, "/api/meta", Some("Bearer t0k")).0, 200);
+        assert_eq!(get(&a, "/api/meta?token=t0k", None).0, 200);
+        assert_eq!(get(&a, "/?token=t0k", None).0, 200);
+        assert_eq!(get(&a, "/assets/index.html", None).0, 200);
+    }
 }

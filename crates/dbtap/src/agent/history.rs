@@ -19,14 +19,18 @@ use crate::storefeed::Pending;
 /// How long past its end a minute waits for late events before it is written.
 pub const DELAY_S: i64 = 5;
 
+/// Most bytes of the in-memory store of `--listen` without `--store` (it lives in the agent's
+/// memory): past it the oldest minutes go first.
+const MEMORY_MAX: u64 = 256 << 20;
+
 /// Where the merger sends each interval's minute bins.
 pub(super) type MinutesTx = Sender<Vec<(i64, Aggregator)>>;
 
 /// The store a live run writes to, shared with the web server.
 pub(super) type SharedStore = Arc<Mutex<store::Store>>;
 
-/// Opens the store of a live run: the `--store` file, else an in-memory one when the web UI is
-/// served (`--listen`), else none.
+/// Opens the store of a live run: the `--store` file, else an in-memory one (at most
+/// [`MEMORY_MAX`] bytes) when the web UI is served (`--listen`), else none.
 pub(super) fn open(
     args: Option<&crate::uicmd::StoreArgs>,
     listen: bool,
@@ -39,10 +43,11 @@ pub(super) fn open(
     let store = match file {
         Some(s) => Some(s),
         None if listen => {
-            let cfg = args.map_or_else(
+            let mut cfg = args.map_or_else(
                 || crate::uicmd::StoreArgs::default().config(examples),
                 |a| a.config(examples),
             );
+            cfg.max_bytes = Some(cfg.max_bytes.unwrap_or(MEMORY_MAX).min(MEMORY_MAX));
             Some(store::Store::memory(cfg).context("the in-memory history store")?)
         }
         None => None,

@@ -60,7 +60,11 @@ pub fn event(g: usize, server: usize, start_ns: u64, lat: u64, error: Option<u32
         rows_sent: 1,
         rows_affected: 0,
         warnings: 0,
-        outcome: if error.is_some() { Outcome::Error } else { Outcome::Ok },
+        outcome: if error.is_some() {
+            Outcome::Error
+        } else {
+            Outcome::Ok
+        },
         error: error.map(|code| DbError {
             code,
             state: None,
@@ -82,7 +86,9 @@ pub fn group_id(g: usize) -> String {
 /// Adds `ev` (of group `g`) to `agg` keyed by `STORE_DIMS`, as the binary does.
 pub fn add(agg: &mut Aggregator, g: usize, ev: &QueryEvent) {
     let (_, _, text) = GROUPS[g % GROUPS.len()];
-    let fp = text.bytes().fold(7u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)));
+    let fp = text
+        .bytes()
+        .fold(7u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)));
     let key = GroupKey {
         protocol: ev.protocol,
         command: ev.command,
@@ -104,5 +110,9 @@ pub fn new_agg() -> Aggregator {
 /// A random service time: mostly around 200 µs, a tail up to 50 ms.
 pub fn latency(r: &mut Rng) -> u64 {
     let base = 50_000 + r.below(300_000);
-    if r.below(50) == 0 { base + r.below(50_000_000) } else { base }
+    if r.below(50) == 0 {
+        base + r.below(50_000_000)
+    } else {
+        base
+    }
 }
