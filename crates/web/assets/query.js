@@ -235,8 +235,10 @@ async function render() {
     document.body.dataset.state = 'ready';
   } catch (e) {
     if (gen !== generation) return;
-    showError(e);
+    showError(e.status === 404 ? new Error('This group has no queries in this range and filter: choose another range, or go back to Top.') : e);
     document.body.dataset.state = 'error';
+    // The range picker stays usable to go to a range that holds the group.
+    metaP.then((m) => rangePicker(document.getElementById('range'), m, null));
   }
 }
 
