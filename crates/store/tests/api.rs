@@ -410,3 +410,30 @@ fn extreme_ranges_and_points_do_not_panic() {
         st.side(&range(a, b), "x").unwrap();
     }
 }
+
+#[test]
+fn dims_show_twenty_values_then_other_and_unknown_as_dash() {
+    let mut st = Store::memory(StoreConfig::default()).unwrap();
+    let mut agg = new_agg();
+    let mut r = Rng(11);
+    for i in 0..250u64 {
+        let mut ev = event(0, 0, T0 as u64 * 1_000_000_000 + i, latency(&mut r), None);
+        ev.server = format!("10.0.1.{}:3306", i % 25).parse().unwrap();
+        if i % 5 == 0 {
+            ev.database = None;
+        }
+        add(&mut agg, 0, &ev);
+    }
+    st.write_minute(T0, &agg).unwrap();
+    let d = st.dims(&range(T0, T0 + 60)).unwrap();
+    let servers = &d.dims["server"];
+    assert_eq!(servers.len(), 21);
+    assert_eq!(servers[20].value, "other");
+    assert_eq!(servers.iter().map(|s| s.count).sum::<u64>(), 250);
+    assert!((servers.iter().map(|s| s.share).sum::<f64>() - 1.0).abs() < 1e-9);
+    let dbs = &d.dims["database"];
+    assert!(dbs.iter().any(|s| s.value == "-" && s.count == 50));
+    let mut q = range(T0, T0 + 60);
+    q.filter.database = Some("-".into());
+    assert_eq!(top(&st, q, SortBy::Load).totals.count, 50);
+}
