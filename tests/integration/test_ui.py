@@ -14,11 +14,16 @@ any packet.
 
 Checked, each against truth (the clients' counts) and against what the same range gives in
 `/api/top` and in `dbtap digest --format json` (with `--since/--until` or `--where` for the
-same subset): the Top page's rows for the whole span, for one capture chosen in the range
-picker, for a server and a database filter chip, and for a search; the Query page's summary and
-the sum of its count series; the Compare page ranking the group that lost its index first,
-as regressed, with both sides' counts; the Live page's lines while `dbtap live --listen`
-captures a running workload. Screenshots of the four pages are written to tests/out/ui/.
+same subset): the Top page's rows (ids, order, count, errors, p99) for the whole span, sorted
+by load and by count; for one capture chosen in the range picker, typed into its from/to
+fields, and for the last hour; for a server and a database filter chip, and for a search; the
+Query page's summary (count, p50, p99 against the digest), its count and p99 series, heatmap
+and distribution drawn, breakdown by database; the Compare page ranking the group that lost
+its index first, as regressed, with both sides' counts, in the order of /api/compare and with
+the same first group as `dbtap diff` of the two captures; the Live page refreshing while
+`dbtap live --listen` captures a running Redis workload, its lines equal to /api/live's.
+Screenshots of the four pages are written to tests/out/ui/ (the README's come from
+screenshots.py).
 
 Run: `cargo build --release -p dbtap && DBTAP_BIN=target/release/dbtap /usr/bin/python3 -m
 pytest -q tests/integration/test_ui.py`.
@@ -111,6 +116,20 @@ def redis_capture(srv: rh.RedisServer) -> tuple[Path, collections.Counter]:
     return cap.out, counts
 
 
+def start_server(srv, tries: int = 4):
+    """Starts `srv`; retried when the port cannot be bound yet: the test ports lie inside the
+    kernel's ephemeral range, so a client socket of an earlier run (the browser's, to the UI
+    port) can hold one as its source port in TIME-WAIT for up to 60 s."""
+    for i in range(tries):
+        try:
+            return srv.start()
+        except RuntimeError as e:
+            if i == tries - 1:
+                raise
+            print(f"\nstarting {type(srv).__name__} on {srv.port} failed, retrying: {str(e)[-200:]}")
+            time.sleep(20)
+
+
 class Data:
     """The three captures (moved in time), the clients' counts, and one `dbtap ui` over them."""
 
@@ -128,9 +147,9 @@ def data():
     pg = ph.PgServer(PG_PORT, OUT / "pg")
     redis = rh.RedisServer(REDIS_PORT, OUT / "redis")
     try:
-        pg.start()
+        start_server(pg)
         td.load_schema(pg)
-        redis.start()
+        start_server(redis)
         pg.pgss_reset()
         before, d.counts["before"] = pg_capture(pg, "before", seed=1)
         d.exec_ms["before"] = pg.sql("SELECT mean_exec_time FROM pg_stat_statements "
@@ -407,7 +426,7 @@ def test_compare_ranks_the_dropped_index_first(data, browser):
 def test_live_page_refreshes_with_the_traffic(browser):
     from live_harness import Live
     srv = rh.RedisServer(REDIS_PORT, OUT / "redis-live")
-    srv.start()
+    start_server(srv)
     live = Live("-i", "lo", "--port", REDIS_PORT, "--interval", "1s",
                 "--listen", f"127.0.0.1:{LIVE_PORT}")
     stop = threading.Event()
