@@ -346,6 +346,13 @@ def test_filters_and_search(data, browser):
     assert len(rows) == 1 and "update counters" in rows[0]["fingerprint"].lower(), rows
     c = data.counts
     assert rows[0]["count"] == c["before"]["bump"] + c["after"]["bump"]
+    # The URL is the view: opened afresh (a link, a reload) it shows the same rows and filters.
+    assert f"database={ph.DB}" in page.url and "q=counters" in page.url
+    page = browser.open(page.url)
+    assert table_rows(page) == rows
+    assert page.input_value("#search") == "counters"
+    shown = page.eval_on_selector_all("#active-filters .chip", "cs => cs.map(c => c.dataset.filter)")
+    assert sorted(shown) == ["database", "q"], shown
 
 
 # ---- Query -----------------------------------------------------------------------------------
