@@ -19,6 +19,7 @@ PACKAGES=(
   maven default-jdk-headless python3-venv   # MongoDB tests + bench: tests/mongo-server jar, pymongo venv
   libpcap0.8 prometheus tmux libcap2-bin    # dbtap live: --filter (dlopened libpcap), a real Prometheus scraping /metrics, dbtap top in tmux, setpriv/capsh for the no-privilege test
   clang libbpf-dev libelf-dev zlib1g-dev pkg-config bpftool  # the eBPF source: BPF C built by clang in build.rs (bpftool: vmlinux.h), libbpf
+  chromium                                  # the web UI tests: headless Chromium driven by Playwright
 )
 
 missing=()
@@ -71,5 +72,11 @@ if ! "$MONGO_VENV/bin/python" -c 'import pymongo' 2>/dev/null; then
   rm -rf "$MONGO_VENV"
   /usr/bin/python3 -m venv "$MONGO_VENV"
   "$MONGO_VENV/bin/pip" install -q pymongo
+fi
+# Web UI tests: Playwright for Python, driving the system Chromium (executable_path=/usr/bin/chromium;
+# it cannot download its own browsers here).
+if ! /usr/bin/python3 -c 'import playwright' 2>/dev/null; then
+  echo "setup: installing playwright for python"
+  /usr/bin/python3 -m pip install -q --break-system-packages playwright==1.65.2
 fi
 echo "setup: ok"
