@@ -386,12 +386,13 @@ def test_live_store_survives_sigkill_and_listen_serves_the_ui(srv):
     try:
         listen = live.listen_addr()
         assert listen == f"127.0.0.1:{PORT + 2}"  # `:PORT` is loopback
-        # Kill 13 s past a minute boundary: the minute before it was written at +5 s.
+        # Kill 3 s past a minute boundary: the minute before it is written one interval (1 s)
+        # after its end; of the current minute, what was written at most.
         now = time.time()
         boundary = (int(now // 60) + 1) * 60
         if boundary - now < 4:
             boundary += 60
-        kill_at = boundary + 13
+        kill_at = boundary + 1
         result: dict = {}
         t = threading.Thread(target=lambda: result.update(sent=paced_client(PORT, kill_at + 1)))
         t.start()
@@ -410,16 +411,17 @@ def test_live_store_survives_sigkill_and_listen_serves_the_ui(srv):
         status, body, _ = get(f"http://{listen}/api/digest?window=total")
         assert status == 200 and "totals" in json.loads(body)
         time.sleep(max(0.0, kill_at - time.time()))
-        # Every minute that ended 5 s (the writer's delay) before `checked` is due; 3 s more of
-        # the process's own time (the wall clock of this machine may jump) and it is written.
+        # Every minute that ended before `checked` is due: its last events reach the writer
+        # with the interval report after its end (1 s); 2 s more of the process's own time
+        # (the wall clock of this machine may jump) and it is written.
         checked = time.time()
-        time.sleep(3)
+        time.sleep(2)
         live.stop(signal.SIGKILL)
         t.join(30)
     finally:
         live.stop(signal.SIGKILL)
     sent = result["sent"]
-    due = [m for m in sent if m + 60 + 5 <= checked]
+    due = [m for m in sent if m + 60 <= checked]
     assert due, (sorted(sent), checked)
     want = {k: v for k, v in client_minutes(sent).items() if k[0] in due}
     got = {k: v for k, v in per_minute(path).items() if k[0] in due}

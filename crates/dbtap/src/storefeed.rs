@@ -146,16 +146,9 @@ impl Pending {
         }
     }
 
-    /// The minutes that ended at or before `now_s - delay_s`, oldest first.
-    pub fn due(&mut self, now_s: i64, delay_s: i64) -> Vec<(i64, Aggregator)> {
-        let mut out = Vec::new();
-        while let Some(entry) = self.bins.first_entry() {
-            if entry.key() + 60 + delay_s > now_s {
-                break;
-            }
-            out.push(entry.remove_entry());
-        }
-        out
+    /// The oldest minute pending.
+    pub fn oldest(&self) -> Option<i64> {
+        self.bins.keys().next().copied()
     }
 
     /// Everything pending, oldest first.
@@ -321,7 +314,7 @@ mod tests {
     }
 
     #[test]
-    fn pending_merges_and_waits_for_the_delay() {
+    fn pending_merges_per_minute() {
         let mut fp = fingerprinter(None);
         let mut b = MinuteBins::new(AggConfig::default(), 0);
         feed(&mut b, &mut fp, &ev(61.0, 1, "10.0.0.1:5000"));
@@ -329,9 +322,11 @@ mod tests {
         p.add(b.take_all());
         feed(&mut b, &mut fp, &ev(62.0, 1, "10.0.0.1:5000"));
         p.add(b.take_all());
-        assert!(p.due(124, 5).is_empty());
-        let d = p.due(125, 5);
-        assert_eq!(d.len(), 1);
+        feed(&mut b, &mut fp, &ev(125.0, 1, "10.0.0.1:5000"));
+        p.add(b.take_all());
+        assert_eq!(p.oldest(), Some(60));
+        let d = p.drain();
+        assert_eq!(d.iter().map(|(m, _)| *m).collect::<Vec<_>>(), [60, 120]);
         assert_eq!(d[0].1.totals().stats.count, 2);
         assert!(p.drain().is_empty());
     }

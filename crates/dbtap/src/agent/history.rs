@@ -1,23 +1,24 @@
 //! The history store of a live run (`--store PATH`, or in memory under `--listen`): the writer
 //! thread. The main thread sends it every interval's minute bins (the workers bin events by the
-//! minute their request started, packet clock); it merges them per minute and writes a minute
-//! once the wall clock is [`DELAY_S`] past its end, in one transaction. Events of a minute
-//! already written (a request that took long, a worker's late report) are written later and
-//! merged into it by the store. A SIGKILL loses what is not written: the current minute, and
-//! the previous one during its first [`DELAY_S`] seconds.
+//! minute their request started, packet clock); it merges them per minute and writes what it
+//! holds as soon as it holds a minute that has ended (so a minute is on disk one `--interval`
+//! after its end), and every [`FLUSH`] otherwise, the current minute included; one transaction
+//! per minute. The store merges a minute written again (rows are sums and exact histograms),
+//! so writing a minute in parts gives the same rows as writing it once. A SIGKILL loses what is
+//! not written: events of the current minute's last [`FLUSH`], and of the last `--interval`.
 
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use aggregate::Aggregator;
 use anyhow::{Context, Result};
 
 use crate::storefeed::Pending;
 
-/// How long past its end a minute waits for late events before it is written.
-pub const DELAY_S: i64 = 5;
+/// How often what the writer holds is written.
+pub const FLUSH: Duration = Duration::from_secs(5);
 
 /// Most bytes of the in-memory store of `--listen` without `--store` (it lives in the agent's
 /// memory): past it the oldest minutes go first.
@@ -75,6 +76,7 @@ fn now_s() -> i64 {
 fn writer(rx: &Receiver<Vec<(i64, Aggregator)>>, store: &SharedStore, sample: u64) {
     let mut pending = Pending::default();
     let mut failed = false;
+    let mut flushed = Instant::now();
     loop {
         match rx.recv_timeout(Duration::from_millis(500)) {
             Ok(m) => pending.add(m),
@@ -87,7 +89,11 @@ fn writer(rx: &Receiver<Vec<(i64, Aggregator)>>, store: &SharedStore, sample: u6
                 return;
             }
         }
-        write(store, pending.due(now_s(), DELAY_S), sample, &mut failed);
+        let ended = pending.oldest().is_some_and(|m| m + 60 <= now_s());
+        if ended || flushed.elapsed() >= FLUSH {
+            write(store, pending.drain(), sample, &mut failed);
+            flushed = Instant::now();
+        }
     }
 }
 
