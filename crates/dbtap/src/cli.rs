@@ -35,6 +35,9 @@ pub enum Command {
     /// eyeballed), which are new or gone, and what moved the load. Exit status 3 when
     /// --fail-on is met.
     Diff(crate::diffcmd::DiffArgs),
+    /// Replay the captured sessions onto a target server (Redis for now) and compare the
+    /// target's numbers with the capture's.
+    Replay(crate::replaycmd::ReplayArgs),
 }
 
 #[derive(Args, Debug, Clone)]
@@ -374,6 +377,7 @@ impl Command {
             Command::Live(a) => &a.capture.grouping,
             Command::Top(a) => &a.capture.grouping,
             Command::Diff(a) => &a.grouping,
+            Command::Replay(a) => &a.grouping,
         }
     }
 }

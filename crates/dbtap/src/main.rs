@@ -7,6 +7,7 @@ mod cli;
 mod diffcmd;
 mod fp;
 mod pipeline;
+mod replaycmd;
 mod rotate;
 mod selection;
 mod service;
@@ -44,6 +45,7 @@ fn main() -> ExitCode {
             Ok(true) => return ExitCode::from(diffcmd::EXIT_FAIL_ON),
             other => other.map(|_| ()),
         },
+        Command::Replay(args) => replaycmd::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
