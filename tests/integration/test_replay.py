@@ -1,0 +1,235 @@
+"""dbtap replay, Redis end to end: real servers A and B (redis_harness.RedisServer), real
+clients (redis-benchmark with and without -P 16, redis-py with SELECT and MULTI/EXEC, a paced
+raw-socket client), captured with tcpdump on lo, replayed onto B. The truth is the servers'
+own counters (A's INFO commandstats over the capture window, B's after the replay), the
+clients' own counts and B's MONITOR timestamps; never dbtap's report.
+
+Ports 38400-38449 only.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+import harness  # noqa: E402
+import redis_harness as rh  # noqa: E402
+
+PORT_A, PORT_B = 38400, 38401
+OUT = harness.REPO / "tests" / "out" / "replay"
+
+
+@pytest.fixture(scope="module")
+def servers():
+    a = rh.RedisServer(PORT_A, OUT / "a")
+    b = rh.RedisServer(PORT_B, OUT / "b")
+    try:
+        a.start()
+        b.start()
+        yield a, b
+    finally:
+        a.stop()
+        b.stop()
+
+
+def capture(srv, name, work):
+    """Runs `work` under tcpdump; returns (pcap, A's per-command requests over the window)."""
+    srv.reset_stats()
+    srv.socket_calls.clear()
+    cap = rh.Tcpdump(OUT / f"{name}.pcap", srv.port)
+    try:
+        cap.start()
+        before = srv.snapshot()
+        extra = work()
+    finally:
+        stats = cap.stop()
+    after = srv.snapshot()
+    rh.check_dropped(stats)
+    return cap.out, rh.wire_requests(rh.stats_delta(before, after), srv.socket_calls), extra
+
+
+def replay(pcap, b, *args):
+    """Replays onto B; returns (B's per-command requests, the JSON report, wall seconds)."""
+    b.admin().flushall()
+    b.reset_stats()
+    b.socket_calls.clear()
+    before = b.snapshot()
+    t0 = time.monotonic()
+    r = subprocess.run([str(harness.DBTAP), "replay", str(pcap), "--port", str(PORT_A),
+                        "--target", f"127.0.0.1:{PORT_B}", "--format", "json", *args],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=300)
+    wall = time.monotonic() - t0
+    assert r.returncode == 0, r.stderr
+    after = b.snapshot()
+    got = rh.wire_requests(rh.stats_delta(before, after), b.socket_calls)
+    return got, json.loads(r.stdout), wall
+
+
+def counts(per_cmd: dict) -> dict:
+    return {k: v["requests"] for k, v in per_cmd.items()}
+
+
+def scripted(a):
+    """redis-py: SELECT (db=3), a MULTI/EXEC pipeline, plain commands; returns its counts."""
+    c = a.client(db=3)
+    n = 0
+    for i in range(50):
+        c.set(f"k{i}", i)
+        c.get(f"k{i}")
+        n += 2
+        if i % 10 == 0:
+            p = c.pipeline(transaction=True)
+            p.incr("ctr")
+            p.lpush("l", i)
+            p.execute()
+    c.close()
+    return {"set_get": n}
+
+
+@pytest.fixture(scope="module")
+def workload(servers):
+    a, _ = servers
+
+    def work():
+        rh.benchmark_run(a, "set,get,incr,lpush", 4000, pipeline=16, clients=4)
+        rh.benchmark_run(a, "set,get", 1000, pipeline=1, clients=2)
+        return scripted(a)
+
+    return capture(a, "workload", work)
+
+
+def test_replay_counts_equal_capture_commandstats(servers, workload):
+    _, b = servers
+    pcap, want, extra = workload
+    assert want["set"]["requests"] >= 4000 + 1000 + extra["set_get"] // 2
+    assert want["multi"]["requests"] == 5 and want["select"]["requests"] >= 1
+    got, rep, _ = replay(pcap, b, "--max")
+    assert counts(got) == counts(want)
+    f = rep["fidelity"]
+    assert f["requests_sent"] == f["requests_planned"] == sum(counts(want).values())
+    assert f["skipped_requests"] == {}
+
+
+def test_scale_two_doubles_counts(servers, workload):
+    _, b = servers
+    pcap, want, _ = workload
+    got, rep, _ = replay(pcap, b, "--max", "--scale", "2")
+    assert counts(got) == {k: 2 * v for k, v in counts(want).items()}
+    assert rep["fidelity"]["target_connections"] == 2 * rep["fidelity"]["sessions_captured"]
+
+
+def paced(a):
+    """Two raw connections, each sending PING at its own pace for ~4 s; their send times."""
+    sends = {}
+
+    def one(name, gap, n):
+        c = rh.RawConn(port=PORT_A)
+        times = []
+        for i in range(n):
+            times.append(time.monotonic())
+            c.send("SET", f"pace:{name}", str(i))
+            c.read()
+            time.sleep(gap)
+        c.close()
+        sends[name] = times
+
+    ts = [threading.Thread(target=one, args=("a", 0.2, 20)),
+          threading.Thread(target=one, args=("b", 0.33, 12))]
+    for t in ts:
+        t.start()
+        time.sleep(0.05)
+    for t in ts:
+        t.join()
+    return sends
+
+
+def monitor_times(b, seconds_max, stop):
+    """B's MONITOR lines of SET pace:* (server time per command, by client), until `stop`."""
+    c = rh.RawConn(unix=str(b.sock))
+    c.send("MONITOR")
+    c.read()
+    c.s.settimeout(0.2)
+    lines, buf = [], c.buf
+    deadline = time.monotonic() + seconds_max
+    while time.monotonic() < deadline and not (stop.is_set() and not buf):
+        try:
+            chunk = c.s.recv(65536)
+        except OSError:
+            if stop.is_set():
+                break
+            continue
+        buf += chunk
+        while b"\r\n" in buf:
+            line, buf = buf.split(b"\r\n", 1)
+            lines.append(line.decode(errors="replace"))
+    c.close()
+    out = {}
+    for ln in lines:
+        if '"pace:' in ln:
+            ts, rest = ln[1:].split(" ", 1)
+            client = rest.split("]", 1)[0].split()[-1]
+            out.setdefault(client, []).append(float(ts))
+    return out
+
+
+@pytest.fixture(scope="module")
+def paced_capture(servers):
+    a, _ = servers
+    return capture(a, "paced", lambda: paced(a))
+
+
+@pytest.mark.parametrize("speed", [1.0, 2.5])
+def test_timing_follows_capture(servers, paced_capture, speed):
+    _, b = servers
+    pcap, want, sends = paced_capture
+    span = max(t[-1] for t in sends.values()) - min(t[0] for t in sends.values())
+    stop = threading.Event()
+    box = {}
+    m = threading.Thread(target=lambda: box.update(monitor_times(b, 60, stop)))
+    m.start()
+    time.sleep(0.3)
+    got, rep, _ = replay(pcap, b, "--speed", str(speed))
+    time.sleep(0.3)
+    stop.set()
+    m.join()
+    assert counts(got)["set"] == 32
+    per_client = sorted(box.values(), key=len)
+    assert [len(t) for t in per_client] == [12, 20]
+    first = min(t[0] for t in per_client)
+    last = max(t[-1] for t in per_client)
+    want = span / speed
+    assert abs((last - first) - want) <= 0.05 * want, (last - first, want)
+    for mine, theirs in zip(per_client, sorted(sends.values(), key=len)):
+        gaps = [y - x for x, y in zip(mine, mine[1:])]
+        cgaps = [(y - x) / speed for x, y in zip(theirs, theirs[1:])]
+        for g, c in zip(gaps, cgaps):
+            assert abs(g - c) <= 0.02 + 0.05 * c, (g, c)
+
+
+def test_connection_begun_before_capture(servers):
+    a, b = servers
+    c = rh.RawConn(port=PORT_A)
+    for _ in range(3):
+        c.send("INCR", "early")
+        c.read()
+
+    def work():
+        for _ in range(5):
+            c.send("INCR", "early")
+            c.read()
+        return None
+
+    pcap, want, _ = capture(a, "early", work)
+    c.close()
+    assert want["incr"]["requests"] == 5
+    got, rep, _ = replay(pcap, b, "--max")
+    assert counts(got).get("incr") == 5
+    assert b.admin().get("early") == b"5"
