@@ -232,6 +232,18 @@ pub fn run(args: ReplayArgs) -> Result<()> {
     };
     let (sink, mut fid) = replay::run::replay(plans, &args.options(), &target, sink);
     fid.requests_captured = consumer.agg.totals().stats.count;
+    if fid.target_connections == 0 && fid.requests_planned > 0 {
+        eprintln!(
+            "dbtap: warning: no connection to {} could be opened: nothing was replayed",
+            args.target
+        );
+    }
+    if fid.requests_framed == 0 {
+        eprintln!(
+            "dbtap: warning: the capture holds no request of a protocol replay supports yet \
+             (Redis); see the skipped counts"
+        );
+    }
     for (k, v) in skipped {
         *fid.skipped_requests.entry(k).or_default() += v;
     }
@@ -245,7 +257,13 @@ pub fn run(args: ReplayArgs) -> Result<()> {
         Default::default(),
     );
     let wall = (fid.wall_s * 1e9) as u64;
-    let after = Side::from_aggregator(&args.target, &sink.agg, Some(wall), true, Default::default());
+    let after = Side::from_aggregator(
+        &args.target,
+        &sink.agg,
+        Some(wall),
+        true,
+        Default::default(),
+    );
     let d = diff::compare(&before, &after, &diff::Settings::default());
     let groups = out::group_rows(&consumer.agg, &sink.agg);
     let stdout = std::io::stdout();
@@ -254,7 +272,11 @@ pub fn run(args: ReplayArgs) -> Result<()> {
         DigestFormat::Text => {
             out::fidelity_text(&fid, &mut w)?;
             out::groups_text(&groups, &mut w)?;
-            let limit = if args.limit == 0 { usize::MAX } else { args.limit };
+            let limit = if args.limit == 0 {
+                usize::MAX
+            } else {
+                args.limit
+            };
             diff::render::text(&d, limit, &mut w)?;
         }
         DigestFormat::Json => {

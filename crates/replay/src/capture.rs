@@ -306,7 +306,10 @@ mod tests {
     #[test]
     fn pipelines_are_batches() {
         let get = b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n";
-        let b = collect(true, &[(true, get), (true, get), (false, b"$-1\r\n"), (true, get)]);
+        let b = collect(
+            true,
+            &[(true, get), (true, get), (false, b"$-1\r\n"), (true, get)],
+        );
         assert_eq!(b.len(), 2);
         assert_eq!(b[0].len(), 2);
         assert_eq!(b[1].len(), 1);

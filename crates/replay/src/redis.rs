@@ -89,8 +89,8 @@ pub fn blocks(r: &Request) -> bool {
         return false;
     };
     match name.as_slice() {
-        b"BLPOP" | b"BRPOP" | b"BRPOPLPUSH" | b"BLMOVE" | b"BLMPOP" | b"BZPOPMIN"
-        | b"BZPOPMAX" | b"BZMPOP" | b"WAIT" | b"WAITAOF" => true,
+        b"BLPOP" | b"BRPOP" | b"BRPOPLPUSH" | b"BLMOVE" | b"BLMPOP" | b"BZPOPMIN" | b"BZPOPMAX"
+        | b"BZMPOP" | b"WAIT" | b"WAITAOF" => true,
         b"XREAD" | b"XREADGROUP" => args.any(|a| upper(a) == b"BLOCK"),
         _ => false,
     }
@@ -152,9 +152,14 @@ mod tests {
     #[test]
     fn replies_and_blocking() {
         let s = req(&[b"subscribe", b"a", b"b"]);
-        assert!(matches!(rewrite(&s, &Credentials::default()), Send::Bytes(_, 2)));
+        assert!(matches!(
+            rewrite(&s, &Credentials::default()),
+            Send::Bytes(_, 2)
+        ));
         assert!(blocks(&req(&[b"blpop", b"k", b"0"])));
-        assert!(blocks(&req(&[b"XREAD", b"block", b"0", b"STREAMS", b"s", b"$"])));
+        assert!(blocks(&req(&[
+            b"XREAD", b"block", b"0", b"STREAMS", b"s", b"$"
+        ])));
         assert!(!blocks(&req(&[b"XREAD", b"STREAMS", b"s", b"0"])));
         assert_eq!(selects(&req(&[b"select", b"3"])), Some(b"3".to_vec()));
     }

@@ -228,7 +228,10 @@ mod tests {
             b">2\r\n+message\r\n+x\r\n",
         ];
         for c in cases {
-            assert!(matches!(reply(c), Frame::Whole(l, _) if l == c.len()), "{c:?}");
+            assert!(
+                matches!(reply(c), Frame::Whole(l, _) if l == c.len()),
+                "{c:?}"
+            );
             for cut in 0..c.len() {
                 assert_eq!(reply(&c[..cut]), Frame::More, "{c:?} {cut}");
             }

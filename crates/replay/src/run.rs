@@ -49,6 +49,8 @@ pub trait EventSink: std::marker::Send + 'static {
     fn close(&mut self, conn: u64, ts_ns: u64);
 }
 
+// Nearly every message is an event: boxing it would add an allocation per event.
+#[allow(clippy::large_enum_variant)]
 enum Msg {
     Event(QueryEvent),
     Close(u64, u64),
@@ -105,8 +107,16 @@ pub fn replay<S: EventSink>(
         })
         .collect();
     let offsets = schedule::offsets(&shape, opts.timing, opts.skip_idle_ns);
-    let first = chosen.iter().filter_map(|p| p.batches.first()).map(|b| b.ts_ns).min();
-    let last = chosen.iter().filter_map(|p| p.batches.last()).map(|b| b.ts_ns).max();
+    let first = chosen
+        .iter()
+        .filter_map(|p| p.batches.first())
+        .map(|b| b.ts_ns)
+        .min();
+    let last = chosen
+        .iter()
+        .filter_map(|p| p.batches.last())
+        .map(|b| b.ts_ns)
+        .max();
     fid.capture_span_s = last.unwrap_or(0).saturating_sub(first.unwrap_or(0)) as f64 / 1e9;
     fid.sessions_replayed = chosen.len() as u64 * u64::from(opts.scale);
     fid.requests_planned = chosen.iter().map(requests).sum::<u64>() * u64::from(opts.scale);
@@ -135,7 +145,9 @@ pub fn replay<S: EventSink>(
     launch(&ctx, chosen, offsets, &mut tally);
     fid.wall_s = ctx.start.elapsed().as_secs_f64();
     drop(ctx);
-    let sink = collector.join().unwrap_or_else(|e| std::panic::resume_unwind(e));
+    let sink = collector
+        .join()
+        .unwrap_or_else(|e| std::panic::resume_unwind(e));
     fid.take(&tally);
     (sink, fid)
 }
@@ -247,7 +259,10 @@ impl Stream {
                 unknown(),
                 s.peer_addr()
                     .ok()
-                    .and_then(|a| a.as_pathname().map(|p| Endpoint::unix(&p.to_string_lossy())))
+                    .and_then(|a| {
+                        a.as_pathname()
+                            .map(|p| Endpoint::unix(&p.to_string_lossy()))
+                    })
                     .unwrap_or_else(unknown),
             ),
         }
@@ -318,7 +333,10 @@ fn run_session(ctx: &Ctx, plan: &Plan, offsets: &[u64]) -> Tally {
             t.skip("connect_failed", batch.requests.len() as u64);
             continue;
         };
-        t.lag.record(late);
+        if ctx.opts.timing != Timing::Max {
+            // At --max nothing is scheduled: no lag.
+            t.lag.record(late);
+        }
         let mut out = Vec::new();
         let (mut expect, mut blocking) = (0usize, false);
         for r in &batch.requests {
@@ -339,10 +357,10 @@ fn run_session(ctx: &Ctx, plan: &Plan, offsets: &[u64]) -> Tally {
             continue;
         }
         t.batches += 1;
-        if !c.exchange(ctx, &out, expect, blocking, &mut t) {
-            if let Some(c) = conn.take() {
-                c.close(ctx);
-            }
+        if !c.exchange(ctx, &out, expect, blocking, &mut t)
+            && let Some(c) = conn.take()
+        {
+            c.close(ctx);
         }
     }
     if let Some(c) = conn {
@@ -383,7 +401,8 @@ fn meta(id: u64, s: &Stream) -> ConnMeta {
 }
 
 fn new_session(id: u64, s: &Stream, cfg: &SessionConfig) -> Option<Box<dyn Session>> {
-    proto::registry::spec(proto::Protocol::Redis).map(|spec| (spec.new_session)(meta(id, s), cfg.clone()))
+    proto::registry::spec(proto::Protocol::Redis)
+        .map(|spec| (spec.new_session)(meta(id, s), cfg.clone()))
 }
 
 fn is_timeout(e: &std::io::Error) -> bool {

@@ -47,7 +47,12 @@ pub fn offsets(shape: &Shape, timing: Timing, skip_idle_ns: Option<u64>) -> Vec<
         Timing::Rate(rate) => {
             let mut sent = 0u64;
             for &(_, s, b) in &all {
-                set(&mut out, s, b, scale(sent.saturating_mul(1_000_000_000), rate));
+                set(
+                    &mut out,
+                    s,
+                    b,
+                    scale(sent.saturating_mul(1_000_000_000), rate),
+                );
                 let n = shape.get(s).and_then(|x| x.get(b)).map_or(0, |x| x.1);
                 sent += n as u64;
             }
@@ -68,7 +73,11 @@ pub fn scale(ns: u64, factor: f64) -> u64 {
         return ns;
     }
     let v = (ns as f64 / factor).round();
-    if v >= u64::MAX as f64 { u64::MAX } else { v as u64 }
+    if v >= u64::MAX as f64 {
+        u64::MAX
+    } else {
+        v as u64
+    }
 }
 
 /// Deterministic session sampling: true when the session `conn` is among `pct` percent.

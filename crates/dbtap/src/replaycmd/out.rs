@@ -129,7 +129,10 @@ pub fn fidelity_text(f: &Fidelity, w: &mut impl Write) -> io::Result<()> {
 
 /// Per group: capture beside target.
 pub fn groups_text(rows: &BTreeMap<String, GroupRow>, w: &mut impl Write) -> io::Result<()> {
-    writeln!(w, "# Groups: capture | target (count, errors, rows, service p50/p95/p99 ms)")?;
+    writeln!(
+        w,
+        "# Groups: capture | target (count, errors, rows, service p50/p95/p99 ms)"
+    )?;
     let ms = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.3}"));
     let side = |s: &SideRow| {
         format!(

@@ -53,7 +53,9 @@ impl TargetConn {
             let mut got = 0;
             let mut buf = [0u8; 4096];
             while got < n {
-                c.stream.set_timeout(deadline.checked_duration_since(Instant::now())?).ok()?;
+                c.stream
+                    .set_timeout(deadline.checked_duration_since(Instant::now())?)
+                    .ok()?;
                 let k = c.stream.read(&mut buf).ok().filter(|&k| k > 0)?;
                 c.rbuf.extend_from_slice(buf.get(..k)?);
                 let (r, _, used, ok) = count_replies(&c.rbuf);
@@ -112,7 +114,13 @@ impl TargetConn {
                 }
             };
             let got = buf.get(..k).unwrap_or_default();
-            feed(self.session.as_mut(), Direction::ToClient, got, ctx.now_ns(), &ctx.tx);
+            feed(
+                self.session.as_mut(),
+                Direction::ToClient,
+                got,
+                ctx.now_ns(),
+                &ctx.tx,
+            );
             self.rbuf.extend_from_slice(got);
             let (n, _, used, ok) = count_replies(&self.rbuf);
             self.rbuf.drain(..used);
