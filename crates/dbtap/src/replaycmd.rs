@@ -124,6 +124,7 @@ impl Consumer for CaptureConsumer {
         self.fp.add_to(&mut self.agg, &ev);
     }
     fn close(&mut self, conn: u64, ts_ns: u64) {
+        self.collector.close(conn, ts_ns);
         self.agg.close_conn(conn, ts_ns);
     }
     fn conn_open(&mut self, meta: &ConnMeta) {

@@ -52,6 +52,9 @@ pub struct Plan {
     /// The first database its events name (for a connection begun before the capture).
     pub database: Option<Arc<str>>,
     pub batches: Vec<Batch>,
+    /// When the connection ended in the capture (or the capture did): the replayed
+    /// connection is held open until then (a subscriber keeps receiving).
+    pub end_ns: u64,
 }
 
 enum Chunk {
@@ -68,6 +71,7 @@ struct ConnBuf {
     protocol: Option<Protocol>,
     database: Option<Arc<str>>,
     events: u64,
+    closed_ns: u64,
 }
 
 /// Collects the client bytes of every connection (see the module doc).
@@ -133,6 +137,13 @@ impl Collector {
         }
     }
 
+    /// The connection ended at `ts_ns`.
+    pub fn close(&mut self, conn: u64, ts_ns: u64) {
+        if let Some(c) = self.conns.get_mut(&conn) {
+            c.closed_ns = ts_ns;
+        }
+    }
+
     /// An event of the capture: tells the connection's protocol and database.
     pub fn event(&mut self, ev: &QueryEvent) {
         let Some(c) = self.conns.get_mut(&ev.conn) else {
@@ -171,8 +182,10 @@ impl Collector {
                 None => continue,
             }
             let batches = frame_conn(&c, &mut self.skipped_bytes);
+            let last = batches.last().map_or(0, |b| b.ts_ns);
             if !batches.is_empty() {
                 plans.push(Plan {
+                    end_ns: c.closed_ns.max(last),
                     conn: id,
                     protocol: Protocol::Redis,
                     saw_open: c.saw_open,

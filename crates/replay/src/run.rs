@@ -49,6 +49,9 @@ pub trait EventSink: std::marker::Send + 'static {
     fn close(&mut self, conn: u64, ts_ns: u64);
 }
 
+/// Target events queued for the collector at most (a session waits when it is full).
+const EVENT_QUEUE: usize = 1 << 16;
+
 // Nearly every message is an event: boxing it would add an allocation per event.
 #[allow(clippy::large_enum_variant)]
 enum Msg {
@@ -63,7 +66,7 @@ struct Ctx {
     start: Instant,
     epoch_ns: u64,
     ids: AtomicU64,
-    tx: mpsc::Sender<Msg>,
+    tx: mpsc::SyncSender<Msg>,
     slots: (Mutex<usize>, Condvar),
 }
 
@@ -100,9 +103,11 @@ pub fn replay<S: EventSink>(
     let shape = chosen
         .iter()
         .map(|p| {
+            // The connection's end is scheduled as an empty batch after the last.
             p.batches
                 .iter()
                 .map(|b| (b.ts_ns, b.requests.len()))
+                .chain([(p.end_ns, 0)])
                 .collect()
         })
         .collect();
@@ -120,7 +125,7 @@ pub fn replay<S: EventSink>(
     fid.capture_span_s = last.unwrap_or(0).saturating_sub(first.unwrap_or(0)) as f64 / 1e9;
     fid.sessions_replayed = chosen.len() as u64 * u64::from(opts.scale);
     fid.requests_planned = chosen.iter().map(requests).sum::<u64>() * u64::from(opts.scale);
-    let (tx, rx) = mpsc::channel();
+    let (tx, rx) = mpsc::sync_channel(EVENT_QUEUE);
     let collector = std::thread::spawn(move || {
         for m in rx {
             match m {
@@ -295,7 +300,7 @@ impl Write for Stream {
 
 /// The events of a target session, sent to the collector.
 struct ChanSink<'a> {
-    tx: &'a mpsc::Sender<Msg>,
+    tx: &'a mpsc::SyncSender<Msg>,
     health: Health,
 }
 
@@ -363,7 +368,12 @@ fn run_session(ctx: &Ctx, plan: &Plan, offsets: &[u64]) -> Tally {
             c.close(ctx);
         }
     }
-    if let Some(c) = conn {
+    if let Some(mut c) = conn {
+        if ctx.opts.timing != Timing::Max
+            && let Some(&end) = offsets.get(plan.batches.len())
+        {
+            c.hold_until(ctx, end);
+        }
         c.close(ctx);
     }
     t
@@ -409,7 +419,7 @@ fn is_timeout(e: &std::io::Error) -> bool {
     matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut)
 }
 
-fn feed(s: &mut dyn Session, dir: Direction, b: &[u8], ts: u64, tx: &mpsc::Sender<Msg>) {
+fn feed(s: &mut dyn Session, dir: Direction, b: &[u8], ts: u64, tx: &mpsc::SyncSender<Msg>) {
     let mut sink = ChanSink {
         tx,
         health: Health::default(),

@@ -146,6 +146,38 @@ impl TargetConn {
         true
     }
 
+    /// Keeps the connection open until `off_ns` from the replay's start (the captured
+    /// connection's end), reading what the server pushes (a subscriber's messages).
+    pub(super) fn hold_until(&mut self, ctx: &Ctx, off_ns: u64) {
+        let mut buf = vec![0u8; 64 << 10];
+        loop {
+            let now = ctx.start.elapsed().as_nanos() as u64;
+            if now >= off_ns
+                || self
+                    .stream
+                    .set_timeout(std::time::Duration::from_nanos(off_ns - now))
+                    .is_err()
+            {
+                return;
+            }
+            match self.stream.read(&mut buf) {
+                Ok(0) => return,
+                Ok(k) => {
+                    let got = buf.get(..k).unwrap_or_default();
+                    feed(
+                        self.session.as_mut(),
+                        Direction::ToClient,
+                        got,
+                        ctx.now_ns(),
+                        &ctx.tx,
+                    );
+                }
+                Err(e) if is_timeout(&e) => {}
+                Err(_) => return,
+            }
+        }
+    }
+
     /// Closes the target session (its unanswered requests become events) and the connection.
     pub(super) fn close(mut self, ctx: &Ctx) {
         let ts = ctx.now_ns();
