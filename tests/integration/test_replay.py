@@ -2,7 +2,8 @@
 clients (redis-benchmark with and without -P 16, redis-py with SELECT and MULTI/EXEC, a paced
 raw-socket client), captured with tcpdump on lo, replayed onto B. The truth is the servers'
 own counters (A's INFO commandstats over the capture window, B's after the replay), the
-clients' own counts and B's MONITOR timestamps; never dbtap's report.
+clients' own counts, B's MONITOR timestamps and PUBSUB NUMSUB, and wall clocks; never
+dbtap's report (its fidelity counts are checked against those, not used as truth).
 
 Ports 38400-38449 only.
 """
@@ -233,3 +234,62 @@ def test_connection_begun_before_capture(servers):
     got, rep, _ = replay(pcap, b, "--max")
     assert counts(got).get("incr") == 5
     assert b.admin().get("early") == b"5"
+
+
+def test_blocking_command_wait_is_bounded(servers):
+    a, b = servers
+
+    def work():
+        c = rh.RawConn(port=PORT_A)
+        c.send("BLPOP", "nothing", "2")  # answered nil by A after 2 s
+        c.read()
+        c.send("SET", "after_block", "1")
+        c.read()
+        c.close()
+
+    pcap, want, _ = capture(a, "blocking", work)
+    assert want["blpop"]["requests"] == 1 and want["set"]["requests"] == 1
+    got, rep, wall = replay(pcap, b, "--max", "--block-wait", "0.3")
+    assert counts(got).get("set") == 1
+    assert b.admin().get("after_block") == b"1"
+    assert wall < 1.5, wall  # not the captured 2 s of BLPOP
+    assert rep["fidelity"]["skipped_requests"].get("blocking_reply_abandoned") == 1
+
+
+def test_subscriber_held_open_until_its_captured_end(servers):
+    a, b = servers
+
+    def work():
+        sub = rh.RawConn(port=PORT_A)
+        sub.send("SUBSCRIBE", "ch")
+        sub.read()
+        pub = rh.RawConn(port=PORT_A)
+        for i in range(4):
+            time.sleep(0.2)
+            pub.send("PUBLISH", "ch", str(i))
+            assert pub.read() == (":", "1")  # the subscriber received it
+        time.sleep(0.2)
+        sub.close()
+        pub.close()
+
+    pcap, want, _ = capture(a, "pubsub", work)
+    seen = []
+    stop = threading.Event()
+
+    def poll():
+        while not stop.is_set():
+            n = b.admin().pubsub_numsub("ch")[0][1]
+            b.socket_calls["pubsub"] += 1
+            if n == 1:
+                seen.append(time.monotonic())
+            time.sleep(0.01)
+
+    t = threading.Thread(target=poll)
+    t.start()
+    try:
+        got, rep, _ = replay(pcap, b, "--speed", "1")
+    finally:
+        stop.set()
+        t.join()
+    assert counts(got).get("publish") == 4 and counts(got).get("subscribe") == 1
+    assert seen and seen[-1] - seen[0] >= 0.7, seen[-1] - seen[0] if seen else None
