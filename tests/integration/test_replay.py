@@ -57,9 +57,12 @@ def capture(srv, name, work):
     return cap.out, rh.wire_requests(rh.stats_delta(before, after), srv.socket_calls), extra
 
 
-def replay(pcap, b, *args):
-    """Replays onto B; returns (B's per-command requests, the JSON report, wall seconds)."""
+def replay(pcap, b, *args, prepare=None):
+    """Replays onto B; returns (B's per-command requests, the JSON report, wall seconds).
+    `prepare(admin)` runs on B over its UNIX socket before the statistics are reset."""
     b.admin().flushall()
+    if prepare:
+        prepare(b.admin())
     b.reset_stats()
     b.socket_calls.clear()
     before = b.snapshot()
@@ -70,7 +73,9 @@ def replay(pcap, b, *args):
     wall = time.monotonic() - t0
     assert r.returncode == 0, r.stderr
     after = b.snapshot()
-    got = rh.wire_requests(rh.stats_delta(before, after), b.socket_calls)
+    delta = rh.stats_delta(before, after)
+    replay.errorstats = delta["errorstats"]
+    got = rh.wire_requests(delta, b.socket_calls)
     return got, json.loads(r.stdout), wall
 
 
@@ -293,3 +298,25 @@ def test_subscriber_held_open_until_its_captured_end(servers):
         t.join()
     assert counts(got).get("publish") == 4 and counts(got).get("subscribe") == 1
     assert seen and seen[-1] - seen[0] >= 0.7, seen[-1] - seen[0] if seen else None
+
+
+def test_new_errors_on_target_are_reported(servers):
+    a, b = servers
+
+    def work():
+        c = rh.RawConn(port=PORT_A)
+        for i in range(3):
+            c.send("LPUSH", "t", str(i))
+            assert c.read()[0] == ":"
+        c.close()
+
+    pcap, want, _ = capture(a, "errors", work)
+    assert want["lpush"] == {"requests": 3, "errors": 0}
+    # On B, t is a string: every LPUSH fails with WRONGTYPE.
+    got, rep, _ = replay(pcap, b, "--max", prepare=lambda adm: adm.set("t", "s"))
+    assert got["lpush"] == {"requests": 3, "errors": 3}
+    assert replay.errorstats == {"WRONGTYPE": 3}
+    g = [g for g in rep["groups"].values() if g["fingerprint"] == "LPUSH"]
+    assert len(g) == 1, rep["groups"]
+    assert (g[0]["capture"]["errors"], g[0]["target"]["errors"]) == (0, 3)
+    assert any(m.startswith("WRONGTYPE") for m in g[0]["new_errors"]), g[0]
