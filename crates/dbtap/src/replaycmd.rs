@@ -302,3 +302,49 @@ struct ReplayJson<'a> {
     groups: &'a BTreeMap<String, out::GroupRow>,
     diff: &'a diff::Diff,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::{Cli, Command};
+    use clap::Parser;
+
+    fn args(a: &[&str]) -> Result<ReplayArgs, clap::Error> {
+        let base = ["dbtap", "replay", "c.pcap", "--target", "127.0.0.1:6379"];
+        Cli::try_parse_from([&base[..], a].concat()).map(|c| match c.command {
+            Command::Replay(r) => r,
+            _ => unreachable!("dbtap replay parses as Replay"),
+        })
+    }
+
+    #[test]
+    fn replay_options() {
+        let o = args(&[]).unwrap().options();
+        assert_eq!(
+            (o.timing, o.scale, o.sessions_pct),
+            (Timing::Speed(1.0), 1, 100.0)
+        );
+        assert_eq!(
+            args(&["--speed", "2.5"]).unwrap().options().timing,
+            Timing::Speed(2.5)
+        );
+        assert_eq!(
+            args(&["--rate", "150.5"]).unwrap().options().timing,
+            Timing::Rate(150.5)
+        );
+        assert_eq!(args(&["--max"]).unwrap().options().timing, Timing::Max);
+        assert!(args(&["--max", "--speed", "2"]).is_err());
+        assert!(args(&["--speed", "0"]).is_err());
+        assert!(args(&["--speed", "-1"]).is_err());
+        assert_eq!(args(&["--sessions", "25%"]).unwrap().sessions, 25.0);
+        assert!(args(&["--sessions", "0%"]).is_err());
+        assert!(args(&["--scale", "0"]).is_err());
+        let u = args(&[]).unwrap();
+        assert!(matches!(u.target(), Ok(Target::Tcp(_))));
+        let mut u = u;
+        u.target = "/run/redis.sock".into();
+        assert!(matches!(u.target(), Ok(Target::Unix(_))));
+        u.target = "nohost".into();
+        assert!(u.target().is_err());
+    }
+}

@@ -332,6 +332,45 @@ mod tests {
     }
 
     #[test]
+    fn gaps_and_read_ahead_are_counted() {
+        let get: &[u8] = b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n";
+        let mut c = Collector::new(Limits { max_bytes: 40 });
+        c.open(1, true);
+        c.bytes(1, true, 1, &get[..6]);
+        c.gap(1, true, 10);
+        c.bytes(1, true, 2, get); // resynchronised at a whole command
+        c.bytes(1, true, 3, get); // beyond the 40 bytes held
+        let mut ev = proto::testing::event(Protocol::Redis, "get", 0, Some(1));
+        ev.conn = 1;
+        c.event(&ev);
+        let (plans, _, bytes) = c.finish();
+        assert_eq!(plans.len(), 1);
+        assert_eq!(
+            plans[0]
+                .batches
+                .iter()
+                .map(|b| b.requests.len())
+                .sum::<usize>(),
+            1
+        );
+        assert_eq!(bytes.get("capture_gap"), Some(&10));
+        assert_eq!(bytes.get("read_ahead"), Some(&(get.len() as u64)));
+    }
+
+    #[test]
+    fn other_protocols_are_skipped_and_counted() {
+        let mut c = Collector::new(Limits { max_bytes: 1 << 20 });
+        c.open(7, true);
+        c.bytes(7, true, 1, b"\x05\x00\x00\x00\x03SEL");
+        let mut ev = proto::testing::event(Protocol::Mysql, "query", 0, Some(1));
+        ev.conn = 7;
+        c.event(&ev);
+        let (plans, skipped, _) = c.finish();
+        assert!(plans.is_empty());
+        assert_eq!(skipped.get("mysql_not_supported_yet"), Some(&1));
+    }
+
+    #[test]
     fn midstream_starts_at_first_whole_command() {
         let get = b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n";
         let b = collect(false, &[(true, b"\r\nk\r\n"), (true, get)]);

@@ -111,7 +111,12 @@ pub fn replay<S: EventSink>(
                 .collect()
         })
         .collect();
-    let offsets = schedule::offsets(&shape, opts.timing, opts.skip_idle_ns);
+    // --rate is over all copies: each of the `scale` copies runs at its share.
+    let timing = match opts.timing {
+        Timing::Rate(r) => Timing::Rate(r / f64::from(opts.scale.max(1))),
+        t => t,
+    };
+    let offsets = schedule::offsets(&shape, timing, opts.skip_idle_ns);
     let first = chosen
         .iter()
         .filter_map(|p| p.batches.first())
