@@ -38,6 +38,9 @@ pub enum Command {
     /// Browse query history in a web browser: a store written by `--store`, or captures
     /// digested at start. Serves the pages and the JSON API (docs/api.md) until Ctrl-C.
     Ui(crate::uicmd::UiArgs),
+    /// Replay the captured sessions onto a target server (Redis for now) and compare the
+    /// target's numbers with the capture's.
+    Replay(crate::replaycmd::ReplayArgs),
 }
 
 #[derive(Args, Debug, Clone)]
@@ -385,6 +388,7 @@ impl Command {
             Command::Top(a) => &a.capture.grouping,
             Command::Diff(a) => &a.grouping,
             Command::Ui(a) => &a.grouping,
+            Command::Replay(a) => &a.grouping,
         }
     }
 }

@@ -7,6 +7,7 @@ mod cli;
 mod diffcmd;
 mod fp;
 mod pipeline;
+mod replaycmd;
 mod rotate;
 mod selection;
 mod service;
@@ -47,6 +48,7 @@ fn main() -> ExitCode {
             other => other.map(|_| ()),
         },
         Command::Ui(args) => uicmd::run(args),
+        Command::Replay(args) => replaycmd::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -32,6 +32,14 @@ pub trait Consumer {
     /// Bytes of a socket stream (the eBPF source) to or from `server`, as they are delivered:
     /// the stream counterpart of [`Consumer::segment`]; nothing by default.
     fn stream_bytes(&mut self, _server: &proto::Endpoint, _to_server: bool, _len: usize) {}
+    /// A connection was opened (its session or its protocol sniffing starts); for consumers
+    /// that follow connections' bytes (`dbtap replay`); nothing by default.
+    fn conn_open(&mut self, _meta: &ConnMeta) {}
+    /// The bytes of connection `conn` handed to its session, in stream order per direction,
+    /// with the time of the packet they came in; nothing by default.
+    fn conn_bytes(&mut self, _conn: u64, _to_server: bool, _ts_ns: u64, _bytes: &[u8]) {}
+    /// Reassembly lost `len` bytes of connection `conn` in one direction; nothing by default.
+    fn conn_gap(&mut self, _conn: u64, _to_server: bool, _len: u64) {}
 }
 
 /// Where the pipeline looks for servers.
@@ -149,6 +157,7 @@ impl<C: Consumer> Conns<C> {
     /// for its first bytes to tell.
     fn open_meta(&mut self, meta: ConnMeta) {
         let id = meta.id;
+        self.consumer.conn_open(&meta);
         let known = meta
             .server
             .port()
@@ -374,6 +383,7 @@ fn feed_session<C: Consumer>(
     (id, dir, data, ts_ns): (u64, Dir, &[u8], u64),
 ) -> bool {
     let encrypted = ledger.health.encrypted_connections;
+    consumer.conn_bytes(id, dir == Dir::ToServer, ts_ns, data);
     let mut sink = SinkRef::new(consumer, ledger, id, data.len());
     let go_on = s.feed(direction(dir), data, ts_ns, &mut sink) == Progress::Continue;
     drop(sink);
@@ -441,6 +451,7 @@ impl<C: Consumer> flow::Handler for Conns<C> {
     }
 
     fn gap(&mut self, id: u64, dir: Dir, len: u64, ts_ns: u64) {
+        self.consumer.conn_gap(id, dir == Dir::ToServer, len);
         let mut sink = SinkRef::new(&mut self.consumer, &mut self.health, id, 0);
         if let Some(Conn::Known(s)) = self.conns.get_mut(&id) {
             s.gap(direction(dir), len, ts_ns, &mut sink);

@@ -1,0 +1,379 @@
+//! The capture side: each connection's client bytes as the pipeline hands them to its
+//! session, with reply and gap markers, framed at the end into requests and batches
+//! (requests the client sent back to back before any reply: a pipeline).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use proto::redis::wire::{Probe, probe_command};
+use proto::{Protocol, QueryEvent};
+
+use crate::resp::{self, Frame};
+
+/// Bounds on what is held before the replay starts.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// Client bytes held over all connections; beyond it a connection's further bytes are
+    /// dropped and counted (`read_ahead`), and it resumes at no later point.
+    pub max_bytes: usize,
+}
+
+/// One request: its bytes as captured and its arguments' ranges in them.
+#[derive(Clone, Debug)]
+pub struct Request {
+    pub ts_ns: u64,
+    pub bytes: Vec<u8>,
+    pub args: Vec<(usize, usize)>,
+}
+
+impl Request {
+    /// The arguments.
+    pub fn args(&self) -> impl Iterator<Item = &[u8]> {
+        self.args
+            .iter()
+            .map(|&(s, e)| self.bytes.get(s..e).unwrap_or_default())
+    }
+}
+
+/// Requests sent back to back before any reply came: they go out together.
+#[derive(Clone, Debug, Default)]
+pub struct Batch {
+    pub ts_ns: u64,
+    pub requests: Vec<Request>,
+}
+
+/// One captured connection, ready to replay.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    pub conn: u64,
+    pub protocol: Protocol,
+    /// The connection's opening was captured.
+    pub saw_open: bool,
+    /// The first database its events name (for a connection begun before the capture).
+    pub database: Option<Arc<str>>,
+    pub batches: Vec<Batch>,
+    /// When the connection ended in the capture (or the capture did): the replayed
+    /// connection is held open until then (a subscriber keeps receiving).
+    pub end_ns: u64,
+}
+
+enum Chunk {
+    Client(u64, Vec<u8>),
+    Reply,
+    Gap,
+}
+
+#[derive(Default)]
+struct ConnBuf {
+    saw_open: bool,
+    chunks: Vec<Chunk>,
+    overflowed: bool,
+    protocol: Option<Protocol>,
+    database: Option<Arc<str>>,
+    events: u64,
+    closed_ns: u64,
+}
+
+/// Collects the client bytes of every connection (see the module doc).
+pub struct Collector {
+    limits: Limits,
+    conns: HashMap<u64, ConnBuf>,
+    held: usize,
+    /// Skipped requests by reason.
+    pub skipped: BTreeMap<String, u64>,
+    /// Skipped bytes by reason (bytes that framed no request).
+    pub skipped_bytes: BTreeMap<String, u64>,
+}
+
+impl Collector {
+    pub fn new(limits: Limits) -> Collector {
+        Collector {
+            limits,
+            conns: HashMap::new(),
+            held: 0,
+            skipped: BTreeMap::new(),
+            skipped_bytes: BTreeMap::new(),
+        }
+    }
+
+    /// A connection opened (`saw_open`: its start was captured).
+    pub fn open(&mut self, conn: u64, saw_open: bool) {
+        self.conns.entry(conn).or_default().saw_open = saw_open;
+    }
+
+    /// Bytes of `conn` handed to its session.
+    pub fn bytes(&mut self, conn: u64, to_server: bool, ts_ns: u64, data: &[u8]) {
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        if !to_server {
+            if !matches!(c.chunks.last(), Some(Chunk::Reply) | None) {
+                c.chunks.push(Chunk::Reply);
+            }
+            return;
+        }
+        if c.protocol.is_some_and(|p| p != Protocol::Redis) {
+            return;
+        }
+        if c.overflowed || self.held + data.len() > self.limits.max_bytes {
+            if !c.overflowed {
+                c.chunks.push(Chunk::Gap);
+            }
+            c.overflowed = true;
+            *self.skipped_bytes.entry("read_ahead".into()).or_default() += data.len() as u64;
+            return;
+        }
+        self.held += data.len();
+        c.chunks.push(Chunk::Client(ts_ns, data.to_vec()));
+    }
+
+    /// Reassembly lost bytes of `conn`.
+    pub fn gap(&mut self, conn: u64, to_server: bool, len: u64) {
+        if let Some(c) = self.conns.get_mut(&conn)
+            && to_server
+        {
+            c.chunks.push(Chunk::Gap);
+            *self.skipped_bytes.entry("capture_gap".into()).or_default() += len;
+        }
+    }
+
+    /// The connection ended at `ts_ns`.
+    pub fn close(&mut self, conn: u64, ts_ns: u64) {
+        if let Some(c) = self.conns.get_mut(&conn) {
+            c.closed_ns = ts_ns;
+        }
+    }
+
+    /// An event of the capture: tells the connection's protocol and database.
+    pub fn event(&mut self, ev: &QueryEvent) {
+        let Some(c) = self.conns.get_mut(&ev.conn) else {
+            return;
+        };
+        c.events += 1;
+        if c.database.is_none() {
+            c.database = ev.database.clone();
+        }
+        if c.protocol.is_none() {
+            c.protocol = Some(ev.protocol);
+            if ev.protocol != Protocol::Redis {
+                let freed: usize = c.chunks.iter().map(chunk_len).sum();
+                self.held = self.held.saturating_sub(freed);
+                c.chunks = Vec::new();
+            }
+        }
+    }
+
+    /// The connections to replay, in order of their first request, with what was skipped.
+    pub fn finish(mut self) -> (Vec<Plan>, BTreeMap<String, u64>, BTreeMap<String, u64>) {
+        let mut ids: Vec<u64> = self.conns.keys().copied().collect();
+        ids.sort_unstable();
+        let mut plans = Vec::new();
+        for id in ids {
+            let Some(c) = self.conns.remove(&id) else {
+                continue;
+            };
+            match c.protocol {
+                Some(Protocol::Redis) => {}
+                Some(p) => {
+                    let reason = format!("{}_not_supported_yet", p.name());
+                    *self.skipped.entry(reason).or_default() += c.events;
+                    continue;
+                }
+                None => continue,
+            }
+            let batches = frame_conn(&c, &mut self.skipped_bytes);
+            let last = batches.last().map_or(0, |b| b.ts_ns);
+            if !batches.is_empty() {
+                plans.push(Plan {
+                    end_ns: c.closed_ns.max(last),
+                    conn: id,
+                    protocol: Protocol::Redis,
+                    saw_open: c.saw_open,
+                    database: c.database,
+                    batches,
+                });
+            }
+        }
+        plans.sort_by_key(|p| (p.batches.first().map_or(0, |b| b.ts_ns), p.conn));
+        (plans, self.skipped, self.skipped_bytes)
+    }
+}
+
+fn chunk_len(c: &Chunk) -> usize {
+    match c {
+        Chunk::Client(_, b) => b.len(),
+        _ => 0,
+    }
+}
+
+/// Frames one connection's chunks into batches of requests.
+fn frame_conn(c: &ConnBuf, skipped: &mut BTreeMap<String, u64>) -> Vec<Batch> {
+    let mut f = Framer {
+        pend: Vec::new(),
+        pend_ts: 0,
+        synced: c.saw_open,
+        reply_since: true,
+        batches: Vec::new(),
+    };
+    for chunk in &c.chunks {
+        match chunk {
+            Chunk::Client(ts, data) => f.client(*ts, data, skipped),
+            Chunk::Reply => f.reply_since = true,
+            Chunk::Gap => {
+                f.pend.clear();
+                f.synced = false;
+            }
+        }
+    }
+    if !f.pend.is_empty() {
+        *skipped.entry("incomplete_at_end".into()).or_default() += f.pend.len() as u64;
+    }
+    f.batches
+}
+
+struct Framer {
+    pend: Vec<u8>,
+    pend_ts: u64,
+    synced: bool,
+    reply_since: bool,
+    batches: Vec<Batch>,
+}
+
+impl Framer {
+    fn client(&mut self, ts: u64, data: &[u8], skipped: &mut BTreeMap<String, u64>) {
+        if self.pend.is_empty() {
+            self.pend_ts = ts;
+        }
+        self.pend.extend_from_slice(data);
+        loop {
+            if !self.synced {
+                match probe_command(&self.pend) {
+                    Probe::Match => self.synced = true,
+                    Probe::NeedMore => return,
+                    Probe::NoMatch => {
+                        let n = self.pend.len() as u64;
+                        *skipped.entry("midstream_prefix".into()).or_default() += n;
+                        self.pend.clear();
+                        return;
+                    }
+                }
+            }
+            match resp::request(&self.pend) {
+                Frame::Whole(len, args) => {
+                    let bytes: Vec<u8> = self.pend.drain(..len).collect();
+                    self.push(Request {
+                        ts_ns: self.pend_ts,
+                        bytes,
+                        args,
+                    });
+                    self.pend_ts = ts;
+                    if self.pend.is_empty() {
+                        return;
+                    }
+                }
+                Frame::More => return,
+                Frame::Invalid => {
+                    let n = self.pend.len() as u64;
+                    *skipped.entry("unframed".into()).or_default() += n;
+                    self.pend.clear();
+                    self.synced = false;
+                    return;
+                }
+            }
+        }
+    }
+
+    fn push(&mut self, r: Request) {
+        match self.batches.last_mut() {
+            Some(b) if !self.reply_since => b.requests.push(r),
+            _ => self.batches.push(Batch {
+                ts_ns: r.ts_ns,
+                requests: vec![r],
+            }),
+        }
+        self.reply_since = false;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn collect(saw_open: bool, steps: &[(bool, &[u8])]) -> Vec<Vec<Vec<u8>>> {
+        let mut c = Collector::new(Limits { max_bytes: 1 << 20 });
+        c.open(1, saw_open);
+        for (i, (to_server, b)) in steps.iter().enumerate() {
+            c.bytes(1, *to_server, i as u64, b);
+        }
+        let mut ev = proto::testing::event(Protocol::Redis, "get", 0, Some(1));
+        ev.conn = 1;
+        c.event(&ev);
+        let (plans, _, _) = c.finish();
+        plans
+            .iter()
+            .flat_map(|p| p.batches.iter())
+            .map(|b| b.requests.iter().map(|r| r.bytes.clone()).collect())
+            .collect()
+    }
+
+    #[test]
+    fn pipelines_are_batches() {
+        let get = b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n";
+        let b = collect(
+            true,
+            &[(true, get), (true, get), (false, b"$-1\r\n"), (true, get)],
+        );
+        assert_eq!(b.len(), 2);
+        assert_eq!(b[0].len(), 2);
+        assert_eq!(b[1].len(), 1);
+        // Split across deliveries.
+        let b = collect(true, &[(true, &get[..5]), (true, &get[5..])]);
+        assert_eq!(b, vec![vec![get.to_vec()]]);
+    }
+
+    #[test]
+    fn gaps_and_read_ahead_are_counted() {
+        let get: &[u8] = b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n";
+        let mut c = Collector::new(Limits { max_bytes: 40 });
+        c.open(1, true);
+        c.bytes(1, true, 1, &get[..6]);
+        c.gap(1, true, 10);
+        c.bytes(1, true, 2, get); // resynchronised at a whole command
+        c.bytes(1, true, 3, get); // beyond the 40 bytes held
+        let mut ev = proto::testing::event(Protocol::Redis, "get", 0, Some(1));
+        ev.conn = 1;
+        c.event(&ev);
+        let (plans, _, bytes) = c.finish();
+        assert_eq!(plans.len(), 1);
+        assert_eq!(
+            plans[0]
+                .batches
+                .iter()
+                .map(|b| b.requests.len())
+                .sum::<usize>(),
+            1
+        );
+        assert_eq!(bytes.get("capture_gap"), Some(&10));
+        assert_eq!(bytes.get("read_ahead"), Some(&(get.len() as u64)));
+    }
+
+    #[test]
+    fn other_protocols_are_skipped_and_counted() {
+        let mut c = Collector::new(Limits { max_bytes: 1 << 20 });
+        c.open(7, true);
+        c.bytes(7, true, 1, b"\x05\x00\x00\x00\x03SEL");
+        let mut ev = proto::testing::event(Protocol::Mysql, "query", 0, Some(1));
+        ev.conn = 7;
+        c.event(&ev);
+        let (plans, skipped, _) = c.finish();
+        assert!(plans.is_empty());
+        assert_eq!(skipped.get("mysql_not_supported_yet"), Some(&1));
+    }
+
+    #[test]
+    fn midstream_starts_at_first_whole_command() {
+        let get = b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n";
+        let b = collect(false, &[(true, b"\r\nk\r\n"), (true, get)]);
+        assert_eq!(b, vec![vec![get.to_vec()]]);
+    }
+}

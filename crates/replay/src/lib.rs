@@ -1,0 +1,19 @@
+//! Replay of captured database sessions onto a target server: the captured connections'
+//! client bytes are framed into requests ([`capture`]), scheduled ([`schedule`]) and sent, one
+//! target connection per captured connection, each waiting for its own replies ([`run`]).
+//! The target's replies are read by the same protocol sessions as a capture, so both sides of
+//! the report come from the same code. Redis only for now ([`redis`], [`resp`]).
+
+#![forbid(unsafe_code)]
+
+pub mod capture;
+pub mod fidelity;
+pub mod redis;
+pub mod resp;
+pub mod run;
+pub mod schedule;
+
+pub use capture::{Collector, Limits, Plan};
+pub use fidelity::Fidelity;
+pub use run::{Options, Target};
+pub use schedule::Timing;

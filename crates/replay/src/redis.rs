@@ -1,0 +1,166 @@
+//! Redis specifics of a replay: credentials in place of the captured AUTH, how many replies
+//! a request gets, which commands block.
+
+use crate::capture::Request;
+use crate::resp;
+
+/// The credentials the replay logs in with.
+#[derive(Clone, Debug, Default)]
+pub struct Credentials {
+    pub user: Option<String>,
+    pub password: Option<String>,
+}
+
+/// A request as it is sent to the target.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Send {
+    /// These bytes, answered by this many replies.
+    Bytes(Vec<u8>, usize),
+    /// Not sent (a captured AUTH without credentials to replace it).
+    Dropped(&'static str),
+}
+
+fn upper(b: &[u8]) -> Vec<u8> {
+    b.to_ascii_uppercase()
+}
+
+/// The command sent for a captured request.
+pub fn rewrite(r: &Request, creds: &Credentials) -> Send {
+    let args: Vec<&[u8]> = r.args().collect();
+    let Some(name) = args.first().map(|n| upper(n)) else {
+        return Send::Bytes(r.bytes.clone(), 0);
+    };
+    match name.as_slice() {
+        b"AUTH" => match auth_args(creds) {
+            Some(a) => {
+                let mut all: Vec<&[u8]> = vec![b"AUTH"];
+                all.extend(a.iter().map(|s| s.as_bytes()));
+                Send::Bytes(resp::encode(&all), 1)
+            }
+            None => Send::Dropped("auth_dropped"),
+        },
+        b"HELLO" => Send::Bytes(hello(&args, creds), 1),
+        b"SUBSCRIBE" | b"PSUBSCRIBE" | b"SSUBSCRIBE" | b"UNSUBSCRIBE" | b"PUNSUBSCRIBE"
+        | b"SUNSUBSCRIBE" => Send::Bytes(r.bytes.clone(), args.len().saturating_sub(1).max(1)),
+        _ => Send::Bytes(r.bytes.clone(), 1),
+    }
+}
+
+/// `[user] password` for AUTH, if a password is given.
+pub fn auth_args(creds: &Credentials) -> Option<Vec<String>> {
+    let p = creds.password.clone()?;
+    Some(match &creds.user {
+        Some(u) => vec![u.clone(), p],
+        None => vec![p],
+    })
+}
+
+/// HELLO with its captured `AUTH user pass` taken out and the given credentials put in.
+fn hello(args: &[&[u8]], creds: &Credentials) -> Vec<u8> {
+    let mut out: Vec<Vec<u8>> = Vec::new();
+    let mut i = 0;
+    while let Some(a) = args.get(i) {
+        if i > 0 && upper(a) == b"AUTH" {
+            i += 3;
+            continue;
+        }
+        out.push(a.to_vec());
+        i += 1;
+    }
+    if let Some(p) = &creds.password {
+        // HELLO AUTH needs a protocol version first.
+        if out.len() == 1 {
+            out.push(b"2".to_vec());
+        }
+        let user = creds.user.clone().unwrap_or_else(|| "default".into());
+        out.insert(2.min(out.len()), p.clone().into_bytes());
+        out.insert(2.min(out.len()), user.into_bytes());
+        out.insert(2.min(out.len()), b"AUTH".to_vec());
+    }
+    let refs: Vec<&[u8]> = out.iter().map(|v| v.as_slice()).collect();
+    resp::encode(&refs)
+}
+
+/// True when the request may block the connection (BLPOP and the like, XREAD ... BLOCK,
+/// WAIT): its reply is waited for at most the block wait.
+pub fn blocks(r: &Request) -> bool {
+    let mut args = r.args();
+    let Some(name) = args.next().map(upper) else {
+        return false;
+    };
+    match name.as_slice() {
+        b"BLPOP" | b"BRPOP" | b"BRPOPLPUSH" | b"BLMOVE" | b"BLMPOP" | b"BZPOPMIN" | b"BZPOPMAX"
+        | b"BZMPOP" | b"WAIT" | b"WAITAOF" => true,
+        b"XREAD" | b"XREADGROUP" => args.any(|a| upper(a) == b"BLOCK"),
+        _ => false,
+    }
+}
+
+/// The database a request selects, if it is a SELECT.
+pub fn selects(r: &Request) -> Option<Vec<u8>> {
+    let mut args = r.args();
+    let name = args.next().map(upper)?;
+    (name == b"SELECT").then(|| args.next().map(<[u8]>::to_vec))?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::resp::Frame;
+
+    fn req(args: &[&[u8]]) -> Request {
+        let bytes = resp::encode(args);
+        let Frame::Whole(_, a) = resp::request(&bytes) else {
+            panic!("encoded");
+        };
+        Request {
+            ts_ns: 0,
+            bytes,
+            args: a,
+        }
+    }
+
+    #[test]
+    fn auth_is_replaced_or_dropped() {
+        let r = req(&[b"AUTH", b"secret"]);
+        assert_eq!(
+            rewrite(&r, &Credentials::default()),
+            Send::Dropped("auth_dropped")
+        );
+        let c = Credentials {
+            user: None,
+            password: Some("pw".into()),
+        };
+        assert_eq!(
+            rewrite(&r, &c),
+            Send::Bytes(resp::encode(&[b"AUTH", b"pw"]), 1)
+        );
+        let h = req(&[b"HELLO", b"3", b"AUTH", b"u", b"old", b"SETNAME", b"n"]);
+        assert_eq!(
+            rewrite(&h, &Credentials::default()),
+            Send::Bytes(resp::encode(&[b"HELLO", b"3", b"SETNAME", b"n"]), 1)
+        );
+        assert_eq!(
+            rewrite(&h, &c),
+            Send::Bytes(
+                resp::encode(&[b"HELLO", b"3", b"AUTH", b"default", b"pw", b"SETNAME", b"n"]),
+                1
+            )
+        );
+    }
+
+    #[test]
+    fn replies_and_blocking() {
+        let s = req(&[b"subscribe", b"a", b"b"]);
+        assert!(matches!(
+            rewrite(&s, &Credentials::default()),
+            Send::Bytes(_, 2)
+        ));
+        assert!(blocks(&req(&[b"blpop", b"k", b"0"])));
+        assert!(blocks(&req(&[
+            b"XREAD", b"block", b"0", b"STREAMS", b"s", b"$"
+        ])));
+        assert!(!blocks(&req(&[b"XREAD", b"STREAMS", b"s", b"0"])));
+        assert_eq!(selects(&req(&[b"select", b"3"])), Some(b"3".to_vec()));
+    }
+}

@@ -1,0 +1,433 @@
+//! The replay itself: one thread per replayed session (bounded by `max_connections`), each
+//! with its own target connection, sending its batches on schedule and waiting for its own
+//! replies (closed loop). What it sends and receives is fed to a protocol session of the
+//! target, whose events go to the caller's sink on one collector thread.
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::TcpStream;
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::sync::atomic::AtomicU64;
+use std::sync::mpsc;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use proto::{ConnMeta, Direction, Endpoint, Health, QueryEvent, Session, SessionConfig, Sink};
+
+use crate::capture::Plan;
+use crate::fidelity::{Fidelity, Tally};
+use crate::redis::{self, Credentials, Send};
+use crate::resp::{self, Frame};
+use crate::schedule::{self, Timing};
+
+/// Where the replay goes.
+#[derive(Clone, Debug)]
+pub enum Target {
+    Tcp(String),
+    Unix(PathBuf),
+}
+
+/// How the replay runs.
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub timing: Timing,
+    pub skip_idle_ns: Option<u64>,
+    pub scale: u32,
+    pub sessions_pct: f64,
+    pub max_connections: usize,
+    pub creds: Credentials,
+    /// Longest wait for the replies of a batch (then the session goes on, counted).
+    pub reply_timeout: Duration,
+    /// Longest wait for a blocking command's reply (then the connection is replaced).
+    pub block_wait: Duration,
+    pub session: SessionConfig,
+}
+
+/// Receives the target's events (on the collector thread).
+pub trait EventSink: std::marker::Send + 'static {
+    fn event(&mut self, ev: QueryEvent);
+    fn close(&mut self, conn: u64, ts_ns: u64);
+}
+
+/// Target events queued for the collector at most (a session waits when it is full).
+const EVENT_QUEUE: usize = 1 << 16;
+
+// Nearly every message is an event: boxing it would add an allocation per event.
+#[allow(clippy::large_enum_variant)]
+enum Msg {
+    Event(QueryEvent),
+    Close(u64, u64),
+}
+
+/// What every session thread shares.
+struct Ctx {
+    target: Target,
+    opts: Options,
+    start: Instant,
+    epoch_ns: u64,
+    ids: AtomicU64,
+    tx: mpsc::SyncSender<Msg>,
+    slots: (Mutex<usize>, Condvar),
+}
+
+impl Ctx {
+    fn now_ns(&self) -> u64 {
+        self.epoch_ns
+            .saturating_add(self.start.elapsed().as_nanos() as u64)
+    }
+}
+
+/// Replays `plans` onto `target`; returns the sink and the replay's counts.
+pub fn replay<S: EventSink>(
+    plans: Vec<Plan>,
+    opts: &Options,
+    target: &Target,
+    mut sink: S,
+) -> (S, Fidelity) {
+    let mut fid = Fidelity {
+        sessions_captured: plans.len() as u64,
+        requests_framed: plans.iter().map(requests).sum(),
+        ..Fidelity::default()
+    };
+    let mut tally = Tally::default();
+    let chosen: Vec<Plan> = plans
+        .into_iter()
+        .filter(|p| {
+            let keep = schedule::sampled(p.conn, opts.sessions_pct);
+            if !keep {
+                tally.skip("session_not_sampled", requests(p));
+            }
+            keep
+        })
+        .collect();
+    let shape = chosen
+        .iter()
+        .map(|p| {
+            // The connection's end is scheduled as an empty batch after the last.
+            p.batches
+                .iter()
+                .map(|b| (b.ts_ns, b.requests.len()))
+                .chain([(p.end_ns, 0)])
+                .collect()
+        })
+        .collect();
+    // --rate is over all copies: each of the `scale` copies runs at its share.
+    let timing = match opts.timing {
+        Timing::Rate(r) => Timing::Rate(r / f64::from(opts.scale.max(1))),
+        t => t,
+    };
+    let offsets = schedule::offsets(&shape, timing, opts.skip_idle_ns);
+    let first = chosen
+        .iter()
+        .filter_map(|p| p.batches.first())
+        .map(|b| b.ts_ns)
+        .min();
+    let last = chosen
+        .iter()
+        .filter_map(|p| p.batches.last())
+        .map(|b| b.ts_ns)
+        .max();
+    fid.capture_span_s = last.unwrap_or(0).saturating_sub(first.unwrap_or(0)) as f64 / 1e9;
+    fid.sessions_replayed = chosen.len() as u64 * u64::from(opts.scale);
+    fid.requests_planned = chosen.iter().map(requests).sum::<u64>() * u64::from(opts.scale);
+    let (tx, rx) = mpsc::sync_channel(EVENT_QUEUE);
+    let collector = std::thread::spawn(move || {
+        for m in rx {
+            match m {
+                Msg::Event(ev) => sink.event(ev),
+                Msg::Close(c, ts) => sink.close(c, ts),
+            }
+        }
+        sink
+    });
+    let epoch_ns = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let ctx = Arc::new(Ctx {
+        target: target.clone(),
+        opts: opts.clone(),
+        start: Instant::now(),
+        epoch_ns,
+        ids: AtomicU64::new(1),
+        tx,
+        slots: (Mutex::new(0), Condvar::new()),
+    });
+    launch(&ctx, chosen, offsets, &mut tally);
+    fid.wall_s = ctx.start.elapsed().as_secs_f64();
+    drop(ctx);
+    let sink = collector
+        .join()
+        .unwrap_or_else(|e| std::panic::resume_unwind(e));
+    fid.take(&tally);
+    (sink, fid)
+}
+
+fn requests(p: &Plan) -> u64 {
+    p.batches.iter().map(|b| b.requests.len() as u64).sum()
+}
+
+/// Starts every session copy when its first batch is due (a slot free), and waits for all.
+fn launch(ctx: &Arc<Ctx>, plans: Vec<Plan>, offsets: Vec<Vec<u64>>, tally: &mut Tally) {
+    let mut order: Vec<(u64, usize)> = offsets
+        .iter()
+        .enumerate()
+        .map(|(i, o)| (o.first().copied().unwrap_or(0), i))
+        .collect();
+    order.sort_unstable();
+    let plans: Vec<Arc<Plan>> = plans.into_iter().map(Arc::new).collect();
+    let offsets: Vec<Arc<Vec<u64>>> = offsets.into_iter().map(Arc::new).collect();
+    let mut handles = Vec::new();
+    for (first, i) in order {
+        let (Some(plan), Some(off)) = (plans.get(i), offsets.get(i)) else {
+            continue;
+        };
+        for _ in 0..ctx.opts.scale {
+            sleep_until(ctx, first.saturating_sub(20_000_000));
+            acquire(ctx);
+            let (ctx2, plan2, off2) = (Arc::clone(ctx), Arc::clone(plan), Arc::clone(off));
+            let h = std::thread::Builder::new()
+                .stack_size(512 << 10)
+                .spawn(move || {
+                    let t = run_session(&ctx2, &plan2, &off2);
+                    release(&ctx2);
+                    t
+                });
+            match h {
+                Ok(h) => handles.push(h),
+                Err(_) => {
+                    release(ctx);
+                    tally.skip("thread_not_started", requests(plan));
+                }
+            }
+        }
+    }
+    for h in handles {
+        match h.join() {
+            Ok(t) => tally.merge(&t),
+            Err(_) => tally.skip("session_failed", 1),
+        }
+    }
+}
+
+fn sleep_until(ctx: &Ctx, off_ns: u64) {
+    let due = Duration::from_nanos(off_ns);
+    let now = ctx.start.elapsed();
+    if due > now {
+        std::thread::sleep(due - now);
+    }
+}
+
+fn acquire(ctx: &Ctx) {
+    let (m, cv) = &ctx.slots;
+    let mut n = m.lock().unwrap_or_else(|e| e.into_inner());
+    while *n >= ctx.opts.max_connections {
+        n = cv.wait(n).unwrap_or_else(|e| e.into_inner());
+    }
+    *n += 1;
+}
+
+fn release(ctx: &Ctx) {
+    let (m, cv) = &ctx.slots;
+    let mut n = m.lock().unwrap_or_else(|e| e.into_inner());
+    *n = n.saturating_sub(1);
+    cv.notify_one();
+}
+
+enum Stream {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+impl Stream {
+    fn connect(t: &Target) -> std::io::Result<Stream> {
+        Ok(match t {
+            Target::Tcp(a) => {
+                let s = TcpStream::connect(a)?;
+                s.set_nodelay(true)?;
+                Stream::Tcp(s)
+            }
+            Target::Unix(p) => Stream::Unix(UnixStream::connect(p)?),
+        })
+    }
+
+    fn set_timeout(&self, d: Duration) -> std::io::Result<()> {
+        let d = Some(d.max(Duration::from_millis(1)));
+        match self {
+            Stream::Tcp(s) => s.set_read_timeout(d),
+            Stream::Unix(s) => s.set_read_timeout(d),
+        }
+    }
+
+    fn endpoints(&self) -> (Endpoint, Endpoint) {
+        let unknown = || Endpoint::unix("");
+        match self {
+            Stream::Tcp(s) => (
+                s.local_addr().map_or_else(|_| unknown(), Endpoint::from),
+                s.peer_addr().map_or_else(|_| unknown(), Endpoint::from),
+            ),
+            Stream::Unix(s) => (
+                unknown(),
+                s.peer_addr()
+                    .ok()
+                    .and_then(|a| {
+                        a.as_pathname()
+                            .map(|p| Endpoint::unix(&p.to_string_lossy()))
+                    })
+                    .unwrap_or_else(unknown),
+            ),
+        }
+    }
+}
+
+impl Read for Stream {
+    fn read(&mut self, b: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.read(b),
+            Stream::Unix(s) => s.read(b),
+        }
+    }
+}
+
+impl Write for Stream {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.write(b),
+            Stream::Unix(s) => s.write(b),
+        }
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s.flush(),
+            Stream::Unix(s) => s.flush(),
+        }
+    }
+}
+
+/// The events of a target session, sent to the collector.
+struct ChanSink<'a> {
+    tx: &'a mpsc::SyncSender<Msg>,
+    health: Health,
+}
+
+impl Sink for ChanSink<'_> {
+    fn event(&mut self, ev: QueryEvent) {
+        let _ = self.tx.send(Msg::Event(ev));
+    }
+    fn health(&mut self) -> &mut Health {
+        &mut self.health
+    }
+}
+
+mod conn;
+use conn::TargetConn;
+
+/// Replays one session copy.
+fn run_session(ctx: &Ctx, plan: &Plan, offsets: &[u64]) -> Tally {
+    let mut t = Tally::default();
+    let mut conn: Option<TargetConn> = None;
+    let mut db: Option<Vec<u8>> = plan
+        .database
+        .as_ref()
+        .filter(|_| !plan.saw_open)
+        .map(|d| d.as_bytes().to_vec());
+    for (batch, &off) in plan.batches.iter().zip(offsets) {
+        let now = ctx.start.elapsed().as_nanos() as u64;
+        if off > now {
+            std::thread::sleep(Duration::from_nanos(off - now));
+        }
+        let late = (ctx.start.elapsed().as_nanos() as u64).saturating_sub(off);
+        if conn.is_none() {
+            conn = TargetConn::open(ctx, db.as_deref(), &mut t);
+        }
+        let Some(c) = conn.as_mut() else {
+            t.skip("connect_failed", batch.requests.len() as u64);
+            continue;
+        };
+        if ctx.opts.timing != Timing::Max {
+            // At --max nothing is scheduled: no lag.
+            t.lag.record(late);
+        }
+        let mut out = Vec::new();
+        let (mut expect, mut blocking) = (0usize, false);
+        for r in &batch.requests {
+            match redis::rewrite(r, &ctx.opts.creds) {
+                Send::Bytes(b, n) => {
+                    out.extend_from_slice(&b);
+                    expect += n;
+                    t.sent += 1;
+                    blocking |= redis::blocks(r);
+                    if let Some(d) = redis::selects(r) {
+                        db = Some(d);
+                    }
+                }
+                Send::Dropped(why) => t.skip(why, 1),
+            }
+        }
+        if out.is_empty() {
+            continue;
+        }
+        t.batches += 1;
+        if !c.exchange(ctx, &out, expect, blocking, &mut t)
+            && let Some(c) = conn.take()
+        {
+            c.close(ctx);
+        }
+    }
+    if let Some(mut c) = conn {
+        if ctx.opts.timing != Timing::Max
+            && let Some(&end) = offsets.get(plan.batches.len())
+        {
+            c.hold_until(ctx, end);
+        }
+        c.close(ctx);
+    }
+    t
+}
+
+/// Frames whole replies at the start of `buf`: returns (replies, pushes, bytes used, valid).
+fn count_replies(buf: &[u8]) -> (usize, usize, usize, bool) {
+    let (mut n, mut pushes, mut at) = (0, 0, 0);
+    loop {
+        match resp::reply(buf.get(at..).unwrap_or_default()) {
+            Frame::Whole(len, push) => {
+                at += len;
+                if push {
+                    pushes += 1;
+                } else {
+                    n += 1;
+                }
+            }
+            Frame::More => return (n, pushes, at, true),
+            Frame::Invalid => return (n, pushes, at, false),
+        }
+    }
+}
+
+fn meta(id: u64, s: &Stream) -> ConnMeta {
+    let (client, server) = s.endpoints();
+    ConnMeta {
+        id,
+        client,
+        server,
+        saw_open: true,
+        peer: None,
+        after_tls: false,
+    }
+}
+
+fn new_session(id: u64, s: &Stream, cfg: &SessionConfig) -> Option<Box<dyn Session>> {
+    proto::registry::spec(proto::Protocol::Redis)
+        .map(|spec| (spec.new_session)(meta(id, s), cfg.clone()))
+}
+
+fn is_timeout(e: &std::io::Error) -> bool {
+    matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut)
+}
+
+fn feed(s: &mut dyn Session, dir: Direction, b: &[u8], ts: u64, tx: &mpsc::SyncSender<Msg>) {
+    let mut sink = ChanSink {
+        tx,
+        health: Health::default(),
+    };
+    s.feed(dir, b, ts, &mut sink);
+}

@@ -1,0 +1,322 @@
+"""dbtap replay, Redis end to end: real servers A and B (redis_harness.RedisServer), real
+clients (redis-benchmark with and without -P 16, redis-py with SELECT and MULTI/EXEC, a paced
+raw-socket client), captured with tcpdump on lo, replayed onto B. The truth is the servers'
+own counters (A's INFO commandstats over the capture window, B's after the replay), the
+clients' own counts, B's MONITOR timestamps and PUBSUB NUMSUB, and wall clocks; never
+dbtap's report (its fidelity counts are checked against those, not used as truth).
+
+Ports 38400-38449 only.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+import harness  # noqa: E402
+import redis_harness as rh  # noqa: E402
+
+PORT_A, PORT_B = 38400, 38401
+OUT = harness.REPO / "tests" / "out" / "replay"
+
+
+@pytest.fixture(scope="module")
+def servers():
+    a = rh.RedisServer(PORT_A, OUT / "a")
+    b = rh.RedisServer(PORT_B, OUT / "b")
+    try:
+        a.start()
+        b.start()
+        yield a, b
+    finally:
+        a.stop()
+        b.stop()
+
+
+def capture(srv, name, work):
+    """Runs `work` under tcpdump; returns (pcap, A's per-command requests over the window)."""
+    srv.reset_stats()
+    srv.socket_calls.clear()
+    cap = rh.Tcpdump(OUT / f"{name}.pcap", srv.port)
+    try:
+        cap.start()
+        before = srv.snapshot()
+        extra = work()
+    finally:
+        stats = cap.stop()
+    after = srv.snapshot()
+    rh.check_dropped(stats)
+    return cap.out, rh.wire_requests(rh.stats_delta(before, after), srv.socket_calls), extra
+
+
+def replay(pcap, b, *args, prepare=None):
+    """Replays onto B; returns (B's per-command requests, the JSON report, wall seconds).
+    `prepare(admin)` runs on B over its UNIX socket before the statistics are reset."""
+    b.admin().flushall()
+    if prepare:
+        prepare(b.admin())
+    b.reset_stats()
+    b.socket_calls.clear()
+    before = b.snapshot()
+    t0 = time.monotonic()
+    r = subprocess.run([str(harness.DBTAP), "replay", str(pcap), "--port", str(PORT_A),
+                        "--target", f"127.0.0.1:{PORT_B}", "--format", "json", *args],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=300)
+    wall = time.monotonic() - t0
+    assert r.returncode == 0, r.stderr
+    after = b.snapshot()
+    delta = rh.stats_delta(before, after)
+    replay.errorstats = delta["errorstats"]
+    got = rh.wire_requests(delta, b.socket_calls)
+    return got, json.loads(r.stdout), wall
+
+
+def counts(per_cmd: dict) -> dict:
+    return {k: v["requests"] for k, v in per_cmd.items()}
+
+
+def scripted(a):
+    """redis-py: SELECT (db=3), a MULTI/EXEC pipeline, plain commands; returns its counts."""
+    c = a.client(db=3)
+    n = 0
+    for i in range(50):
+        c.set(f"k{i}", i)
+        c.get(f"k{i}")
+        n += 2
+        if i % 10 == 0:
+            p = c.pipeline(transaction=True)
+            p.incr("ctr")
+            p.lpush("l", i)
+            p.execute()
+    c.close()
+    return {"set_get": n}
+
+
+@pytest.fixture(scope="module")
+def workload(servers):
+    a, _ = servers
+
+    def work():
+        rh.benchmark_run(a, "set,get,incr,lpush", 4000, pipeline=16, clients=4)
+        rh.benchmark_run(a, "set,get", 1000, pipeline=1, clients=2)
+        return scripted(a)
+
+    return capture(a, "workload", work)
+
+
+def test_replay_counts_equal_capture_commandstats(servers, workload):
+    _, b = servers
+    pcap, want, extra = workload
+    assert want["set"]["requests"] >= 4000 + 1000 + extra["set_get"] // 2
+    assert want["multi"]["requests"] == 5 and want["select"]["requests"] >= 1
+    got, rep, _ = replay(pcap, b, "--max")
+    assert counts(got) == counts(want)
+    f = rep["fidelity"]
+    assert f["requests_sent"] == f["requests_planned"] == sum(counts(want).values())
+    assert f["skipped_requests"] == {}
+
+
+def test_scale_two_doubles_counts(servers, workload):
+    _, b = servers
+    pcap, want, _ = workload
+    got, rep, _ = replay(pcap, b, "--max", "--scale", "2")
+    assert counts(got) == {k: 2 * v for k, v in counts(want).items()}
+    assert rep["fidelity"]["target_connections"] == 2 * rep["fidelity"]["sessions_captured"]
+
+
+def paced(a):
+    """Two raw connections, each sending PING at its own pace for ~4 s; their send times."""
+    sends = {}
+
+    def one(name, gap, n):
+        c = rh.RawConn(port=PORT_A)
+        times = []
+        for i in range(n):
+            times.append(time.monotonic())
+            c.send("SET", f"pace:{name}", str(i))
+            c.read()
+            time.sleep(gap)
+        c.close()
+        sends[name] = times
+
+    ts = [threading.Thread(target=one, args=("a", 0.2, 20)),
+          threading.Thread(target=one, args=("b", 0.33, 12))]
+    for t in ts:
+        t.start()
+        time.sleep(0.05)
+    for t in ts:
+        t.join()
+    return sends
+
+
+def monitor_times(b, seconds_max, stop):
+    """B's MONITOR lines of SET pace:* (server time per command, by client), until `stop`."""
+    c = rh.RawConn(unix=str(b.sock))
+    c.send("MONITOR")
+    c.read()
+    c.s.settimeout(0.2)
+    lines, buf = [], c.buf
+    deadline = time.monotonic() + seconds_max
+    while time.monotonic() < deadline and not (stop.is_set() and not buf):
+        try:
+            chunk = c.s.recv(65536)
+        except OSError:
+            if stop.is_set():
+                break
+            continue
+        buf += chunk
+        while b"\r\n" in buf:
+            line, buf = buf.split(b"\r\n", 1)
+            lines.append(line.decode(errors="replace"))
+    c.close()
+    out = {}
+    for ln in lines:
+        if '"pace:' in ln:
+            ts, rest = ln[1:].split(" ", 1)
+            client = rest.split("]", 1)[0].split()[-1]
+            out.setdefault(client, []).append(float(ts))
+    return out
+
+
+@pytest.fixture(scope="module")
+def paced_capture(servers):
+    a, _ = servers
+    return capture(a, "paced", lambda: paced(a))
+
+
+@pytest.mark.parametrize("speed", [1.0, 2.5])
+def test_timing_follows_capture(servers, paced_capture, speed):
+    _, b = servers
+    pcap, want, sends = paced_capture
+    span = max(t[-1] for t in sends.values()) - min(t[0] for t in sends.values())
+    stop = threading.Event()
+    box = {}
+    m = threading.Thread(target=lambda: box.update(monitor_times(b, 60, stop)))
+    m.start()
+    time.sleep(0.3)
+    got, rep, _ = replay(pcap, b, "--speed", str(speed))
+    time.sleep(0.3)
+    stop.set()
+    m.join()
+    assert counts(got)["set"] == 32
+    per_client = sorted(box.values(), key=len)
+    assert [len(t) for t in per_client] == [12, 20]
+    first = min(t[0] for t in per_client)
+    last = max(t[-1] for t in per_client)
+    want = span / speed
+    assert abs((last - first) - want) <= 0.05 * want, (last - first, want)
+    for mine, theirs in zip(per_client, sorted(sends.values(), key=len)):
+        gaps = [y - x for x, y in zip(mine, mine[1:])]
+        cgaps = [(y - x) / speed for x, y in zip(theirs, theirs[1:])]
+        for g, c in zip(gaps, cgaps):
+            assert abs(g - c) <= 0.02 + 0.05 * c, (g, c)
+
+
+def test_connection_begun_before_capture(servers):
+    a, b = servers
+    c = rh.RawConn(port=PORT_A)
+    for _ in range(3):
+        c.send("INCR", "early")
+        c.read()
+
+    def work():
+        for _ in range(5):
+            c.send("INCR", "early")
+            c.read()
+        return None
+
+    pcap, want, _ = capture(a, "early", work)
+    c.close()
+    assert want["incr"]["requests"] == 5
+    got, rep, _ = replay(pcap, b, "--max")
+    assert counts(got).get("incr") == 5
+    assert b.admin().get("early") == b"5"
+
+
+def test_blocking_command_wait_is_bounded(servers):
+    a, b = servers
+
+    def work():
+        c = rh.RawConn(port=PORT_A)
+        c.send("BLPOP", "nothing", "2")  # answered nil by A after 2 s
+        c.read()
+        c.send("SET", "after_block", "1")
+        c.read()
+        c.close()
+
+    pcap, want, _ = capture(a, "blocking", work)
+    assert want["blpop"]["requests"] == 1 and want["set"]["requests"] == 1
+    got, rep, wall = replay(pcap, b, "--max", "--block-wait", "0.3")
+    assert counts(got).get("set") == 1
+    assert b.admin().get("after_block") == b"1"
+    assert wall < 1.5, wall  # not the captured 2 s of BLPOP
+    assert rep["fidelity"]["skipped_requests"].get("blocking_reply_abandoned") == 1
+
+
+def test_subscriber_held_open_until_its_captured_end(servers):
+    a, b = servers
+
+    def work():
+        sub = rh.RawConn(port=PORT_A)
+        sub.send("SUBSCRIBE", "ch")
+        sub.read()
+        pub = rh.RawConn(port=PORT_A)
+        for i in range(4):
+            time.sleep(0.2)
+            pub.send("PUBLISH", "ch", str(i))
+            assert pub.read() == (":", "1")  # the subscriber received it
+        time.sleep(0.2)
+        sub.close()
+        pub.close()
+
+    pcap, want, _ = capture(a, "pubsub", work)
+    seen = []
+    stop = threading.Event()
+
+    def poll():
+        while not stop.is_set():
+            n = b.admin().pubsub_numsub("ch")[0][1]
+            b.socket_calls["pubsub"] += 1
+            if n == 1:
+                seen.append(time.monotonic())
+            time.sleep(0.01)
+
+    t = threading.Thread(target=poll)
+    t.start()
+    try:
+        got, rep, _ = replay(pcap, b, "--speed", "1")
+    finally:
+        stop.set()
+        t.join()
+    assert counts(got).get("publish") == 4 and counts(got).get("subscribe") == 1
+    assert seen and seen[-1] - seen[0] >= 0.7, seen[-1] - seen[0] if seen else None
+
+
+def test_new_errors_on_target_are_reported(servers):
+    a, b = servers
+
+    def work():
+        c = rh.RawConn(port=PORT_A)
+        for i in range(3):
+            c.send("LPUSH", "t", str(i))
+            assert c.read()[0] == ":"
+        c.close()
+
+    pcap, want, _ = capture(a, "errors", work)
+    assert want["lpush"] == {"requests": 3, "errors": 0}
+    # On B, t is a string: every LPUSH fails with WRONGTYPE.
+    got, rep, _ = replay(pcap, b, "--max", prepare=lambda adm: adm.set("t", "s"))
+    assert got["lpush"] == {"requests": 3, "errors": 3}
+    assert replay.errorstats == {"WRONGTYPE": 3}
+    g = [g for g in rep["groups"].values() if g["fingerprint"] == "LPUSH"]
+    assert len(g) == 1, rep["groups"]
+    assert (g[0]["capture"]["errors"], g[0]["target"]["errors"]) == (0, 3)
+    assert any(m.startswith("WRONGTYPE") for m in g[0]["new_errors"]), g[0]
