@@ -71,6 +71,29 @@ pub struct Server {
 /// Listens on `addr` (port 0 picks a free port; see [`Server::local_addr`]) and serves
 /// `provider` until the returned [`Server`] is stopped or dropped.
 pub fn serve(addr: SocketAddr, provider: Arc<dyn Provider>) -> io::Result<Server> {
+    serve_with(
+        addr,
+        HANDLER_THREADS,
+        "dbtap-http",
+        move |rq: &Request| route(rq.method(), rq.url(), provider.as_ref()),
+        || text(503, "shutting down"),
+    )
+}
+
+/// Listens on `addr` and answers every request with `handle` on `threads` handler threads
+/// named `name-N` (`busy` answers those that arrive while the server stops), until the
+/// returned [`Server`] is stopped or dropped. The agent's endpoint and `crates/web` both
+/// serve through it.
+pub fn serve_with<H>(
+    addr: SocketAddr,
+    threads: usize,
+    name: &str,
+    handle: H,
+    busy: fn() -> Reply,
+) -> io::Result<Server>
+where
+    H: Fn(&Request) -> Reply + Send + Sync + 'static,
+{
     let listener = TcpListener::bind(addr)
         .map_err(|e| io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}")))?;
     let local = listener.local_addr()?;
@@ -80,14 +103,18 @@ pub fn serve(addr: SocketAddr, provider: Arc<dyn Provider>) -> io::Result<Server
         inner: Arc::new(inner),
         addr: local,
         stopping: Arc::new(AtomicBool::new(false)),
-        threads: Vec::with_capacity(HANDLER_THREADS),
+        threads: Vec::with_capacity(threads),
     };
-    for i in 0..HANDLER_THREADS {
-        let (inner, stopping) = (server.inner.clone(), server.stopping.clone());
-        let provider = provider.clone();
+    let handle = Arc::new(handle);
+    for i in 0..threads {
+        let (inner, stopping, handle) = (
+            server.inner.clone(),
+            server.stopping.clone(),
+            handle.clone(),
+        );
         let t = std::thread::Builder::new()
-            .name(format!("dbtap-http-{i}"))
-            .spawn(move || handler_loop(&inner, &stopping, provider.as_ref()))?;
+            .name(format!("{name}-{i}"))
+            .spawn(move || handler_loop(&inner, &stopping, handle.as_ref(), busy))?;
         // On an error above, dropping `server` stops the threads already running.
         server.threads.push(t);
     }
@@ -119,15 +146,22 @@ impl Drop for Server {
     }
 }
 
-fn handler_loop(server: &tiny_http::Server, stopping: &AtomicBool, provider: &dyn Provider) {
+fn handler_loop(
+    server: &tiny_http::Server,
+    stopping: &AtomicBool,
+    handle: &(dyn Fn(&Request) -> Reply + Send + Sync),
+    busy: fn() -> Reply,
+) {
     loop {
         match server.recv() {
             Ok(rq) => {
-                if stopping.load(Ordering::SeqCst) {
-                    let _ = rq.respond(text(503, "shutting down"));
-                    continue;
-                }
-                handle(rq, provider);
+                let reply = if stopping.load(Ordering::SeqCst) {
+                    busy()
+                } else {
+                    handle(&rq)
+                };
+                // A client that went away is not our problem.
+                let _ = rq.respond(reply);
             }
             // Either unblock() from Drop, or an accept error pushed by tiny_http's listener.
             Err(_) if stopping.load(Ordering::SeqCst) => return,
@@ -148,12 +182,6 @@ fn text(status: u16, msg: &str) -> Reply {
     Response::from_data(format!("{msg}\n").into_bytes())
         .with_status_code(status)
         .with_header(header("Content-Type", "text/plain; charset=utf-8"))
-}
-
-fn handle(rq: Request, provider: &dyn Provider) {
-    let reply = route(rq.method(), rq.url(), provider);
-    // A client that went away is not our problem.
-    let _ = rq.respond(reply);
 }
 
 /// The answer to `method url` (public so that `crates/web` serves `/metrics` and

@@ -1,7 +1,6 @@
 //! The routes: the access token, the pages and assets, `/metrics` and `/api/digest` (handed to
 //! `crates/metrics`' routes unchanged), and the JSON API over the store (`docs/api.md`).
 
-use std::io;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -11,7 +10,7 @@ use tiny_http::{Header, Method, Response};
 use crate::params::{MAX_LIMIT, MAX_POINTS, Params, shown};
 use crate::{App, assets};
 
-pub type Reply = Response<io::Cursor<Vec<u8>>>;
+pub use metrics::http::Reply;
 
 fn header(name: &str, value: &str) -> Header {
     // Names and values are ASCII constants of this module.
