@@ -420,6 +420,24 @@ mod tests {
     }
 
     #[test]
+    fn compare_reads_the_store_each_side_names() {
+        let mut a = app(None);
+        let b = store::Store::memory(store::StoreConfig::default()).expect("memory store");
+        a.store_b = Some(Arc::new(Mutex::new(b)));
+        for url in [
+            "/api/compare?a_store=a&b_store=b",
+            "/api/compare?a_store=b&b_store=b&b_from=-1h",
+            "/api/compare",
+        ] {
+            let (s, body) = get(&a, url, None);
+            assert_eq!(s, 200, "{url}: {body}");
+            let v: serde_json::Value = serde_json::from_str(&body).expect("json");
+            assert_eq!(v["after"]["queries"], 0, "{body}");
+        }
+        assert_eq!(get(&a, "/api/compare?b_store=ab", None).0, 400);
+    }
+
+    #[test]
     fn the_token_guards_everything_but_assets() {
         let a = app(Some("t0k"));
         assert_eq!(get(&a, "/api/meta", None).0, 401);
