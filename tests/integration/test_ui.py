@@ -474,6 +474,7 @@ def test_compare_two_stores(data, browser):
         assert [r["id"] for r in rows] == [g["id"] for g in api["groups"]]
         assert (rows[0]["id"], rows[0]["status"]) == (want["id"], "regressed"), rows
         assert (rows[0]["before"], rows[0]["after"]) == (c["before"]["lookup"], c["after"]["lookup"])
+        browser.shot(OUT / "compare-stores.png")
         # Side B switched to store A: the URL says so and B's count is A's range in store A
         # (the `before` capture again), so the group is no longer regressed.
         page = browser.act(lambda: page.select_option("#b-store", value="a"))
@@ -482,7 +483,6 @@ def test_compare_two_stores(data, browser):
             id: r.dataset.id, after: Number(r.querySelector('td.count').dataset.after)}))""")
         row = next(r for r in rows if r["id"] == want["id"])
         assert row["after"] == c["before"]["lookup"], rows
-        browser.shot(OUT / "compare-stores.png")
     finally:
         ui.stop()
 
