@@ -13,6 +13,9 @@ server's INFO commandstats (read over the UNIX socket, which the capture does no
   p99 within the histogram's error), /api/group's per-minute series equals the client's counts.
 - `live --store` SIGKILLed mid-run: every minute before the current one is in the store with the
   client's counts; under `--listen`, /api/live shows the interval lines and /metrics still works.
+- `dbtap ui --store A --compare-store B` (two stores of the same capture): /api/compare with
+  a_store=a, b_store=b gives both sides the digest's counts per group, and B's own range its
+  minute's client counts.
 - The access token is enforced when set; the default listen address is loopback.
 
 Ports 38300-38349 only; files under tests/out/store.
@@ -45,6 +48,7 @@ import redis_harness as rh  # noqa: E402
 
 PORT = 38300
 UI_PORT = 38301
+COMPARE_UI_PORT = 38303
 OUT = harness.REPO / "tests" / "out" / "store"
 CMDS = {
     "set": (b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nv\r\n", b"+OK\r\n"),
@@ -342,6 +346,40 @@ def test_ui_of_a_store_answers_equal_the_digest(cap):
         lo, hi = min(cap.sent), max(cap.sent) + 60
         c = get_json(ui.url(f"/api/compare?a_from={lo}&a_to={hi}&b_from={lo}&b_to={hi}"))
         assert c["before"]["queries"] == c["after"]["queries"] == sum(totals(cap.sent).values())
+
+
+def test_ui_compares_two_stores(cap):
+    """`dbtap ui --store A --compare-store B`: both listed as sources; /api/compare reads each
+    side from the store it names, over its own range (default: that store's whole span)."""
+    a, b = store_digest(cap, "cmp-a.db"), store_digest(cap, "cmp-b.db")
+    lo, hi = min(cap.sent), max(cap.sent) + 60
+    last = max(cap.sent)
+    with Ui("--store", a, "--compare-store", b, "--listen", f"127.0.0.1:{COMPARE_UI_PORT}") as ui:
+        meta = get_json(ui.url("/api/meta"))
+        assert meta["mode"] == "store"
+        assert meta["sources"] == [{"label": str(a), "from": lo, "to": hi, "store": "a"},
+                                   {"label": str(b), "from": lo, "to": hi, "store": "b"}]
+        want = {g["id"]: g["count"] for g in digest(cap)["queries"]}
+        c = get_json(ui.url("/api/compare?a_store=a&b_store=b"))
+        assert c["before"]["queries"] == c["after"]["queries"] == sum(totals(cap.sent).values())
+        assert {g["id"]: (g["count_before"], g["count_after"]) for g in c["groups"]} == {
+            i: (n, n) for i, n in want.items()}
+        assert {g["status"] for g in c["groups"]} == {"unchanged"}, c["groups"]
+        # B's own range: its last minute only, the client's counts of that minute.
+        c = get_json(ui.url(f"/api/compare?a_store=a&b_store=b&b_from={last}&b_to={last + 60}"))
+        assert c["before"]["queries"] == sum(totals(cap.sent).values())
+        assert c["after"]["queries"] == sum(cap.sent[last].values())
+        assert {g["command"]: g["count_after"] for g in c["groups"] if g["count_after"]} == {
+            k: n for k, n in cap.sent[last].items() if n}
+        for bad in ("/api/compare?a_store=c", "/api/compare?b_store=B"):
+            status, body, _ = get(ui.url(bad))
+            assert status == 400 and "error" in json.loads(body), (bad, status, body)
+    assert ui.proc.returncode == 0, ui.err
+    # Without --compare-store there is no store B.
+    with Ui("--store", a, "--listen", f"127.0.0.1:{COMPARE_UI_PORT}") as ui:
+        assert get_json(ui.url("/api/meta"))["sources"] == []
+        status, body, _ = get(ui.url("/api/compare?b_store=b"))
+        assert status == 400 and "compare-store" in json.loads(body)["error"], body
 
 
 def test_token_is_enforced_when_set(cap):

@@ -20,7 +20,8 @@ fields, and for the last hour; for a server and a database filter chip, and for 
 Query page's summary (count, p50, p99 against the digest), its count and p99 series, heatmap
 and distribution drawn, breakdown by database; the Compare page ranking the group that lost
 its index first, as regressed, with both sides' counts, in the order of /api/compare and with
-the same first group as `dbtap diff` of the two captures; the Live page refreshing while
+the same first group as `dbtap diff` of the two captures, also with `before` and `after` in two
+stores (`dbtap ui --store A --compare-store B`); the Live page refreshing while
 `dbtap live --listen` captures a running Redis workload, its lines equal to /api/live's.
 Screenshots of the four pages are written to tests/out/ui/ (the README's come from
 screenshots.py).
@@ -54,6 +55,7 @@ PG_PORT = 38350
 REDIS_PORT = 38351
 UI_PORT = 38352
 LIVE_PORT = 38353
+STORES_UI_PORT = 38349  # test_compare_two_stores: a free port of test_store.py's range
 SHIFT_BEFORE_S = -2 * 3600
 SHIFT_REDIS_S = -4 * 3600
 PORTS = ("--port", str(PG_PORT), "--port", str(REDIS_PORT))
@@ -426,6 +428,63 @@ def test_compare_ranks_the_dropped_index_first(data, browser):
     assert dd["groups"][0]["id"] == first["id"] and dd["groups"][0]["status"] == "regressed"
     assert page.get_attribute("#compare-summary", "data-regressed") == str(api["summary"]["regressed"])
     browser.shot(OUT / "compare.png")
+
+
+def test_compare_two_stores(data, browser):
+    """`before` written into store A and `after` into store B (`digest --store`), browsed with
+    `dbtap ui --store A --compare-store B`: the API with a_store=a, b_store=b and the page (whose
+    default is each store's whole span) rank the group that lost its index first, with the
+    clients' counts and the same first group and counts as `dbtap diff` of the two captures."""
+    stores = {}
+    for side, name in (("before", "a"), ("after", "b")):
+        path = OUT / f"compare-{name}.db"
+        path.unlink(missing_ok=True)
+        harness.dbtap("digest", data.files[side], *PORTS, "--store", path)
+        stores[name] = path
+    ui = Ui(STORES_UI_PORT, "--store", stores["a"], "--compare-store", stores["b"])
+    ui.start()
+    try:
+        m = ui.api("meta")
+        assert [(Path(s["label"]).name, s["store"]) for s in m["sources"]] == [
+            ("compare-a.db", "a"), ("compare-b.db", "b")], m
+        api = ui.api("compare", a_store="a", b_store="b")
+        dd, _ = td.diff(data.files["before"], data.files["after"], ports=(PG_PORT,))
+        first, want = api["groups"][0], dd["groups"][0]
+        assert "from t where k =" in first["fingerprint"].lower(), api["groups"]
+        assert first["status"] == "regressed" and want["status"] == "regressed"
+        assert first["id"] == want["id"]
+        c = data.counts
+        assert (first["count_before"], first["count_after"]) == (
+            want["count_before"], want["count_after"]) == (c["before"]["lookup"], c["after"]["lookup"])
+        assert (api["before"]["queries"], api["after"]["queries"]) == (
+            dd["before"]["queries"], dd["after"]["queries"])
+        # Both sides on store A (the default): what it held before, nothing of B.
+        same = ui.api("compare", a_from=m["sources"][0]["from"], a_to=m["sources"][0]["to"],
+                      b_from=m["sources"][1]["from"], b_to=m["sources"][1]["to"])
+        assert same["after"]["queries"] == 0 and same["before"]["queries"] == dd["before"]["queries"]
+
+        page = browser.open(f"{ui.base}/compare")
+        assert "a_store=a" in page.url and "b_store=b" in page.url, page.url
+        assert page.eval_on_selector("#a-store", "e => e.value") == "a"
+        assert page.eval_on_selector("#b-store", "e => e.value") == "b"
+        rows = page.eval_on_selector_all("#compare-table tbody tr[data-id]", """rows => rows.map(r => ({
+            id: r.dataset.id, status: r.querySelector('td.status').dataset.value,
+            before: Number(r.querySelector('td.count').dataset.before),
+            after: Number(r.querySelector('td.count').dataset.after)}))""")
+        assert [r["id"] for r in rows] == [g["id"] for g in api["groups"]]
+        assert (rows[0]["id"], rows[0]["status"]) == (want["id"], "regressed"), rows
+        assert (rows[0]["before"], rows[0]["after"]) == (c["before"]["lookup"], c["after"]["lookup"])
+        browser.shot(OUT / "compare-stores.png")
+        # Side B switched to store A: the URL says so and B's count is A's range in store A
+        # (the `before` capture again), so the group is no longer regressed.
+        page = browser.act(lambda: page.select_option("#b-store", value="a"))
+        assert "b_store=a" in page.url, page.url
+        rows = page.eval_on_selector_all("#compare-table tbody tr[data-id]", """rows => rows.map(r => ({
+            id: r.dataset.id, after: Number(r.querySelector('td.count').dataset.after)}))""")
+        row = next(r for r in rows if r["id"] == want["id"])
+        assert row["after"] == c["before"]["lookup"], rows
+    finally:
+        ui.stop()
 
 
 # ---- Live ------------------------------------------------------------------------------------

@@ -120,6 +120,10 @@ pub struct UiArgs {
     #[arg(long, value_name = "PATH")]
     pub store: Option<PathBuf>,
 
+    /// A second store (read only) the Compare page can set against --store's.
+    #[arg(long = "compare-store", value_name = "PATH", requires = "store")]
+    pub compare_store: Option<PathBuf>,
+
     /// Where to serve the UI: HOST:PORT or :PORT (loopback). Give 0.0.0.0:PORT explicitly to
     /// serve other hosts.
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:7070", value_parser = parse_listen)]
@@ -149,11 +153,20 @@ pub struct UiArgs {
 
 pub fn run(args: UiArgs) -> Result<()> {
     let token = args.web.token()?;
+    let mut store_b = None;
     let (store, mode, sources, examples) = match &args.store {
         Some(p) => {
             let s = store::Store::open_read_only(p)
                 .with_context(|| format!("--store {}", p.display()))?;
-            (s, web::Mode::Store, Vec::new(), true)
+            let mut sources = Vec::new();
+            if let Some(pb) = &args.compare_store {
+                let b = store::Store::open_read_only(pb)
+                    .with_context(|| format!("--compare-store {}", pb.display()))?;
+                sources.push(store_source(p, &s, "a")?);
+                sources.push(store_source(pb, &b, "b")?);
+                store_b = Some(Arc::new(Mutex::new(b)));
+            }
+            (s, web::Mode::Store, sources, true)
         }
         None => {
             let (s, sources) = digest_captures(&args)?;
@@ -161,11 +174,15 @@ pub fn run(args: UiArgs) -> Result<()> {
         }
     };
     let what = match &args.store {
-        Some(p) => p.display().to_string(),
+        Some(p) => match &args.compare_store {
+            Some(pb) => format!("{} and {}", p.display(), pb.display()),
+            None => p.display().to_string(),
+        },
         None => format!("{} capture(s)", sources.len()),
     };
     let app = web::App {
         store: Arc::new(Mutex::new(store)),
+        store_b,
         mode,
         sources,
         examples,
@@ -192,6 +209,20 @@ pub fn run(args: UiArgs) -> Result<()> {
     }
     server.stop();
     Ok(())
+}
+
+/// A store of `--store A --compare-store B` as a source: its file name and span.
+fn store_source(p: &Path, s: &store::Store, which: &'static str) -> Result<web::Source> {
+    let span = s
+        .span()
+        .with_context(|| format!("reading {}", p.display()))?;
+    let (from, to) = span.unwrap_or((0, 0));
+    Ok(web::Source {
+        label: p.display().to_string(),
+        from,
+        to,
+        store: Some(which),
+    })
 }
 
 /// Every capture through the pipeline into one in-memory store; one source per capture with
@@ -229,6 +260,7 @@ fn digest_captures(args: &UiArgs) -> Result<(store::Store, Vec<web::Source>)> {
             label: f.display().to_string(),
             from: from.unwrap_or(0),
             to: to.map_or(0, |t| t + 60),
+            store: None,
         });
     }
     Ok((store, sources))

@@ -2,6 +2,7 @@
 //! `crates/metrics`' routes unchanged), and the JSON API over the store (`docs/api.md`).
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Mutex;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
@@ -161,9 +162,11 @@ fn api(app: &App, path: &str, p: &Params) -> ApiResult {
 
 /// The store, also after a thread panicked while holding it.
 fn store(app: &App) -> std::sync::MutexGuard<'_, store::Store> {
-    app.store
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
+    lock(&app.store)
+}
+
+fn lock(m: &Mutex<store::Store>) -> std::sync::MutexGuard<'_, store::Store> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 fn range(app: &App, p: &Params, from: &str, to: &str) -> Result<store::RangeQuery, ApiError> {
@@ -256,30 +259,83 @@ fn group(app: &App, p: &Params) -> ApiResult {
     Ok(serialized(&answer))
 }
 
-/// Two ranges through `dbtap diff`'s engine. Defaults: B is the default range (the last hour
-/// of data), A the range of the same length just before B.
+/// Two ranges through `dbtap diff`'s engine, each read from store A (default) or B
+/// (`a_store`, `b_store`). Both on A: B is the default range (the last hour of data), A the
+/// range of the same length just before B. Otherwise a side without a range is its store's
+/// whole span.
 fn compare(app: &App, p: &Params) -> ApiResult {
-    let b = range(app, p, "b_from", "b_to")?;
-    let len = b.to_s - b.from_s;
-    let a = if p.get("a_from").is_none() && p.get("a_to").is_none() {
-        store::RangeQuery {
-            from_s: b.from_s - len,
-            to_s: b.from_s,
-            filter: p.filter(),
-        }
+    let (store_a, a_is_b) = side_store(app, p, "a_store")?;
+    let (store_b, b_is_b) = side_store(app, p, "b_store")?;
+    let two = a_is_b || b_is_b;
+    let (a, b) = if two {
+        (
+            store_range(store_a, p, "a_from", "a_to")?,
+            store_range(store_b, p, "b_from", "b_to")?,
+        )
     } else {
-        range(app, p, "a_from", "a_to")?
+        let b = range(app, p, "b_from", "b_to")?;
+        let len = b.to_s - b.from_s;
+        let a = if p.get("a_from").is_none() && p.get("a_to").is_none() {
+            store::RangeQuery {
+                from_s: b.from_s - len,
+                to_s: b.from_s,
+                filter: p.filter(),
+            }
+        } else {
+            range(app, p, "a_from", "a_to")?
+        };
+        (a, b)
     };
-    let (side_a, side_b) = {
-        let s = store(app);
-        let label = |r: &store::RangeQuery| format!("{}..{}", r.from_s, r.to_s);
-        (s.side(&a, &label(&a))?, s.side(&b, &label(&b))?)
+    let label = |r: &store::RangeQuery, on_b: bool| match (two, on_b) {
+        (false, _) => format!("{}..{}", r.from_s, r.to_s),
+        (true, on_b) => format!("{}:{}..{}", if on_b { "b" } else { "a" }, r.from_s, r.to_s),
     };
+    let side_a = lock(store_a).side(&a, &label(&a, a_is_b))?;
+    let side_b = lock(store_b).side(&b, &label(&b, b_is_b))?;
     let d = diff::compare(&side_a, &side_b, &diff::Settings::default());
     let mut out = Vec::new();
     diff::render::json(&d, &mut out)
         .map_err(|e| ApiError::Store(format!("cannot render the comparison: {e}")))?;
     Ok(json(200, out))
+}
+
+/// The store the parameter `name` (`a` or `b`, default `a`) names, and whether it is B.
+fn side_store<'a>(
+    app: &'a App,
+    p: &Params,
+    name: &str,
+) -> Result<(&'a Mutex<store::Store>, bool), ApiError> {
+    match (p.get(name).unwrap_or("a"), &app.store_b) {
+        ("a", _) => Ok((&app.store, false)),
+        ("b", Some(b)) => Ok((b, true)),
+        ("b", None) => Err(ApiError::Bad(format!(
+            "{name}=b: no second store (dbtap ui --store A --compare-store B)"
+        ))),
+        (other, _) => Err(ApiError::Bad(format!(
+            "bad {name} {}: expected a or b",
+            shown(other)
+        ))),
+    }
+}
+
+/// The range `from`..`to` of one store: its whole span when neither is given.
+fn store_range(
+    m: &Mutex<store::Store>,
+    p: &Params,
+    from: &str,
+    to: &str,
+) -> Result<store::RangeQuery, ApiError> {
+    let span = lock(m).span()?;
+    match span {
+        Some((from_s, to_s)) if p.get(from).is_none() && p.get(to).is_none() => {
+            Ok(store::RangeQuery {
+                from_s,
+                to_s,
+                filter: p.filter(),
+            })
+        }
+        _ => p.range(from, to, span, now_s()).map_err(ApiError::Bad),
+    }
 }
 
 #[cfg(test)]
@@ -292,6 +348,7 @@ mod tests {
         let store = store::Store::memory(store::StoreConfig::default()).expect("memory store");
         App {
             store: Arc::new(Mutex::new(store)),
+            store_b: None,
             mode: crate::Mode::Store,
             sources: Vec::new(),
             examples: false,
@@ -339,6 +396,8 @@ mod tests {
             "/api/top?from=100&to=50",
             "/api/group?protocol=redis&command=get",
             "/api/top?q=%zz",
+            "/api/compare?a_store=b",
+            "/api/compare?b_store=c",
         ] {
             let (s, b) = get(&a, url, None);
             assert_eq!(s, 400, "{url}: {b}");
@@ -357,6 +416,24 @@ mod tests {
         );
         assert_eq!(get(&a, "/metrics", None).0, 404);
         assert_eq!(body(route(&a, &Method::Post, "/api/meta", None)).0, 405);
+    }
+
+    #[test]
+    fn compare_reads_the_store_each_side_names() {
+        let mut a = app(None);
+        let b = store::Store::memory(store::StoreConfig::default()).expect("memory store");
+        a.store_b = Some(Arc::new(Mutex::new(b)));
+        for url in [
+            "/api/compare?a_store=a&b_store=b",
+            "/api/compare?a_store=b&b_store=b&b_from=-1h",
+            "/api/compare",
+        ] {
+            let (s, body) = get(&a, url, None);
+            assert_eq!(s, 200, "{url}: {body}");
+            let v: serde_json::Value = serde_json::from_str(&body).expect("json");
+            assert_eq!(v["after"]["queries"], 0, "{body}");
+        }
+        assert_eq!(get(&a, "/api/compare?b_store=ab", None).0, 400);
     }
 
     #[test]

@@ -30,12 +30,15 @@ pub enum Mode {
     Captures,
 }
 
-/// One capture of `dbtap ui CAPTURE...`: its name and the minutes it covers (unix seconds).
+/// One capture of `dbtap ui CAPTURE...`, or one store of `dbtap ui --store A --compare-store B`:
+/// its name and the minutes it covers (unix seconds); `store` (`"a"` or `"b"`) for stores.
 #[derive(Clone, Debug, Serialize)]
 pub struct Source {
     pub label: String,
     pub from: i64,
     pub to: i64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub store: Option<&'static str>,
 }
 
 /// The running agent's current interval, for `/api/live` (live mode only).
@@ -49,6 +52,8 @@ pub trait LiveView: Send + Sync + 'static {
 /// Everything the server answers from.
 pub struct App {
     pub store: Arc<Mutex<store::Store>>,
+    /// `dbtap ui --compare-store B`: a second store only `/api/compare` reads (its own mutex).
+    pub store_b: Option<Arc<Mutex<store::Store>>>,
     pub mode: Mode,
     /// `dbtap ui CAPTURE...`: one per capture; otherwise empty.
     pub sources: Vec<Source>,

@@ -36,6 +36,7 @@ pub(super) fn serve(
     });
     let app = web::App {
         store,
+        store_b: None,
         mode: web::Mode::Live,
         sources: Vec::new(),
         examples: plan.agg_cfg.keep_examples,
