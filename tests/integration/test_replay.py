@@ -448,3 +448,60 @@ def test_mysql_wrong_password_names_the_failure(mariadbs, my_capture):
                         "--password", "wrong", "--max", "--format", "json"],
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=300)
     assert "login refused" in r.stderr and "Access denied" in r.stderr, r.stderr
+
+
+def test_mysql_connection_begun_before_capture(mariadbs):
+    """A connection opened (and logged in) before tcpdump starts is replayed from its first
+    whole command; its captured SELECTs reach B (B's Com_select delta equals A's)."""
+    a, b = mariadbs
+    c = a.connect(database="sbtest")
+    cap = harness.Tcpdump(OUT / "mysql-midstream.pcap", MY_A)
+    try:
+        with c.cursor() as cur:
+            cur.execute("SELECT 1")  # before the capture
+            cap.start()
+            before = a.status()
+            for i in range(1, 21):
+                cur.execute("SELECT c FROM sbtest.sbtest1 WHERE id = %s", (i,))
+                assert len(cur.fetchall()) == 1
+        c.close()
+        after = a.status(threads=before["Threads_connected"] - 1)  # c closed
+    finally:
+        stats = cap.stop()
+    assert stats.get("dropped") == 0, stats
+    want = harness.delta(before, after)
+    assert want["Com_select"] == 20, want["Com_select"]
+    got, rep = my_replay(cap.out, b, "--max")
+    assert got["Com_select"] == 20
+    f = rep["fidelity"]
+    assert f["sessions_captured"] == 1 and f["requests_sent"] == 21, f  # 20 SELECTs + QUIT
+
+
+def test_mysql_statements_prepared_before_capture_are_skipped(mariadbs):
+    """sysbench prepares its statements when it starts; a capture begun a second later holds
+    only their EXECUTEs and CLOSEs: none reaches B, and each is counted as skipped."""
+    a, b = mariadbs
+    t = threading.Thread(target=sb, args=(MY_A, "--time=3", "--events=0",
+                                          "--report-interval=0", "run"))
+    t.start()
+    time.sleep(1.0)
+    cap = harness.Tcpdump(OUT / "mysql-late.pcap", MY_A)
+    try:
+        early = a.status()
+        cap.start()
+        before = a.status()
+        t.join()
+        after = a.status(threads=before["Threads_connected"] - 2)  # sysbench's 2 gone
+    finally:
+        stats = cap.stop()
+    assert stats.get("dropped") == 0, stats
+    want, most = harness.delta(before, after), harness.delta(early, after)
+    assert want["Com_stmt_prepare"] == 0 and want["Com_stmt_execute"] > 100, my_counts(want)
+    got, rep = my_replay(cap.out, b, "--max")
+    assert (got["Com_stmt_prepare"], got["Com_stmt_execute"], got["Com_stmt_close"]) == (0, 0, 0)
+    skipped = rep["fidelity"]["skipped_requests"].get("statement_prepared_before_capture", 0)
+    # tcpdump started between the two snapshots: the captured statements lie between their
+    # deltas (one more per sysbench thread may be in flight at either edge).
+    lo = want["Com_stmt_execute"] + want["Com_stmt_close"] - 2
+    hi = most["Com_stmt_execute"] + most["Com_stmt_close"] + 2
+    assert lo <= skipped <= hi, (skipped, lo, hi)

@@ -111,7 +111,8 @@ impl Collector {
         };
         if !to_server {
             if !matches!(c.chunks.last(), Some(Chunk::Reply(_)) | None) {
-                c.chunks.push(Chunk::Reply(data.get(..9).unwrap_or(data).to_vec()));
+                c.chunks
+                    .push(Chunk::Reply(data.get(..9).unwrap_or(data).to_vec()));
             }
             return;
         }
@@ -186,7 +187,12 @@ impl Collector {
             }
             let protocol = c.protocol.unwrap_or(Protocol::Redis);
             let batches = if protocol == Protocol::Mysql {
-                crate::mysql::frame_conn(&c.saw_open, c.chunks.iter().map(Chunk::view), &mut self.skipped_bytes, &mut self.skipped)
+                crate::mysql::frame_conn(
+                    &c.saw_open,
+                    c.chunks.iter().map(Chunk::view),
+                    &mut self.skipped_bytes,
+                    &mut self.skipped,
+                )
             } else {
                 frame_conn(&c, &mut self.skipped_bytes)
             };

@@ -63,10 +63,7 @@ impl Framer {
         if std::mem::take(&mut self.awaiting_prepare)
             && head.get(4) == Some(&0)
             && let Some(&[a, b, c, d]) = head.get(5..9)
-            && let Some(r) = self
-                .batches
-                .last_mut()
-                .and_then(|b| b.requests.last_mut())
+            && let Some(r) = self.batches.last_mut().and_then(|b| b.requests.last_mut())
         {
             r.prepared_id = Some(u32::from_le_bytes([a, b, c, d]));
         }
@@ -241,7 +238,10 @@ pub struct Greeting {
 
 fn cstr(b: &[u8]) -> (&[u8], &[u8]) {
     match b.iter().position(|&c| c == 0) {
-        Some(i) => (b.get(..i).unwrap_or_default(), b.get(i + 1..).unwrap_or_default()),
+        Some(i) => (
+            b.get(..i).unwrap_or_default(),
+            b.get(i + 1..).unwrap_or_default(),
+        ),
         None => (b, &[]),
     }
 }
@@ -330,7 +330,9 @@ pub fn auth_reply(p: &[u8]) -> AuthReply {
         Some(0) => AuthReply::Ok,
         Some(0xFF) => {
             let msg = p.get(3..).unwrap_or_default();
-            let msg = msg.strip_prefix(b"#").map_or(msg, |m| m.get(5..).unwrap_or(m));
+            let msg = msg
+                .strip_prefix(b"#")
+                .map_or(msg, |m| m.get(5..).unwrap_or(m));
             AuthReply::Err(String::from_utf8_lossy(msg).into_owned())
         }
         Some(0xFE) => {

@@ -435,8 +435,7 @@ fn new_session(
     cfg: &SessionConfig,
     protocol: proto::Protocol,
 ) -> Option<Box<dyn Session>> {
-    proto::registry::spec(protocol)
-        .map(|spec| (spec.new_session)(meta(id, s), cfg.clone()))
+    proto::registry::spec(protocol).map(|spec| (spec.new_session)(meta(id, s), cfg.clone()))
 }
 
 fn is_timeout(e: &std::io::Error) -> bool {

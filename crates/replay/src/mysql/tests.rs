@@ -50,7 +50,10 @@ fn midstream_starts_at_a_whole_command_and_split_packets_are_skipped() {
     let q = cmdpkt(b"\x03SELECT 1");
     let mut tail = vec![0xAA, 0xBB];
     tail.extend_from_slice(b"xyz");
-    let r = frame(false, vec![ChunkView::Client(1, &tail), ChunkView::Client(2, &q)]);
+    let r = frame(
+        false,
+        vec![ChunkView::Client(1, &tail), ChunkView::Client(2, &q)],
+    );
     assert_eq!(r.len(), 1);
     assert_eq!(r[0].bytes, q);
     let mut big = vec![0xFF, 0xFF, 0xFF, 0];

@@ -33,6 +33,7 @@ struct Conn {
     id: u64,
     stream: Stream,
     session: Box<dyn Session>,
+    buf: Vec<u8>,
 }
 
 impl Conn {
@@ -83,18 +84,26 @@ impl Conn {
             id,
             stream,
             session,
+            buf: vec![0u8; 64 << 10],
         };
         let deadline = Instant::now() + ctx.opts.reply_timeout.max(Duration::from_secs(5));
         let g = c.packet(ctx, deadline)?;
-        let g = mysql::parse_greeting(&g).ok_or("the target's greeting is not MySQL protocol 10")?;
+        let g =
+            mysql::parse_greeting(&g).ok_or("the target's greeting is not MySQL protocol 10")?;
         let user = ctx.opts.creds.user.clone().unwrap_or_else(|| "root".into());
         let pw = ctx.opts.creds.password.clone().unwrap_or_default();
-        c.send(ctx, &mysql::packet(1, &mysql::login_response(&g, &user, &pw, db)))?;
+        c.send(
+            ctx,
+            &mysql::packet(1, &mysql::login_response(&g, &user, &pw, db)),
+        )?;
         match mysql::auth_reply(&c.packet(ctx, deadline)?) {
             AuthReply::Ok => Ok(c),
             AuthReply::Err(m) => Err(format!("login refused: {m}")),
             AuthReply::Switch(p, salt) if p == mysql::NATIVE => {
-                c.send(ctx, &mysql::packet(3, &mysql::native_scramble(pw.as_bytes(), &salt)))?;
+                c.send(
+                    ctx,
+                    &mysql::packet(3, &mysql::native_scramble(pw.as_bytes(), &salt)),
+                )?;
                 match mysql::auth_reply(&c.packet(ctx, deadline)?) {
                     AuthReply::Ok => Ok(c),
                     AuthReply::Err(m) => Err(format!("login refused: {m}")),
@@ -118,34 +127,49 @@ impl Conn {
             t.skip("connection_lost", 1);
             return None;
         }
-        let mut events = self.feed(ctx, Direction::ToServer, out);
+        // A command without reply has its event now; one with a reply when its reply ends.
+        self.feed(ctx, Direction::ToServer, out);
         if !reply {
             return Some(Vec::new());
         }
-        let deadline = Instant::now() + ctx.opts.reply_timeout;
         let mut first = Vec::new();
-        let mut buf = vec![0u8; 64 << 10];
+        let mut buf = std::mem::take(&mut self.buf);
+        let r = self.read_reply(ctx, &mut buf, &mut first, t);
+        self.buf = buf;
+        r.then_some(first)
+    }
+
+    /// Reads until the session emitted an event; false when the connection is unusable.
+    fn read_reply(
+        &mut self,
+        ctx: &Ctx,
+        buf: &mut [u8],
+        first: &mut Vec<u8>,
+        t: &mut Tally,
+    ) -> bool {
+        let mut events = 0;
+        let deadline = Instant::now() + ctx.opts.reply_timeout;
         while events == 0 {
             let Some(left) = deadline.checked_duration_since(Instant::now()) else {
                 t.skip("reply_timeout", 1);
-                return Some(first);
+                return true;
             };
             if self.stream.set_timeout(left).is_err() {
-                return None;
+                return false;
             }
-            let k = match self.stream.read(&mut buf) {
+            let k = match self.stream.read(buf) {
                 Ok(0) => {
                     t.skip("connection_closed_by_target", 1);
-                    return None;
+                    return false;
                 }
                 Ok(k) => k,
                 Err(e) if is_timeout(&e) => {
                     t.skip("reply_timeout", 1);
-                    return Some(first);
+                    return true;
                 }
                 Err(_) => {
                     t.skip("connection_lost", 1);
-                    return None;
+                    return false;
                 }
             };
             let got = buf.get(..k).unwrap_or_default();
@@ -155,7 +179,7 @@ impl Conn {
             events += self.feed(ctx, Direction::ToClient, got);
         }
         t.replies += 1;
-        Some(first)
+        true
     }
 
     fn close(mut self, ctx: &Ctx) {
