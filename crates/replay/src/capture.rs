@@ -61,8 +61,9 @@ pub struct Plan {
 
 enum Chunk {
     Client(u64, Vec<u8>),
-    /// The server answered; the first bytes of its answer (a MySQL PREPARE_OK's id).
-    Reply(Vec<u8>),
+    /// The server answered; the first (up to 9) bytes of its answer, for a MySQL
+    /// PREPARE_OK's statement id (held inline: no allocation per reply).
+    Reply([u8; 9], u8),
     Gap,
 }
 
@@ -110,9 +111,13 @@ impl Collector {
             return;
         };
         if !to_server {
-            if !matches!(c.chunks.last(), Some(Chunk::Reply(_)) | None) {
-                c.chunks
-                    .push(Chunk::Reply(data.get(..9).unwrap_or(data).to_vec()));
+            if !matches!(c.chunks.last(), Some(Chunk::Reply(..)) | None) {
+                let mut head = [0u8; 9];
+                let n = data.len().min(9);
+                if let (Some(h), Some(d)) = (head.get_mut(..n), data.get(..n)) {
+                    h.copy_from_slice(d);
+                }
+                c.chunks.push(Chunk::Reply(head, n as u8));
             }
             return;
         }
@@ -229,7 +234,7 @@ impl Chunk {
     fn view(&self) -> ChunkView<'_> {
         match self {
             Chunk::Client(ts, b) => ChunkView::Client(*ts, b),
-            Chunk::Reply(h) => ChunkView::Reply(h),
+            Chunk::Reply(h, n) => ChunkView::Reply(h.get(..usize::from(*n)).unwrap_or_default()),
             Chunk::Gap => ChunkView::Gap,
         }
     }
@@ -254,7 +259,7 @@ fn frame_conn(c: &ConnBuf, skipped: &mut BTreeMap<String, u64>) -> Vec<Batch> {
     for chunk in &c.chunks {
         match chunk {
             Chunk::Client(ts, data) => f.client(*ts, data, skipped),
-            Chunk::Reply(_) => f.reply_since = true,
+            Chunk::Reply(..) => f.reply_since = true,
             Chunk::Gap => {
                 f.pend.clear();
                 f.synced = false;

@@ -42,7 +42,7 @@ pub(crate) fn frame_conn<'a>(
         }
     }
     if !f.pend.is_empty() {
-        count(skipped, "incomplete_at_end", 1);
+        count(skipped_bytes, "incomplete_at_end", f.pend.len() as u64);
     }
     f.batches
 }
@@ -54,6 +54,8 @@ struct Framer {
     pend_ts: u64,
     synced: bool,
     in_split: bool,
+    /// The captured login asked for the compressed protocol: nothing is framed.
+    compressed: bool,
     awaiting_prepare: bool,
     batches: Vec<Batch>,
 }
@@ -103,6 +105,18 @@ impl Framer {
         skipped_bytes: &mut BTreeMap<String, u64>,
         skipped: &mut BTreeMap<String, u64>,
     ) {
+        if self.compressed {
+            count(skipped_bytes, "compressed_protocol", packet.len() as u64);
+            return;
+        }
+        if !self.synced && self.saw_open && h.seq == 1 {
+            // The login response: its capabilities tell whether the compressed protocol follows.
+            const COMPRESS: u8 = 0x20;
+            if packet.get(4).is_some_and(|c| c & COMPRESS != 0) {
+                self.compressed = true;
+                count(skipped, "compressed_protocol", 1);
+            }
+        }
         if !self.synced {
             let ok = if self.saw_open {
                 h.seq == 0

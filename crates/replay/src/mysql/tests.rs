@@ -97,3 +97,18 @@ fn scramble_and_greeting() {
         AuthReply::Switch("caching_sha2_password".into(), b"salt".to_vec())
     );
 }
+
+#[test]
+fn compressed_connections_are_not_framed() {
+    let login = packet(1, b"\x2f\x00\x00\x00login");
+    let q = cmdpkt(b"\x03SELECT 1");
+    let (mut b, mut s) = (BTreeMap::new(), BTreeMap::new());
+    let got = frame_conn(
+        &true,
+        vec![ChunkView::Client(1, &login), ChunkView::Client(2, &q)].into_iter(),
+        &mut b,
+        &mut s,
+    );
+    assert!(got.is_empty());
+    assert_eq!(s.get("compressed_protocol"), Some(&1));
+}
