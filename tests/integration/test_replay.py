@@ -320,3 +320,188 @@ def test_new_errors_on_target_are_reported(servers):
     assert len(g) == 1, rep["groups"]
     assert (g[0]["capture"]["errors"], g[0]["target"]["errors"]) == (0, 3)
     assert any(m.startswith("WRONGTYPE") for m in g[0]["new_errors"]), g[0]
+
+
+# -- MySQL/MariaDB ---------------------------------------------------------------------------
+# Two private MariaDBs (harness.Server): A captured with tcpdump on lo while sysbench
+# oltp_read_only (prepared statements) and a scripted pymysql client with an error run on it;
+# B prepared with sysbench's own `prepare`. Truth: A's and B's SHOW GLOBAL STATUS deltas, read
+# over their Unix sockets (not part of the capture nor of the replay).
+
+MY_A, MY_B = 38410, 38411
+MY_COUNTERS = ["Com_stmt_prepare", "Com_stmt_execute", "Com_stmt_close", "Com_select"]
+SB_TABLE = 1000
+
+
+def sb_args(port: int, threads: int) -> list[str]:
+    args = harness.sysbench_args(port, threads, SB_TABLE)
+    assert args[1] == "oltp_read_write"
+    args[1] = "oltp_read_only"
+    return args
+
+
+def sb(port: int, *extra: str) -> None:
+    r = subprocess.run(sb_args(port, 2) + list(extra), stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout
+
+
+@pytest.fixture(scope="module")
+def mariadbs():
+    a = harness.Server(MY_A, OUT / "my-a", tls=False)
+    b = harness.Server(MY_B, OUT / "my-b", tls=False)
+    try:
+        a.start()
+        b.start()
+        sb(MY_A, "prepare")
+        sb(MY_B, "prepare")
+        yield a, b
+    finally:
+        a.stop()
+        b.stop()
+
+
+@pytest.fixture(scope="module")
+def my_capture(mariadbs):
+    a, _ = mariadbs
+    cap = harness.Tcpdump(OUT / "mysql.pcap", MY_A)
+    try:
+        cap.start()
+        before = a.status()
+        sb(MY_A, "--time=3", "--events=0", "--report-interval=0", "run")
+        c = a.connect(database="sbtest")
+        with c.cursor() as cur:
+            cur.execute("SELECT COUNT(*) FROM sbtest1")
+            assert cur.fetchone()[0] == SB_TABLE
+            with pytest.raises(harness.pymysql.err.ProgrammingError) as e:
+                cur.execute("SELECT * FROM no_such_table_x")
+        c.close()
+        after = a.status(threads=before["Threads_connected"])
+    finally:
+        stats = cap.stop()
+    assert stats.get("dropped") == 0, stats
+    return cap.out, harness.delta(before, after), e.value.args
+
+
+def my_replay(pcap, b, *args):
+    """Replays onto B; returns (B's status deltas, the JSON report)."""
+    before = b.status()
+    r = subprocess.run([str(harness.DBTAP), "replay", str(pcap), "--port", str(MY_A),
+                        "--target", f"127.0.0.1:{MY_B}", "--user", harness.USER,
+                        "--password", harness.PASSWORD, "--format", "json", *args],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    after = b.status(threads=before["Threads_connected"])
+    return harness.delta(before, after), json.loads(r.stdout)
+
+
+def my_counts(d: dict) -> dict:
+    return {k: d[k] for k in MY_COUNTERS}
+
+
+def test_mysql_replay_counts_equal_capture(mariadbs, my_capture):
+    _, b = mariadbs
+    pcap, want, _ = my_capture
+    assert want["Com_stmt_prepare"] > 0 and want["Com_stmt_execute"] > 100, my_counts(want)
+    assert want["Com_stmt_close"] > 0, my_counts(want)
+    got, rep = my_replay(pcap, b)
+    assert my_counts(got) == my_counts(want)
+    f = rep["fidelity"]
+    assert f["requests_sent"] == f["requests_planned"] == f["requests_framed"]
+    assert f["skipped_requests"] == {}, f
+    # Both sides of the report group alike: every group's count and errors match.
+    for g in rep["groups"].values():
+        assert g["protocol"] == "mysql", g
+        assert (g["target"]["count"], g["target"]["errors"]) == \
+            (g["capture"]["count"], g["capture"]["errors"]), g
+
+
+def test_mysql_scale_two_doubles_counts(mariadbs, my_capture):
+    _, b = mariadbs
+    pcap, want, _ = my_capture
+    got, rep = my_replay(pcap, b, "--max", "--scale", "2")
+    assert my_counts(got) == {k: 2 * v for k, v in my_counts(want).items()}
+    assert rep["fidelity"]["target_connections"] == 2 * rep["fidelity"]["sessions_captured"]
+
+
+def test_mysql_error_statement_same_error_on_target(mariadbs, my_capture):
+    _, b = mariadbs
+    pcap, _, err = my_capture
+    assert err[0] == 1146, err
+    # B's own answer to the statement, asked directly over its socket.
+    with b.root(database="sbtest") as c, c.cursor() as cur:
+        with pytest.raises(harness.pymysql.err.ProgrammingError) as e:
+            cur.execute("SELECT * FROM no_such_table_x")
+    assert e.value.args == err
+    _, rep = my_replay(pcap, b, "--max")
+    g = [g for g in rep["groups"].values() if "no_such_table_x" in g["fingerprint"]]
+    assert len(g) == 1, [g["fingerprint"] for g in rep["groups"].values()]
+    assert (g[0]["capture"]["errors"], g[0]["target"]["errors"]) == (1, 1), g[0]
+    assert not g[0].get("new_errors"), g[0]
+
+
+def test_mysql_wrong_password_names_the_failure(mariadbs, my_capture):
+    _, b = mariadbs
+    pcap, _, _ = my_capture
+    r = subprocess.run([str(harness.DBTAP), "replay", str(pcap), "--port", str(MY_A),
+                        "--target", f"127.0.0.1:{MY_B}", "--user", harness.USER,
+                        "--password", "wrong", "--max", "--format", "json"],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=300)
+    assert "login refused" in r.stderr and "Access denied" in r.stderr, r.stderr
+
+
+def test_mysql_connection_begun_before_capture(mariadbs):
+    """A connection opened (and logged in) before tcpdump starts is replayed from its first
+    whole command; its captured SELECTs reach B (B's Com_select delta equals A's)."""
+    a, b = mariadbs
+    c = a.connect(database="sbtest")
+    cap = harness.Tcpdump(OUT / "mysql-midstream.pcap", MY_A)
+    try:
+        with c.cursor() as cur:
+            cur.execute("SELECT 1")  # before the capture
+            cap.start()
+            before = a.status()
+            for i in range(1, 21):
+                cur.execute("SELECT c FROM sbtest.sbtest1 WHERE id = %s", (i,))
+                assert len(cur.fetchall()) == 1
+        c.close()
+        after = a.status(threads=before["Threads_connected"] - 1)  # c closed
+    finally:
+        stats = cap.stop()
+    assert stats.get("dropped") == 0, stats
+    want = harness.delta(before, after)
+    assert want["Com_select"] == 20, want["Com_select"]
+    got, rep = my_replay(cap.out, b, "--max")
+    assert got["Com_select"] == 20
+    f = rep["fidelity"]
+    assert f["sessions_captured"] == 1 and f["requests_sent"] == 21, f  # 20 SELECTs + QUIT
+
+
+def test_mysql_statements_prepared_before_capture_are_skipped(mariadbs):
+    """sysbench prepares its statements when it starts; a capture begun a second later holds
+    only their EXECUTEs and CLOSEs: none reaches B, and each is counted as skipped."""
+    a, b = mariadbs
+    t = threading.Thread(target=sb, args=(MY_A, "--time=3", "--events=0",
+                                          "--report-interval=0", "run"))
+    t.start()
+    time.sleep(1.0)
+    cap = harness.Tcpdump(OUT / "mysql-late.pcap", MY_A)
+    try:
+        early = a.status()
+        cap.start()
+        before = a.status()
+        t.join()
+        after = a.status(threads=before["Threads_connected"] - 2)  # sysbench's 2 gone
+    finally:
+        stats = cap.stop()
+    assert stats.get("dropped") == 0, stats
+    want, most = harness.delta(before, after), harness.delta(early, after)
+    assert want["Com_stmt_prepare"] == 0 and want["Com_stmt_execute"] > 100, my_counts(want)
+    got, rep = my_replay(cap.out, b, "--max")
+    assert (got["Com_stmt_prepare"], got["Com_stmt_execute"], got["Com_stmt_close"]) == (0, 0, 0)
+    skipped = rep["fidelity"]["skipped_requests"].get("statement_prepared_before_capture", 0)
+    # tcpdump started between the two snapshots: the captured statements lie between their
+    # deltas (one more per sysbench thread may be in flight at either edge).
+    lo = want["Com_stmt_execute"] + want["Com_stmt_close"] - 2
+    hi = most["Com_stmt_execute"] + most["Com_stmt_close"] + 2
+    assert lo <= skipped <= hi, (skipped, lo, hi)

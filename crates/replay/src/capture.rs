@@ -24,6 +24,8 @@ pub struct Request {
     pub ts_ns: u64,
     pub bytes: Vec<u8>,
     pub args: Vec<(usize, usize)>,
+    /// MySQL: the statement id the captured server gave this COM_STMT_PREPARE.
+    pub prepared_id: Option<u32>,
 }
 
 impl Request {
@@ -59,7 +61,9 @@ pub struct Plan {
 
 enum Chunk {
     Client(u64, Vec<u8>),
-    Reply,
+    /// The server answered; the first (up to 9) bytes of its answer, for a MySQL
+    /// PREPARE_OK's statement id (held inline: no allocation per reply).
+    Reply([u8; 9], u8),
     Gap,
 }
 
@@ -107,12 +111,17 @@ impl Collector {
             return;
         };
         if !to_server {
-            if !matches!(c.chunks.last(), Some(Chunk::Reply) | None) {
-                c.chunks.push(Chunk::Reply);
+            if !matches!(c.chunks.last(), Some(Chunk::Reply(..)) | None) {
+                let mut head = [0u8; 9];
+                let n = data.len().min(9);
+                if let (Some(h), Some(d)) = (head.get_mut(..n), data.get(..n)) {
+                    h.copy_from_slice(d);
+                }
+                c.chunks.push(Chunk::Reply(head, n as u8));
             }
             return;
         }
-        if c.protocol.is_some_and(|p| p != Protocol::Redis) {
+        if c.protocol.is_some_and(|p| !supported(p)) {
             return;
         }
         if c.overflowed || self.held + data.len() > self.limits.max_bytes {
@@ -155,7 +164,7 @@ impl Collector {
         }
         if c.protocol.is_none() {
             c.protocol = Some(ev.protocol);
-            if ev.protocol != Protocol::Redis {
+            if !supported(ev.protocol) {
                 let freed: usize = c.chunks.iter().map(chunk_len).sum();
                 self.held = self.held.saturating_sub(freed);
                 c.chunks = Vec::new();
@@ -173,7 +182,7 @@ impl Collector {
                 continue;
             };
             match c.protocol {
-                Some(Protocol::Redis) => {}
+                Some(p) if supported(p) => {}
                 Some(p) => {
                     let reason = format!("{}_not_supported_yet", p.name());
                     *self.skipped.entry(reason).or_default() += c.events;
@@ -181,13 +190,23 @@ impl Collector {
                 }
                 None => continue,
             }
-            let batches = frame_conn(&c, &mut self.skipped_bytes);
+            let protocol = c.protocol.unwrap_or(Protocol::Redis);
+            let batches = if protocol == Protocol::Mysql {
+                crate::mysql::frame_conn(
+                    &c.saw_open,
+                    c.chunks.iter().map(Chunk::view),
+                    &mut self.skipped_bytes,
+                    &mut self.skipped,
+                )
+            } else {
+                frame_conn(&c, &mut self.skipped_bytes)
+            };
             let last = batches.last().map_or(0, |b| b.ts_ns);
             if !batches.is_empty() {
                 plans.push(Plan {
                     end_ns: c.closed_ns.max(last),
                     conn: id,
-                    protocol: Protocol::Redis,
+                    protocol,
                     saw_open: c.saw_open,
                     database: c.database,
                     batches,
@@ -196,6 +215,28 @@ impl Collector {
         }
         plans.sort_by_key(|p| (p.batches.first().map_or(0, |b| b.ts_ns), p.conn));
         (plans, self.skipped, self.skipped_bytes)
+    }
+}
+
+/// The protocols replay supports.
+fn supported(p: Protocol) -> bool {
+    matches!(p, Protocol::Redis | Protocol::Mysql)
+}
+
+/// A chunk as the protocol framers see it.
+pub(crate) enum ChunkView<'a> {
+    Client(u64, &'a [u8]),
+    Reply(&'a [u8]),
+    Gap,
+}
+
+impl Chunk {
+    fn view(&self) -> ChunkView<'_> {
+        match self {
+            Chunk::Client(ts, b) => ChunkView::Client(*ts, b),
+            Chunk::Reply(h, n) => ChunkView::Reply(h.get(..usize::from(*n)).unwrap_or_default()),
+            Chunk::Gap => ChunkView::Gap,
+        }
     }
 }
 
@@ -218,7 +259,7 @@ fn frame_conn(c: &ConnBuf, skipped: &mut BTreeMap<String, u64>) -> Vec<Batch> {
     for chunk in &c.chunks {
         match chunk {
             Chunk::Client(ts, data) => f.client(*ts, data, skipped),
-            Chunk::Reply => f.reply_since = true,
+            Chunk::Reply(..) => f.reply_since = true,
             Chunk::Gap => {
                 f.pend.clear();
                 f.synced = false;
@@ -265,6 +306,7 @@ impl Framer {
                         ts_ns: self.pend_ts,
                         bytes,
                         args,
+                        prepared_id: None,
                     });
                     self.pend_ts = ts;
                     if self.pend.is_empty() {
@@ -362,12 +404,12 @@ mod tests {
         let mut c = Collector::new(Limits { max_bytes: 1 << 20 });
         c.open(7, true);
         c.bytes(7, true, 1, b"\x05\x00\x00\x00\x03SEL");
-        let mut ev = proto::testing::event(Protocol::Mysql, "query", 0, Some(1));
+        let mut ev = proto::testing::event(Protocol::Postgres, "query", 0, Some(1));
         ev.conn = 7;
         c.event(&ev);
         let (plans, skipped, _) = c.finish();
         assert!(plans.is_empty());
-        assert_eq!(skipped.get("mysql_not_supported_yet"), Some(&1));
+        assert_eq!(skipped.get("postgres_not_supported_yet"), Some(&1));
     }
 
     #[test]

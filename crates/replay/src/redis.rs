@@ -117,6 +117,7 @@ mod tests {
             ts_ns: 0,
             bytes,
             args: a,
+            prepared_id: None,
         }
     }
 

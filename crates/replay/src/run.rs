@@ -319,10 +319,24 @@ impl Sink for ChanSink<'_> {
 }
 
 mod conn;
+mod my;
 use conn::TargetConn;
+
+/// Prints a message once per replay run (a login error repeats for every session).
+fn warn_once(msg: &str) {
+    static SAID: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    let mut said = SAID.lock().unwrap_or_else(|e| e.into_inner());
+    if !said.iter().any(|m| m == msg) && said.len() < 16 {
+        eprintln!("{msg}");
+        said.push(msg.to_string());
+    }
+}
 
 /// Replays one session copy.
 fn run_session(ctx: &Ctx, plan: &Plan, offsets: &[u64]) -> Tally {
+    if plan.protocol == proto::Protocol::Mysql {
+        return my::run_session(ctx, plan, offsets);
+    }
     let mut t = Tally::default();
     let mut conn: Option<TargetConn> = None;
     let mut db: Option<Vec<u8>> = plan
@@ -415,9 +429,13 @@ fn meta(id: u64, s: &Stream) -> ConnMeta {
     }
 }
 
-fn new_session(id: u64, s: &Stream, cfg: &SessionConfig) -> Option<Box<dyn Session>> {
-    proto::registry::spec(proto::Protocol::Redis)
-        .map(|spec| (spec.new_session)(meta(id, s), cfg.clone()))
+fn new_session(
+    id: u64,
+    s: &Stream,
+    cfg: &SessionConfig,
+    protocol: proto::Protocol,
+) -> Option<Box<dyn Session>> {
+    proto::registry::spec(protocol).map(|spec| (spec.new_session)(meta(id, s), cfg.clone()))
 }
 
 fn is_timeout(e: &std::io::Error) -> bool {

@@ -25,7 +25,7 @@ impl TargetConn {
     pub(super) fn open(ctx: &Ctx, db: Option<&[u8]>, t: &mut Tally) -> Option<TargetConn> {
         let stream = Stream::connect(&ctx.target).ok()?;
         let id = ctx.ids.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let session = new_session(id, &stream, &ctx.opts.session)?;
+        let session = new_session(id, &stream, &ctx.opts.session, proto::Protocol::Redis)?;
         t.connections += 1;
         let mut setup = Vec::new();
         let mut n = 0;

@@ -1,0 +1,114 @@
+//! Tests of the MySQL replay framing, rewriting and login pieces.
+
+use super::*;
+
+fn cmdpkt(payload: &[u8]) -> Vec<u8> {
+    packet(0, payload)
+}
+
+fn frame(saw_open: bool, chunks: Vec<ChunkView<'_>>) -> Vec<Request> {
+    let (mut b, mut s) = (BTreeMap::new(), BTreeMap::new());
+    frame_conn(&saw_open, chunks.into_iter(), &mut b, &mut s)
+        .into_iter()
+        .flat_map(|b| b.requests)
+        .collect()
+}
+
+#[test]
+fn login_is_skipped_and_prepare_ids_taken() {
+    let login = packet(1, b"\x00\x00\x00\x00login");
+    let prep = cmdpkt(b"\x16SELECT ?");
+    let ok = packet(1, b"\x00\x07\x00\x00\x00\x01\x00\x01\x00");
+    let exec = cmdpkt(b"\x17\x07\x00\x00\x00\x00\x01\x00\x00\x00");
+    let r = frame(
+        true,
+        vec![
+            ChunkView::Client(1, &login),
+            ChunkView::Reply(b"\x07\x00\x00\x02\x00"),
+            ChunkView::Client(2, &prep),
+            ChunkView::Reply(&ok),
+            ChunkView::Client(3, &exec),
+        ],
+    );
+    assert_eq!(r.len(), 2);
+    assert_eq!(r[0].prepared_id, Some(7));
+    let mut st = Statements::default();
+    assert_eq!(
+        st.rewrite(&r[1]),
+        Send::Skip("statement_prepared_before_capture")
+    );
+    st.prepared(r[0].prepared_id, 42);
+    let Send::Bytes { bytes, reply } = st.rewrite(&r[1]) else {
+        panic!("sent");
+    };
+    assert!(reply);
+    assert_eq!(&bytes[5..9], &42u32.to_le_bytes());
+}
+
+#[test]
+fn midstream_starts_at_a_whole_command_and_split_packets_are_skipped() {
+    let q = cmdpkt(b"\x03SELECT 1");
+    let mut tail = vec![0xAA, 0xBB];
+    tail.extend_from_slice(b"xyz");
+    let r = frame(
+        false,
+        vec![ChunkView::Client(1, &tail), ChunkView::Client(2, &q)],
+    );
+    assert_eq!(r.len(), 1);
+    assert_eq!(r[0].bytes, q);
+    let mut big = vec![0xFF, 0xFF, 0xFF, 0];
+    big.extend(std::iter::repeat_n(b'a', MAX_PAYLOAD as usize));
+    let rest = packet(1, b"end");
+    let (mut b, mut s) = (BTreeMap::new(), BTreeMap::new());
+    let got = frame_conn(
+        &true,
+        vec![
+            ChunkView::Client(1, &big),
+            ChunkView::Client(2, &rest),
+            ChunkView::Client(3, &q),
+        ]
+        .into_iter(),
+        &mut b,
+        &mut s,
+    );
+    assert_eq!(got.len(), 1);
+    assert_eq!(s.get("split_packet"), Some(&1));
+}
+
+#[test]
+fn scramble_and_greeting() {
+    // Known answer: scramble of "pw" with a 20-byte salt of 'a'.
+    let s = native_scramble(b"pw", &[b'a'; 20]);
+    assert_eq!(s.len(), 20);
+    assert!(native_scramble(b"", b"x").is_empty());
+    let mut g = vec![10];
+    g.extend_from_slice(b"11.0.0-MariaDB\0");
+    g.extend_from_slice(&[1, 0, 0, 0]);
+    g.extend_from_slice(b"12345678\0");
+    g.extend_from_slice(&[0xFF, 0xF7, 45, 2, 0, 0xFF, 0x81, 21]);
+    g.extend_from_slice(&[0; 10]);
+    g.extend_from_slice(b"abcdefghijkl\0mysql_native_password\0");
+    let p = parse_greeting(&g).expect("greeting");
+    assert_eq!(p.salt, b"12345678abcdefghijkl");
+    assert_eq!(p.plugin, NATIVE);
+    assert_eq!(p.charset, 45);
+    assert_eq!(
+        auth_reply(b"\xFEcaching_sha2_password\0salt\0"),
+        AuthReply::Switch("caching_sha2_password".into(), b"salt".to_vec())
+    );
+}
+
+#[test]
+fn compressed_connections_are_not_framed() {
+    let login = packet(1, b"\x2f\x00\x00\x00login");
+    let q = cmdpkt(b"\x03SELECT 1");
+    let (mut b, mut s) = (BTreeMap::new(), BTreeMap::new());
+    let got = frame_conn(
+        &true,
+        vec![ChunkView::Client(1, &login), ChunkView::Client(2, &q)].into_iter(),
+        &mut b,
+        &mut s,
+    );
+    assert!(got.is_empty());
+    assert_eq!(s.get("compressed_protocol"), Some(&1));
+}

@@ -1,0 +1,261 @@
+//! One replayed MySQL/MariaDB session: dbtap's own login, then the captured commands one at a
+//! time, statement ids remapped, each reply complete when the target's session emits its event.
+
+use std::io::{Read, Write};
+use std::time::{Duration, Instant};
+
+use proto::{Direction, Health, QueryEvent, Session, Sink};
+
+use super::{Ctx, Msg, Stream, is_timeout, new_session};
+use crate::capture::Plan;
+use crate::fidelity::Tally;
+use crate::mysql::{self, AuthReply, Send, Statements};
+use crate::schedule::Timing;
+
+/// Forwards the target session's events and counts them.
+struct Counting<'a> {
+    tx: &'a std::sync::mpsc::SyncSender<Msg>,
+    health: Health,
+    events: usize,
+}
+
+impl Sink for Counting<'_> {
+    fn event(&mut self, ev: QueryEvent) {
+        self.events += 1;
+        let _ = self.tx.send(Msg::Event(ev));
+    }
+    fn health(&mut self) -> &mut Health {
+        &mut self.health
+    }
+}
+
+struct Conn {
+    id: u64,
+    stream: Stream,
+    session: Box<dyn Session>,
+    buf: Vec<u8>,
+}
+
+impl Conn {
+    fn feed(&mut self, ctx: &Ctx, dir: Direction, b: &[u8]) -> usize {
+        let mut s = Counting {
+            tx: &ctx.tx,
+            health: Health::default(),
+            events: 0,
+        };
+        self.session.feed(dir, b, ctx.now_ns(), &mut s);
+        s.events
+    }
+
+    /// Reads one whole packet (fed to the session); its payload.
+    fn packet(&mut self, ctx: &Ctx, deadline: Instant) -> Result<Vec<u8>, String> {
+        let mut head = [0u8; 4];
+        self.read_exact(&mut head, deadline)?;
+        let len = u32::from_le_bytes([head[0], head[1], head[2], 0]) as usize;
+        let mut p = vec![0u8; len];
+        self.read_exact(&mut p, deadline)?;
+        self.feed(ctx, Direction::ToClient, &head);
+        self.feed(ctx, Direction::ToClient, &p);
+        Ok(p)
+    }
+
+    fn read_exact(&mut self, b: &mut [u8], deadline: Instant) -> Result<(), String> {
+        let left = deadline
+            .checked_duration_since(Instant::now())
+            .ok_or("login timed out")?;
+        self.stream.set_timeout(left).map_err(|e| e.to_string())?;
+        self.stream.read_exact(b).map_err(|e| e.to_string())
+    }
+
+    fn send(&mut self, ctx: &Ctx, b: &[u8]) -> Result<(), String> {
+        self.stream.write_all(b).map_err(|e| e.to_string())?;
+        self.feed(ctx, Direction::ToServer, b);
+        Ok(())
+    }
+
+    /// Connects and logs in (the exchange is fed to the session: it learns the capabilities
+    /// and the database; the handshake emits no event).
+    fn open(ctx: &Ctx, db: Option<&[u8]>) -> Result<Conn, String> {
+        let stream = Stream::connect(&ctx.target).map_err(|e| e.to_string())?;
+        let id = ctx.ids.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let session = new_session(id, &stream, &ctx.opts.session, proto::Protocol::Mysql)
+            .ok_or("no mysql session")?;
+        let mut c = Conn {
+            id,
+            stream,
+            session,
+            buf: vec![0u8; 64 << 10],
+        };
+        let deadline = Instant::now() + ctx.opts.reply_timeout.max(Duration::from_secs(5));
+        let g = c.packet(ctx, deadline)?;
+        let g =
+            mysql::parse_greeting(&g).ok_or("the target's greeting is not MySQL protocol 10")?;
+        let user = ctx.opts.creds.user.clone().unwrap_or_else(|| "root".into());
+        let pw = ctx.opts.creds.password.clone().unwrap_or_default();
+        c.send(
+            ctx,
+            &mysql::packet(1, &mysql::login_response(&g, &user, &pw, db)),
+        )?;
+        match mysql::auth_reply(&c.packet(ctx, deadline)?) {
+            AuthReply::Ok => Ok(c),
+            AuthReply::Err(m) => Err(format!("login refused: {m}")),
+            AuthReply::Switch(p, salt) if p == mysql::NATIVE => {
+                c.send(
+                    ctx,
+                    &mysql::packet(3, &mysql::native_scramble(pw.as_bytes(), &salt)),
+                )?;
+                match mysql::auth_reply(&c.packet(ctx, deadline)?) {
+                    AuthReply::Ok => Ok(c),
+                    AuthReply::Err(m) => Err(format!("login refused: {m}")),
+                    _ => Err("unexpected reply to the mysql_native_password login".into()),
+                }
+            }
+            AuthReply::Switch(p, _) => Err(format!(
+                "the target asks for auth plugin {p}: not supported (only mysql_native_password)"
+            )),
+            AuthReply::Other(b) => Err(format!(
+                "the target answered the login with packet 0x{b:02x}: auth plugin not supported \
+                 (only mysql_native_password)"
+            )),
+        }
+    }
+
+    /// Sends one command and, when it is answered, reads until its event came; the reply's
+    /// first payload (a PREPARE_OK) is returned.
+    fn exchange(&mut self, ctx: &Ctx, out: &[u8], reply: bool, t: &mut Tally) -> Option<Vec<u8>> {
+        if self.stream.write_all(out).is_err() {
+            t.skip("connection_lost", 1);
+            return None;
+        }
+        // A command without reply has its event now; one with a reply when its reply ends.
+        self.feed(ctx, Direction::ToServer, out);
+        if !reply {
+            return Some(Vec::new());
+        }
+        let mut first = Vec::new();
+        let mut buf = std::mem::take(&mut self.buf);
+        let r = self.read_reply(ctx, &mut buf, &mut first, t);
+        self.buf = buf;
+        r.then_some(first)
+    }
+
+    /// Reads until the session emitted an event; false when the connection is unusable.
+    fn read_reply(
+        &mut self,
+        ctx: &Ctx,
+        buf: &mut [u8],
+        first: &mut Vec<u8>,
+        t: &mut Tally,
+    ) -> bool {
+        let mut events = 0;
+        let deadline = Instant::now() + ctx.opts.reply_timeout;
+        while events == 0 {
+            let Some(left) = deadline.checked_duration_since(Instant::now()) else {
+                t.skip("reply_timeout", 1);
+                return true;
+            };
+            if self.stream.set_timeout(left).is_err() {
+                return false;
+            }
+            let k = match self.stream.read(buf) {
+                Ok(0) => {
+                    t.skip("connection_closed_by_target", 1);
+                    return false;
+                }
+                Ok(k) => k,
+                Err(e) if is_timeout(&e) => {
+                    t.skip("reply_timeout", 1);
+                    return true;
+                }
+                Err(_) => {
+                    t.skip("connection_lost", 1);
+                    return false;
+                }
+            };
+            let got = buf.get(..k).unwrap_or_default();
+            if first.len() < 9 {
+                first.extend_from_slice(got.get(..9 - first.len()).unwrap_or(got));
+            }
+            events += self.feed(ctx, Direction::ToClient, got);
+        }
+        t.replies += 1;
+        true
+    }
+
+    fn close(mut self, ctx: &Ctx) {
+        let ts = ctx.now_ns();
+        let mut s = Counting {
+            tx: &ctx.tx,
+            health: Health::default(),
+            events: 0,
+        };
+        self.session.close(ts, &mut s);
+        let _ = ctx.tx.send(Msg::Close(self.id, ts));
+    }
+}
+
+/// Replays one MySQL session copy.
+pub(super) fn run_session(ctx: &Ctx, plan: &Plan, offsets: &[u64]) -> Tally {
+    let mut t = Tally::default();
+    let mut conn: Option<Conn> = None;
+    let mut st = Statements::default();
+    let db = plan.database.as_ref().map(|d| d.as_bytes().to_vec());
+    for (batch, &off) in plan.batches.iter().zip(offsets) {
+        let now = ctx.start.elapsed().as_nanos() as u64;
+        if off > now {
+            std::thread::sleep(Duration::from_nanos(off - now));
+        }
+        let late = (ctx.start.elapsed().as_nanos() as u64).saturating_sub(off);
+        if conn.is_none() {
+            match Conn::open(ctx, db.as_deref()) {
+                Ok(c) => {
+                    t.connections += 1;
+                    st = Statements::default();
+                    conn = Some(c);
+                }
+                Err(e) => {
+                    super::warn_once(&format!("dbtap: replay: mysql: {e}"));
+                    t.skip("connect_failed", batch.requests.len() as u64);
+                    continue;
+                }
+            }
+        }
+        let Some(c) = conn.as_mut() else { continue };
+        if ctx.opts.timing != Timing::Max {
+            t.lag.record(late);
+        }
+        let mut lost = false;
+        for r in &batch.requests {
+            let (bytes, reply) = match st.rewrite(r) {
+                Send::Bytes { bytes, reply } => (bytes, reply),
+                Send::Skip(why) => {
+                    t.skip(why, 1);
+                    continue;
+                }
+            };
+            t.sent += 1;
+            t.batches += 1;
+            let Some(head) = c.exchange(ctx, &bytes, reply, &mut t) else {
+                lost = true;
+                break;
+            };
+            if r.bytes.get(4) == Some(&proto::mysql::message::cmd::QUIT) {
+                lost = true;
+                break;
+            }
+            if r.bytes.get(4) == Some(&proto::mysql::message::cmd::STMT_PREPARE)
+                && head.get(4) == Some(&0)
+                && let Some(&[a, b, c2, d]) = head.get(5..9)
+            {
+                st.prepared(r.prepared_id, u32::from_le_bytes([a, b, c2, d]));
+            }
+        }
+        if lost && let Some(c) = conn.take() {
+            c.close(ctx);
+        }
+    }
+    if let Some(c) = conn {
+        c.close(ctx);
+    }
+    t
+}
