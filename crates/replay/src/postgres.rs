@@ -127,7 +127,8 @@ impl Framer {
                 return;
             };
             let total = len as usize + 1;
-            if !self.synced && !(starts_request(t) && (5..MAX_MIDSTREAM).contains(&total)) {
+            let plausible = starts_request(t) && (5..MAX_MIDSTREAM).contains(&total);
+            if !self.synced && !plausible {
                 // Not a start: the login's password messages, or the middle of a message.
                 let why = if t == b'p' {
                     "login"
