@@ -505,3 +505,106 @@ def test_mysql_statements_prepared_before_capture_are_skipped(mariadbs):
     lo = want["Com_stmt_execute"] + want["Com_stmt_close"] - 2
     hi = most["Com_stmt_execute"] + most["Com_stmt_close"] + 2
     assert lo <= skipped <= hi, (skipped, lo, hi)
+
+
+# -- PostgreSQL ------------------------------------------------------------------------------
+# Two private PostgreSQLs (pg_harness.PgServer, trust auth), both `pgbench -i`: A captured with
+# tcpdump on lo while pgbench -M simple, extended and prepared run on it, then a psycopg2 client
+# with an error. Truth: A's pg_stat_statements over the capture window and B's over the replay,
+# read over their Unix sockets (not part of the capture nor of the replay).
+
+PG_A, PG_B = 38420, 38421
+
+
+@pytest.fixture(scope="module")
+def pgs():
+    import pg_harness as ph
+    a = ph.PgServer(PG_A, OUT / "pg-a")
+    b = ph.PgServer(PG_B, OUT / "pg-b")
+    try:
+        a.start()
+        b.start()
+        ph.pgbench_init(a)
+        ph.pgbench_init(b)
+        yield a, b
+    finally:
+        a.stop()
+        b.stop()
+
+
+def pg_calls(srv) -> dict:
+    return {q: e["calls"] for q, e in srv.pgss().items()}
+
+
+@pytest.fixture(scope="module")
+def pg_capture(pgs):
+    import pg_harness as ph
+    import psycopg2
+    a, _ = pgs
+    a.pgss_reset()
+    cap = ph.Tcpdump(OUT / "pg.pcap", PG_A)
+    try:
+        cap.start()
+        runs = {m: ph.pgbench_run(a, m, 2, seconds=2) for m in ("simple", "extended", "prepared")}
+        c = psycopg2.connect(a.dsn())
+        with c.cursor() as cur:
+            cur.execute("SELECT count(*) FROM pgbench_branches")
+            with pytest.raises(psycopg2.errors.UndefinedTable) as e:
+                cur.execute("SELECT * FROM no_such_table_x")
+        c.close()
+        a.wait_idle()
+    finally:
+        stats = cap.stop()
+    ph.check_dropped(stats)
+    return cap.out, pg_calls(a), runs, e.value.pgcode
+
+
+def pg_replay(pcap, b, *args):
+    """Replays onto B; returns (B's pg_stat_statements calls, the JSON report)."""
+    b.pgss_reset()
+    r = subprocess.run([str(harness.DBTAP), "replay", str(pcap), "--port", str(PG_A),
+                        "--target", f"127.0.0.1:{PG_B}", "--format", "json", *args],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    b.wait_idle()
+    return pg_calls(b), json.loads(r.stdout)
+
+
+def test_postgres_replay_calls_equal_capture(pgs, pg_capture):
+    _, b = pgs
+    pcap, want, runs, _ = pg_capture
+    assert all(r["transactions"] > 50 for r in runs.values()), runs
+    upd = [q for q in want if q.startswith("UPDATE pgbench_accounts")]
+    assert upd and sum(want[q] for q in upd) >= sum(r["transactions"] for r in runs.values())
+    got, rep = pg_replay(pcap, b, "--max")
+    assert got == want
+    f = rep["fidelity"]
+    assert f["requests_sent"] == f["requests_planned"] == f["requests_framed"] > 0, f
+    assert f["skipped_requests"] == {}, f
+    for g in rep["groups"].values():
+        assert g["protocol"] == "postgres", g
+
+
+def test_postgres_scale_two_doubles_calls(pgs, pg_capture):
+    _, b = pgs
+    pcap, want, _, _ = pg_capture
+    got, rep = pg_replay(pcap, b, "--max", "--scale", "2")
+    assert got == {q: 2 * n for q, n in want.items()}
+    assert rep["fidelity"]["target_connections"] == 2 * rep["fidelity"]["sessions_captured"]
+
+
+def test_postgres_error_statement_same_error_on_target(pgs, pg_capture):
+    import psycopg2
+    _, b = pgs
+    pcap, _, _, code = pg_capture
+    assert code == "42P01", code
+    c = psycopg2.connect(b.dsn())
+    with c.cursor() as cur, pytest.raises(psycopg2.errors.UndefinedTable) as e:
+        cur.execute("SELECT * FROM no_such_table_x")
+    c.close()
+    assert e.value.pgcode == code
+    _, rep = pg_replay(pcap, b, "--max")
+    g = [g for g in rep["groups"].values() if "no_such_table_x" in g["fingerprint"]]
+    assert len(g) == 1, [g["fingerprint"] for g in rep["groups"].values()]
+    assert (g[0]["capture"]["errors"], g[0]["target"]["errors"]) == (1, 1), g[0]
+    assert not g[0].get("new_errors"), g[0]

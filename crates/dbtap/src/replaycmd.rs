@@ -32,7 +32,8 @@ pub struct ReplayArgs {
     /// The target server: HOST:PORT, or the path of a Unix socket.
     #[arg(long, value_name = "HOST:PORT|PATH")]
     pub target: String,
-    /// The user to log in as (Redis: `AUTH user password`; MySQL: default `root`).
+    /// The user to log in as (Redis: `AUTH user password`; MySQL: default `root`;
+    /// PostgreSQL: default the captured user).
     #[arg(long)]
     pub user: Option<String>,
     /// The password to log in with; a captured AUTH is replaced by it (dropped without it).
@@ -242,7 +243,7 @@ pub fn run(args: ReplayArgs) -> Result<()> {
     if fid.requests_framed == 0 {
         eprintln!(
             "dbtap: warning: the capture holds no request of a protocol replay supports yet \
-             (Redis, MySQL); see the skipped counts"
+             (Redis, MySQL, PostgreSQL); see the skipped counts"
         );
     }
     for (k, v) in skipped {

@@ -53,6 +53,8 @@ pub struct Plan {
     pub saw_open: bool,
     /// The first database its events name (for a connection begun before the capture).
     pub database: Option<Arc<str>>,
+    /// PostgreSQL: the user of the captured startup message.
+    pub user: Option<Arc<str>>,
     pub batches: Vec<Batch>,
     /// When the connection ended in the capture (or the capture did): the replayed
     /// connection is held open until then (a subscriber keeps receiving).
@@ -191,7 +193,21 @@ impl Collector {
                 None => continue,
             }
             let protocol = c.protocol.unwrap_or(Protocol::Redis);
-            let batches = if protocol == Protocol::Mysql {
+            let mut user = None;
+            let mut database = c.database.clone();
+            let batches = if protocol == Protocol::Postgres {
+                let f = crate::postgres::frame_conn(
+                    c.saw_open,
+                    c.chunks.iter().map(Chunk::view),
+                    &mut self.skipped_bytes,
+                    &mut self.skipped,
+                );
+                user = f.user.map(Arc::from);
+                if let Some(d) = f.database {
+                    database = Some(Arc::from(d));
+                }
+                f.batches
+            } else if protocol == Protocol::Mysql {
                 crate::mysql::frame_conn(
                     &c.saw_open,
                     c.chunks.iter().map(Chunk::view),
@@ -208,7 +224,8 @@ impl Collector {
                     conn: id,
                     protocol,
                     saw_open: c.saw_open,
-                    database: c.database,
+                    database,
+                    user,
                     batches,
                 });
             }
@@ -220,7 +237,7 @@ impl Collector {
 
 /// The protocols replay supports.
 fn supported(p: Protocol) -> bool {
-    matches!(p, Protocol::Redis | Protocol::Mysql)
+    matches!(p, Protocol::Redis | Protocol::Mysql | Protocol::Postgres)
 }
 
 /// A chunk as the protocol framers see it.
@@ -404,12 +421,12 @@ mod tests {
         let mut c = Collector::new(Limits { max_bytes: 1 << 20 });
         c.open(7, true);
         c.bytes(7, true, 1, b"\x05\x00\x00\x00\x03SEL");
-        let mut ev = proto::testing::event(Protocol::Postgres, "query", 0, Some(1));
+        let mut ev = proto::testing::event(Protocol::Mongodb, "find", 0, Some(1));
         ev.conn = 7;
         c.event(&ev);
         let (plans, skipped, _) = c.finish();
         assert!(plans.is_empty());
-        assert_eq!(skipped.get("postgres_not_supported_yet"), Some(&1));
+        assert_eq!(skipped.get("mongodb_not_supported_yet"), Some(&1));
     }
 
     #[test]

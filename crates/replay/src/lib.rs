@@ -2,13 +2,15 @@
 //! client bytes are framed into requests ([`capture`]), scheduled ([`schedule`]) and sent, one
 //! target connection per captured connection, each waiting for its own replies ([`run`]).
 //! The target's replies are read by the same protocol sessions as a capture, so both sides of
-//! the report come from the same code. Redis ([`redis`], [`resp`]) and MySQL/MariaDB ([`mysql`]).
+//! the report come from the same code. Redis ([`redis`], [`resp`]), MySQL/MariaDB ([`mysql`]) and
+//! PostgreSQL ([`postgres`]).
 
 #![forbid(unsafe_code)]
 
 pub mod capture;
 pub mod fidelity;
 pub mod mysql;
+pub mod postgres;
 pub mod redis;
 pub mod resp;
 pub mod run;

@@ -320,6 +320,7 @@ impl Sink for ChanSink<'_> {
 
 mod conn;
 mod my;
+mod pg;
 use conn::TargetConn;
 
 /// Prints a message once per replay run (a login error repeats for every session).
@@ -336,6 +337,9 @@ fn warn_once(msg: &str) {
 fn run_session(ctx: &Ctx, plan: &Plan, offsets: &[u64]) -> Tally {
     if plan.protocol == proto::Protocol::Mysql {
         return my::run_session(ctx, plan, offsets);
+    }
+    if plan.protocol == proto::Protocol::Postgres {
+        return pg::run_session(ctx, plan, offsets);
     }
     let mut t = Tally::default();
     let mut conn: Option<TargetConn> = None;

@@ -1,0 +1,271 @@
+//! One replayed PostgreSQL session: dbtap's own startup and login, then the captured messages
+//! batch by batch (up to a Sync, Flush or Query, as the client sent them), each batch complete
+//! when the target sent one ReadyForQuery per Sync/Query; everything fed to the target's session.
+
+use std::io::{Read, Write};
+use std::time::{Duration, Instant};
+
+use proto::{Direction, Health, QueryEvent, Session, Sink};
+
+use super::{Ctx, Msg, Stream, is_timeout, new_session};
+use crate::capture::Plan;
+use crate::fidelity::Tally;
+use crate::postgres::{self, server_message};
+use crate::schedule::Timing;
+
+struct ChanSink<'a> {
+    tx: &'a std::sync::mpsc::SyncSender<Msg>,
+    health: Health,
+}
+
+impl Sink for ChanSink<'_> {
+    fn event(&mut self, ev: QueryEvent) {
+        let _ = self.tx.send(Msg::Event(ev));
+    }
+    fn health(&mut self) -> &mut Health {
+        &mut self.health
+    }
+}
+
+struct Conn {
+    id: u64,
+    stream: Stream,
+    session: Box<dyn Session>,
+    /// Server bytes read and not yet split into messages.
+    inbuf: Vec<u8>,
+    buf: Vec<u8>,
+}
+
+/// Why a read stopped.
+enum Stop {
+    Timeout,
+    Closed,
+    Lost,
+}
+
+impl Conn {
+    fn feed(&mut self, ctx: &Ctx, dir: Direction, b: &[u8]) {
+        let mut s = ChanSink {
+            tx: &ctx.tx,
+            health: Health::default(),
+        };
+        self.session.feed(dir, b, ctx.now_ns(), &mut s);
+    }
+
+    fn send(&mut self, ctx: &Ctx, b: &[u8]) -> Result<(), Stop> {
+        self.stream.write_all(b).map_err(|_| Stop::Lost)?;
+        self.feed(ctx, Direction::ToServer, b);
+        Ok(())
+    }
+
+    /// The next whole server message (type, body), its bytes fed to the session.
+    fn next(&mut self, ctx: &Ctx, deadline: Instant) -> Result<(u8, Vec<u8>), Stop> {
+        loop {
+            if let Some((t, body, used)) = server_message(&self.inbuf) {
+                let body = body.to_vec();
+                let raw: Vec<u8> = self.inbuf.drain(..used).collect();
+                self.feed(ctx, Direction::ToClient, &raw);
+                return Ok((t, body));
+            }
+            let left = deadline
+                .checked_duration_since(Instant::now())
+                .ok_or(Stop::Timeout)?;
+            self.stream.set_timeout(left).map_err(|_| Stop::Lost)?;
+            match self.stream.read(&mut self.buf) {
+                Ok(0) => return Err(Stop::Closed),
+                Ok(k) => {
+                    let got = self.buf.get(..k).unwrap_or_default().to_vec();
+                    self.inbuf.extend_from_slice(&got);
+                }
+                Err(e) if is_timeout(&e) => return Err(Stop::Timeout),
+                Err(_) => return Err(Stop::Lost),
+            }
+        }
+    }
+
+    fn open(ctx: &Ctx, user: &str, db: Option<&str>) -> Result<Conn, String> {
+        let stream = Stream::connect(&ctx.target).map_err(|e| e.to_string())?;
+        let id = ctx.ids.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let session = new_session(id, &stream, &ctx.opts.session, proto::Protocol::Postgres)
+            .ok_or("no postgres session")?;
+        let mut c = Conn {
+            id,
+            stream,
+            session,
+            inbuf: Vec::new(),
+            buf: vec![0u8; 64 << 10],
+        };
+        let deadline = Instant::now() + ctx.opts.reply_timeout.max(Duration::from_secs(5));
+        let lost = |_| "connection lost during login".to_string();
+        c.send(ctx, &postgres::startup(user, db)).map_err(lost)?;
+        let pw = ctx.opts.creds.password.clone().unwrap_or_default();
+        loop {
+            let (t, body) = c.next(ctx, deadline).map_err(lost)?;
+            match t {
+                b'R' => {
+                    let code = body
+                        .get(..4)
+                        .map_or(u32::MAX, |b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]));
+                    let reply = match code {
+                        0 => continue,
+                        3 => [pw.as_bytes(), b"\0"].concat(),
+                        5 => postgres::md5_password(user, &pw, body.get(4..8).unwrap_or_default()),
+                        10 => {
+                            return Err(
+                                "the target asks for SASL (SCRAM-SHA-256) authentication: \
+                                 not supported yet (trust, password, md5 are)"
+                                    .into(),
+                            );
+                        }
+                        n => {
+                            return Err(format!(
+                                "the target asks for authentication method {n}: not supported \
+                                 (trust, password, md5 are)"
+                            ));
+                        }
+                    };
+                    c.send(ctx, &postgres::message(b'p', &reply))
+                        .map_err(lost)?;
+                }
+                b'E' => return Err(format!("login refused: {}", error_text(&body))),
+                b'Z' => return Ok(c),
+                _ => {}
+            }
+        }
+    }
+
+    /// Sends one batch and reads until `expect` ReadyForQuery came; false when the
+    /// connection is unusable.
+    fn exchange(&mut self, ctx: &Ctx, out: &[u8], expect: usize, t: &mut Tally) -> bool {
+        if self.send(ctx, out).is_err() {
+            t.skip("connection_lost", 1);
+            return false;
+        }
+        let deadline = Instant::now() + ctx.opts.reply_timeout;
+        let mut got = 0;
+        while got < expect {
+            match self.next(ctx, deadline) {
+                Ok((b'Z', _)) => got += 1,
+                Ok((b'G', _)) => {
+                    // COPY FROM STDIN: its data is not replayed; the COPY is failed.
+                    t.skip("copy_from_stdin_not_replayed", 1);
+                    let m = postgres::message(b'f', b"dbtap replay: COPY data not replayed\0");
+                    if self.send(ctx, &m).is_err() {
+                        return false;
+                    }
+                }
+                Ok(_) => {}
+                Err(Stop::Timeout) => {
+                    t.skip("reply_timeout", 1);
+                    return true;
+                }
+                Err(Stop::Closed) => {
+                    t.skip("connection_closed_by_target", 1);
+                    return false;
+                }
+                Err(Stop::Lost) => {
+                    t.skip("connection_lost", 1);
+                    return false;
+                }
+            }
+        }
+        t.replies += expect as u64;
+        true
+    }
+
+    fn close(mut self, ctx: &Ctx) {
+        let ts = ctx.now_ns();
+        let mut s = ChanSink {
+            tx: &ctx.tx,
+            health: Health::default(),
+        };
+        self.session.close(ts, &mut s);
+        let _ = ctx.tx.send(Msg::Close(self.id, ts));
+    }
+}
+
+/// The message of an ErrorResponse body (its 'M' field).
+fn error_text(body: &[u8]) -> String {
+    let mut rest = body;
+    while let Some((&k, r)) = rest.split_first() {
+        if k == 0 {
+            break;
+        }
+        let end = r.iter().position(|&c| c == 0).unwrap_or(r.len());
+        if k == b'M' {
+            return String::from_utf8_lossy(r.get(..end).unwrap_or_default()).into_owned();
+        }
+        rest = r.get(end + 1..).unwrap_or_default();
+    }
+    "unknown error".into()
+}
+
+/// Replays one PostgreSQL session copy.
+pub(super) fn run_session(ctx: &Ctx, plan: &Plan, offsets: &[u64]) -> Tally {
+    let mut t = Tally::default();
+    let mut conn: Option<Conn> = None;
+    let user = ctx
+        .opts
+        .creds
+        .user
+        .clone()
+        .or_else(|| plan.user.as_deref().map(str::to_string))
+        .unwrap_or_else(|| "postgres".into());
+    let db = plan.database.as_deref();
+    for (batch, &off) in plan.batches.iter().zip(offsets) {
+        let now = ctx.start.elapsed().as_nanos() as u64;
+        if off > now {
+            std::thread::sleep(Duration::from_nanos(off - now));
+        }
+        let late = (ctx.start.elapsed().as_nanos() as u64).saturating_sub(off);
+        if batch.requests.first().and_then(|r| r.bytes.first()) == Some(&b'X') {
+            t.sent += 1;
+            if let Some(mut c) = conn.take() {
+                let _ = c.send(
+                    ctx,
+                    &batch
+                        .requests
+                        .first()
+                        .map(|r| r.bytes.clone())
+                        .unwrap_or_default(),
+                );
+                c.close(ctx);
+            }
+            continue;
+        }
+        if conn.is_none() {
+            match Conn::open(ctx, &user, db) {
+                Ok(c) => {
+                    t.connections += 1;
+                    conn = Some(c);
+                }
+                Err(e) => {
+                    super::warn_once(&format!("dbtap: replay: postgres: {e}"));
+                    t.skip("connect_failed", batch.requests.len() as u64);
+                    continue;
+                }
+            }
+        }
+        let Some(c) = conn.as_mut() else { continue };
+        if ctx.opts.timing != Timing::Max {
+            t.lag.record(late);
+        }
+        let mut out = Vec::new();
+        let mut expect = 0;
+        for r in &batch.requests {
+            out.extend_from_slice(&r.bytes);
+            expect += usize::from(matches!(r.bytes.first(), Some(b'S' | b'Q')));
+            t.sent += 1;
+        }
+        t.batches += 1;
+        if !c.exchange(ctx, &out, expect, &mut t)
+            && let Some(c) = conn.take()
+        {
+            c.close(ctx);
+        }
+    }
+    if let Some(c) = conn {
+        c.close(ctx);
+    }
+    t
+}
