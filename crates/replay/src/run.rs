@@ -71,6 +71,23 @@ struct Ctx {
 }
 
 impl Ctx {
+    /// Sleeps until `off` ns after the start; returns how late it is then (0 at `--max`,
+    /// where nothing is scheduled).
+    fn wait_until(&self, off: u64) -> u64 {
+        let now = self.start.elapsed().as_nanos() as u64;
+        if off > now {
+            std::thread::sleep(Duration::from_nanos(off - now));
+        }
+        (self.start.elapsed().as_nanos() as u64).saturating_sub(off)
+    }
+
+    /// Records a batch's lateness, except at `--max` (nothing is scheduled: no lag).
+    fn record_lag(&self, t: &mut Tally, late: u64) {
+        if self.opts.timing != Timing::Max {
+            t.lag.record(late);
+        }
+    }
+
     fn now_ns(&self) -> u64 {
         self.epoch_ns
             .saturating_add(self.start.elapsed().as_nanos() as u64)
@@ -323,6 +340,33 @@ mod my;
 mod pg;
 use conn::TargetConn;
 
+/// The session's connection, opened by `open` when there is none (counted in `t`); when it
+/// cannot be opened, the error is printed once per run (`what`: the protocol) and the batch's
+/// `n` requests are skipped as `connect_failed`. `opened` is true for a fresh connection.
+fn connected<'a, C>(
+    conn: &'a mut Option<C>,
+    t: &mut Tally,
+    n: usize,
+    what: &str,
+    open: impl FnOnce() -> Result<C, String>,
+) -> Option<(&'a mut C, bool)> {
+    let opened = conn.is_none();
+    if opened {
+        match open() {
+            Ok(c) => {
+                t.connections += 1;
+                *conn = Some(c);
+            }
+            Err(e) => {
+                warn_once(&format!("dbtap: replay: {what}: {e}"));
+                t.skip("connect_failed", n as u64);
+                return None;
+            }
+        }
+    }
+    conn.as_mut().map(|c| (c, opened))
+}
+
 /// Prints a message once per replay run (a login error repeats for every session).
 fn warn_once(msg: &str) {
     static SAID: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
@@ -349,11 +393,7 @@ fn run_session(ctx: &Ctx, plan: &Plan, offsets: &[u64]) -> Tally {
         .filter(|_| !plan.saw_open)
         .map(|d| d.as_bytes().to_vec());
     for (batch, &off) in plan.batches.iter().zip(offsets) {
-        let now = ctx.start.elapsed().as_nanos() as u64;
-        if off > now {
-            std::thread::sleep(Duration::from_nanos(off - now));
-        }
-        let late = (ctx.start.elapsed().as_nanos() as u64).saturating_sub(off);
+        let late = ctx.wait_until(off);
         if conn.is_none() {
             conn = TargetConn::open(ctx, db.as_deref(), &mut t);
         }
@@ -361,10 +401,7 @@ fn run_session(ctx: &Ctx, plan: &Plan, offsets: &[u64]) -> Tally {
             t.skip("connect_failed", batch.requests.len() as u64);
             continue;
         };
-        if ctx.opts.timing != Timing::Max {
-            // At --max nothing is scheduled: no lag.
-            t.lag.record(late);
-        }
+        ctx.record_lag(&mut t, late);
         let mut out = Vec::new();
         let (mut expect, mut blocking) = (0usize, false);
         for r in &batch.requests {

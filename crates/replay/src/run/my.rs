@@ -10,7 +10,6 @@ use super::{Ctx, Msg, Stream, is_timeout, new_session};
 use crate::capture::Plan;
 use crate::fidelity::Tally;
 use crate::mysql::{self, AuthReply, Send, Statements};
-use crate::schedule::Timing;
 
 /// Forwards the target session's events and counts them.
 struct Counting<'a> {
@@ -201,29 +200,17 @@ pub(super) fn run_session(ctx: &Ctx, plan: &Plan, offsets: &[u64]) -> Tally {
     let mut st = Statements::default();
     let db = plan.database.as_ref().map(|d| d.as_bytes().to_vec());
     for (batch, &off) in plan.batches.iter().zip(offsets) {
-        let now = ctx.start.elapsed().as_nanos() as u64;
-        if off > now {
-            std::thread::sleep(Duration::from_nanos(off - now));
+        let late = ctx.wait_until(off);
+        let n = batch.requests.len();
+        let Some((c, opened)) = super::connected(&mut conn, &mut t, n, "mysql", || {
+            Conn::open(ctx, db.as_deref())
+        }) else {
+            continue;
+        };
+        if opened {
+            st = Statements::default();
         }
-        let late = (ctx.start.elapsed().as_nanos() as u64).saturating_sub(off);
-        if conn.is_none() {
-            match Conn::open(ctx, db.as_deref()) {
-                Ok(c) => {
-                    t.connections += 1;
-                    st = Statements::default();
-                    conn = Some(c);
-                }
-                Err(e) => {
-                    super::warn_once(&format!("dbtap: replay: mysql: {e}"));
-                    t.skip("connect_failed", batch.requests.len() as u64);
-                    continue;
-                }
-            }
-        }
-        let Some(c) = conn.as_mut() else { continue };
-        if ctx.opts.timing != Timing::Max {
-            t.lag.record(late);
-        }
+        ctx.record_lag(&mut t, late);
         let mut lost = false;
         for r in &batch.requests {
             let (bytes, reply) = match st.rewrite(r) {

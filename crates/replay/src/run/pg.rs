@@ -11,7 +11,6 @@ use super::{Ctx, Msg, Stream, is_timeout, new_session};
 use crate::capture::Plan;
 use crate::fidelity::Tally;
 use crate::postgres::{self, server_message};
-use crate::schedule::Timing;
 
 struct ChanSink<'a> {
     tx: &'a std::sync::mpsc::SyncSender<Msg>,
@@ -213,11 +212,7 @@ pub(super) fn run_session(ctx: &Ctx, plan: &Plan, offsets: &[u64]) -> Tally {
         .unwrap_or_else(|| "postgres".into());
     let db = plan.database.as_deref();
     for (batch, &off) in plan.batches.iter().zip(offsets) {
-        let now = ctx.start.elapsed().as_nanos() as u64;
-        if off > now {
-            std::thread::sleep(Duration::from_nanos(off - now));
-        }
-        let late = (ctx.start.elapsed().as_nanos() as u64).saturating_sub(off);
+        let late = ctx.wait_until(off);
         if batch.requests.first().and_then(|r| r.bytes.first()) == Some(&b'X') {
             t.sent += 1;
             if let Some(mut c) = conn.take() {
@@ -233,23 +228,13 @@ pub(super) fn run_session(ctx: &Ctx, plan: &Plan, offsets: &[u64]) -> Tally {
             }
             continue;
         }
-        if conn.is_none() {
-            match Conn::open(ctx, &user, db) {
-                Ok(c) => {
-                    t.connections += 1;
-                    conn = Some(c);
-                }
-                Err(e) => {
-                    super::warn_once(&format!("dbtap: replay: postgres: {e}"));
-                    t.skip("connect_failed", batch.requests.len() as u64);
-                    continue;
-                }
-            }
-        }
-        let Some(c) = conn.as_mut() else { continue };
-        if ctx.opts.timing != Timing::Max {
-            t.lag.record(late);
-        }
+        let n = batch.requests.len();
+        let Some((c, _)) = super::connected(&mut conn, &mut t, n, "postgres", || {
+            Conn::open(ctx, &user, db)
+        }) else {
+            continue;
+        };
+        ctx.record_lag(&mut t, late);
         let mut out = Vec::new();
         let mut expect = 0;
         for r in &batch.requests {
