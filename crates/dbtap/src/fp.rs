@@ -97,21 +97,9 @@ impl Fingerprinter {
     /// Files `ev` under its group in `agg`, or counts it as filtered out; returns whether it
     /// passed the `--where` filter. The fingerprint text is copied and the Query ID computed
     /// only when the group is new.
+    #[inline]
     pub fn add_to(&mut self, agg: &mut aggregate::Aggregator, ev: &QueryEvent) -> bool {
-        if self.scope.is_some() && agg.scope().is_none() {
-            agg.set_scope(self.scope.clone());
-        }
-        let (mode, dims) = (self.norm.mode, self.dims);
-        match self.classify(ev) {
-            Some(c) => {
-                agg.add_with_dims(ev, c.key, || describe(mode, dims, ev, &c));
-                true
-            }
-            None => {
-                agg.filtered_out();
-                false
-            }
-        }
+        self.add_to_then(agg, ev, |_, _| {})
     }
 
     /// The group `ev` is filed under (its key under the `--group-by` dimensions and its
@@ -143,6 +131,7 @@ impl Fingerprinter {
     /// [`add_to`](Fingerprinter::add_to) that also hands an admitted event's group to `then`
     /// (the history store's bins, [`crate::storefeed::MinuteBins::event_in`]), so the event is
     /// fingerprinted once.
+    #[inline]
     pub fn add_to_then(
         &mut self,
         agg: &mut aggregate::Aggregator,
