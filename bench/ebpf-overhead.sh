@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # What the eBPF source costs a busy database: sysbench oltp_read_only (prepared statements)
-# against a private MariaDB over its Unix socket, under five conditions, interleaved and repeated.
+# against a private MariaDB over its Unix socket, under six conditions, interleaved and repeated.
 #
 #   bash bench/ebpf-overhead.sh                          # 10 s per run, 2 rounds, 4 threads
 #   bash bench/ebpf-overhead.sh --seconds 5 --rounds 1   # a quick look
@@ -17,6 +17,8 @@
 #   ebpf          the same with dbtap live --source ebpf --port P --socket SOCK (started before
 #                 sysbench, SIGINT after); its final JSON gives the counts, which must equal the
 #                 server's Com_stmt_* deltas, and the lost records / gap bytes
+#   ebpf-stats    the same with kernel.bpf_stats_enabled=1, for the BPF programs' own run time
+#                 (the statistics cost two clock reads per program run: "ebpf" runs without them)
 #   slowlog       the same with the slow log at long_query_time=0 (file beside the datadir)
 #   baseline-tcp  sysbench over TCP 127.0.0.1:P, nothing else
 #   packet        the same with dbtap live --source packet -i lo --port P
@@ -24,7 +26,7 @@
 # /proc/PID/stat) over the sysbench run per 10k queries, the extra mysqld CPU against the baseline
 # on the same path; lost records and gap bytes from dbtap's health; the BPF programs' own run
 # time per query, from the kernel (/proc/PID/fdinfo of dbtap's program fds, with
-# kernel.bpf_stats_enabled=1 during the ebpf runs, restored after).
+# kernel.bpf_stats_enabled=1 during the ebpf-stats runs only, restored after).
 #
 # Output: printed, and written to bench/out/ebpf-overhead.md (runs as JSON in
 # bench/out/work-ebpf-overhead/runs.json). Exit status 1 when dbtap's counts differ from the
@@ -90,7 +92,7 @@ cargo build --release -p dbtap 2>&1 | tail -n 2
 DBTAP=${DBTAP_BIN:-$ROOT/target/release/dbtap}
 
 mkdir -p "$W"
-echo "== sysbench oltp_read_only, $THREADS threads, ${SECONDS_PER_RUN} s x 5 conditions x $ROUNDS rounds, MariaDB on its Unix socket and 127.0.0.1:$PORT"
+echo "== sysbench oltp_read_only, $THREADS threads, ${SECONDS_PER_RUN} s x 6 conditions x $ROUNDS rounds, MariaDB on its Unix socket and 127.0.0.1:$PORT"
 "$PY" bench/ebpf_overhead.py --port "$PORT" --seconds "$SECONDS_PER_RUN" --rounds "$ROUNDS" \
   --threads "$THREADS" --table-size "$TABLE_SIZE" --rate "$RATE" --workdir "$W" \
   --out "$OUT/ebpf-overhead.md" --dbtap "$DBTAP" \

@@ -73,15 +73,6 @@ struct counters {
 	u64 iov_gaps;
 };
 
-struct call {
-	u64 sock;
-	u64 sk;
-	u64 buf;
-	u32 vlen;
-	u16 op;
-	u16 tcp;
-};
-
 struct sock_state {
 	u64 off[2];
 	u8 announced;
@@ -153,10 +144,8 @@ struct {
 	__type(value, struct open_rec);
 } open_scratch SEC(".maps");
 
-/* Per thread: the syscall in flight and the SSL call state (task storage: no hash, freed
- * with the thread). */
+/* Per thread: the SSL call state (task storage: no hash, freed with the thread). */
 struct tstate {
-	struct call c;
 	struct ssl_ctx x;
 };
 
@@ -366,40 +355,89 @@ __noinline int announce(u64 sock, u64 skp, u32 how)
 	return 0;
 }
 
+/* Since 6.16 user memory can be read straight into a ring reservation of any size: one copy
+ * of the bytes instead of two (into the per-CPU scratch, then into the ring). Older kernels do
+ * not have it; libbpf resolves the weak symbol to 0 and the verifier drops that branch. */
+extern int bpf_probe_read_user_dynptr(struct bpf_dynptr *dptr, u32 off, u32 size,
+				      const void *unsafe_ptr) __ksym __weak;
+#ifndef bpf_ksym_exists
+#define bpf_ksym_exists(sym) (!!(sym))
+#endif
+
+/* Writes the data record of header `h` with its `h->nbytes` bytes read from `ubuf` straight into
+ * the ring; 0 when written, 1 when the bytes could not be read (nothing written), -1 when the
+ * ring had no room. */
+static __always_inline int emit_direct(struct hdr *h, u64 ubuf)
+{
+	struct bpf_dynptr p;
+	u32 n = h->nbytes;
+	if (bpf_ringbuf_reserve_dynptr(&ring, sizeof(*h) + n, 0, &p)) {
+		bpf_ringbuf_discard_dynptr(&p, 0);
+		return -1;
+	}
+	if (bpf_probe_read_user_dynptr(&p, sizeof(*h), n, (void *)ubuf) ||
+	    bpf_dynptr_write(&p, 0, h, sizeof(*h), 0)) {
+		bpf_ringbuf_discard_dynptr(&p, 0);
+		return 1;
+	}
+	bpf_ringbuf_submit_dynptr(&p, wake_flags());
+	return 0;
+}
+
+/* The same through the per-CPU scratch record (kernels before 6.16, and a read that failed:
+ * then the record carries no bytes, an exact gap). */
+static __always_inline int emit_copied(struct hdr *h, u64 ubuf)
+{
+	u32 z = 0;
+	struct data_rec *r = bpf_map_lookup_elem(&scratch, &z);
+	if (!r)
+		return -1;
+	u32 n = h->nbytes;
+	if (n > COPY_MAX)
+		n = COPY_MAX;
+	if (n && bpf_probe_read_user(r->data, n, (void *)ubuf))
+		n = 0;
+	h->nbytes = n;
+	r->h = *h;
+	u64 size = sizeof(struct hdr) + n;
+	if (size > sizeof(*r))
+		size = sizeof(*r);
+	return bpf_ringbuf_output(&ring, r, size, wake_flags()) ? -1 : 0;
+}
+
 /* One data record: `n` bytes copied from user memory at `ubuf`, `len` >= n bytes of stream;
  * `n_flags` = n | flags << 32 (BPF functions take at most five arguments). */
 __noinline int emit_chunk(u64 sock, u64 ubuf, u64 off, u64 n_flags, u64 len)
 {
 	u32 n = n_flags;
-	u32 flags = n_flags >> 32;
-	u32 z = 0;
-	struct data_rec *r = bpf_map_lookup_elem(&scratch, &z);
 	struct counters *c = ctrs();
-	if (!r || !c)
+	if (!c)
 		return -1;
 	if (n > COPY_MAX)
 		n = COPY_MAX;
-	r->h.kind = DK_DATA;
-	r->h.flags = flags;
-	r->h.pid = bpf_get_current_pid_tgid() >> 32;
-	r->h.ts = bpf_ktime_get_ns();
-	r->h.sock = sock;
-	r->h.offset = off;
-	r->h.len = len;
-	if (n && bpf_probe_read_user(r->data, n, (void *)ubuf))
-		n = 0;
-	r->h.nbytes = n;
-	if (len > n) {
-		c->truncated_records++;
-		c->truncated_bytes += len - n;
-	}
-	u64 size = sizeof(struct hdr) + n;
-	if (size > sizeof(*r))
-		size = sizeof(*r);
-	if (bpf_ringbuf_output(&ring, r, size, wake_flags())) {
+	struct hdr h = {
+		.kind = DK_DATA,
+		.flags = n_flags >> 32,
+		.pid = bpf_get_current_pid_tgid() >> 32,
+		.ts = bpf_ktime_get_ns(),
+		.sock = sock,
+		.offset = off,
+		.len = len,
+		.nbytes = n,
+	};
+	int rc = 1;
+	if (n && bpf_ksym_exists(bpf_probe_read_user_dynptr))
+		rc = emit_direct(&h, ubuf);
+	if (rc > 0)
+		rc = emit_copied(&h, ubuf);
+	if (rc) {
 		c->lost_records++;
 		c->lost_bytes += len;
 		return -1;
+	}
+	if (len > h.nbytes) {
+		c->truncated_records++;
+		c->truncated_bytes += len - h.nbytes;
 	}
 	return 0;
 }
@@ -551,42 +589,15 @@ static __always_inline int inside_ssl(struct ssl_ctx *x, u64 id, u64 sock, u64 s
 	return 1;
 }
 
+/* Only close(2) needs the entry: at its exit the fd is gone. Every other call is traced at its
+ * exit, where the registers still hold its arguments (pt_regs di/si/dx are not written by the
+ * kernel): one program run per call instead of two, and none of the per-thread state. */
 SEC("tp_btf/sys_enter")
 int BPF_PROG(on_sys_enter, struct pt_regs *regs, long id)
 {
-	int op = op_of(id);
-	if (!op || !is_traced())
+	if (id != 3 || !is_traced())
 		return 0;
-	u32 fd = regs->di;
-	u64 pid_tgid = bpf_get_current_pid_tgid();
-	struct call c = {.op = op};
-	if (op == DOP_ACCEPT)
-		return 0; /* handled at exit */
-	if (op == DOP_CONNECT) {
-		/* The socket is not connected yet (an unbound Unix socket is not traceable before):
-		 * keep the fd for the exit. */
-		struct tstate *cs = tstate(1);
-		if (cs) {
-			struct call cc = {.op = DOP_CONNECT, .buf = fd};
-			cs->c = cc;
-		}
-		return 0;
-	}
-	if (op == DOP_CLOSE) {
-		on_close(fd);
-		return 0;
-	}
-	c.sock = file_sock(fd_file(fd), &c.sk, &c.tcp);
-	if (!c.sock)
-		return 0;
-	struct tstate *ts = tstate(1);
-	if (!ts || inside_ssl(&ts->x, pid_tgid, c.sock, c.sk))
-		return 0;
-	if (c.tcp && !tcp_plaintext())
-		return 0;
-	c.buf = regs->si;
-	c.vlen = regs->dx;
-	ts->c = c;
+	on_close(regs->di);
 	return 0;
 }
 
@@ -628,46 +639,57 @@ SEC("tp_btf/sys_exit")
 int BPF_PROG(on_sys_exit, struct pt_regs *regs, long ret)
 {
 	int op = op_of(regs->orig_ax);
-	if (!op || op == DOP_CLOSE)
+	if (!op || op == DOP_CLOSE || !is_traced())
 		return 0;
-	/* Accepts need no entry record: one blocked since before start still counts. */
+	u32 fd = regs->di;
+	/* Accepts and connects need no entry record: one blocked since before start still counts. */
 	if (op == DOP_ACCEPT) {
-		if (ret >= 0 && is_traced())
+		if (ret >= 0)
 			on_accepted(ret);
 		return 0;
 	}
-	struct tstate *ts = tstate(0);
-	if (!ts || !ts->c.op)
-		return 0;
-	struct call c = ts->c;
-	ts->c.op = 0;
-	if (c.op == DOP_CONNECT) {
-		if (op == DOP_CONNECT && (ret == 0 || ret == -EINPROGRESS))
-			on_connected(c.buf);
+	if (op == DOP_CONNECT) {
+		if (ret == 0 || ret == -EINPROGRESS)
+			on_connected(fd);
 		return 0;
 	}
-	if (ret <= 0)
+	/* Inside an SSL call (a thread that never made one has no state) the socket is bound to the
+	 * SSL* whatever the call returned, and its bytes are ciphertext, not data. Outside one, a
+	 * call that moved no bytes (EAGAIN before poll) costs no more than this. */
+	struct tstate *ts = tstate(0);
+	int in_ssl = ts && ts->x.depth;
+	if (ret <= 0 && !in_ssl)
 		return 0;
-	switch (c.op) {
+	u64 sk = 0;
+	u16 tcp = 0;
+	u64 sock = file_sock(fd_file(fd), &sk, &tcp);
+	if (!sock)
+		return 0;
+	if (in_ssl && inside_ssl(&ts->x, bpf_get_current_pid_tgid(), sock, sk))
+		return 0;
+	if (ret <= 0 || (tcp && !tcp_plaintext()))
+		return 0;
+	u64 buf = regs->si;
+	switch (op) {
 	case DOP_READ:
-		emit_buf(c.sock, c.sk, DF_INBOUND, c.buf, ret);
+		emit_buf(sock, sk, DF_INBOUND, buf, ret);
 		break;
 	case DOP_WRITE:
-		emit_buf(c.sock, c.sk, 0, c.buf, ret);
+		emit_buf(sock, sk, 0, buf, ret);
 		break;
 	case DOP_READV:
-		emit_iov(c.sock, c.sk, DF_INBOUND, c.buf, c.vlen, ret);
+		emit_iov(sock, sk, DF_INBOUND, buf, regs->dx, ret);
 		break;
 	case DOP_WRITEV:
-		emit_iov(c.sock, c.sk, 0, c.buf, c.vlen, ret);
+		emit_iov(sock, sk, 0, buf, regs->dx, ret);
 		break;
 	case DOP_RECVMSG:
 	case DOP_SENDMSG: {
 		struct user_msghdr m = {};
-		if (bpf_probe_read_user(&m, sizeof(m), (void *)c.buf))
+		if (bpf_probe_read_user(&m, sizeof(m), (void *)buf))
 			break;
-		emit_iov(c.sock, c.sk, c.op == DOP_RECVMSG ? DF_INBOUND : 0, (u64)m.msg_iov,
-			 m.msg_iovlen, ret);
+		emit_iov(sock, sk, op == DOP_RECVMSG ? DF_INBOUND : 0, (u64)m.msg_iov, m.msg_iovlen,
+			 ret);
 		break;
 	}
 	}
