@@ -77,14 +77,14 @@ pub const DIM_SHOW: usize = 16;
 /// events with a value first seen after that are counted in [`TopCounter::other`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TopCounter<K: Hash + Eq> {
-    map: HashMap<K, u64>,
+    map: HashMap<K, u64, foldhash::fast::RandomState>,
     other: u64,
 }
 
 impl<K: Hash + Eq> Default for TopCounter<K> {
     fn default() -> Self {
         TopCounter {
-            map: HashMap::new(),
+            map: HashMap::default(),
             other: 0,
         }
     }

@@ -66,7 +66,7 @@ pub struct Tracer {
     /// Probed (libssl, pid); pid -1: every process mapping it.
     libs: HashSet<(PathBuf, i32)>,
     mono_to_real: i128,
-    socks: HashMap<u64, SockSeen>,
+    socks: HashMap<u64, SockSeen, foldhash::fast::RandomState>,
     spare: SockSeen,
     stats: Stats,
     cfg: Config,
@@ -173,7 +173,7 @@ impl Tracer {
             targets,
             libs: HashSet::new(),
             mono_to_real: mono_to_real(),
-            socks: HashMap::new(),
+            socks: HashMap::default(),
             spare: SockSeen::default(),
             stats: Stats::default(),
             cfg: cfg.clone(),

@@ -28,7 +28,7 @@ struct Entry {
 /// Texts by name, at most `max_count` of them holding at most `max_bytes` text bytes.
 #[derive(Debug)]
 pub struct NameCache<K> {
-    map: HashMap<K, Entry>,
+    map: HashMap<K, Entry, foldhash::fast::RandomState>,
     /// Insertion age to key: the oldest is first.
     order: BTreeMap<u64, K>,
     age: u64,
@@ -40,7 +40,7 @@ pub struct NameCache<K> {
 impl<K: Hash + Eq + Clone> NameCache<K> {
     pub fn new(max_count: usize, max_bytes: usize) -> Self {
         NameCache {
-            map: HashMap::new(),
+            map: HashMap::default(),
             order: BTreeMap::new(),
             age: 0,
             bytes: 0,

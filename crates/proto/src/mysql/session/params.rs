@@ -22,7 +22,7 @@ const EXECUTE_HEAD: usize = 10;
 /// Per-statement parameter facts of one connection.
 #[derive(Debug, Default)]
 pub(super) struct ParamFacts {
-    by_stmt: HashMap<u32, StmtParams>,
+    by_stmt: HashMap<u32, StmtParams, foldhash::fast::RandomState>,
     type_bytes: usize,
 }
 

@@ -25,7 +25,7 @@ pub(super) const PARAM_DESC_KEEP: usize = 4094;
 /// Parameter types by statement name (its hash).
 #[derive(Debug, Default)]
 pub(super) struct ParamTypes {
-    by_stmt: HashMap<u64, Arc<[u32]>>,
+    by_stmt: HashMap<u64, Arc<[u32]>, foldhash::fast::RandomState>,
     oids: usize,
 }
 
