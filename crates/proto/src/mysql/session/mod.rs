@@ -234,6 +234,17 @@ impl MysqlSession {
     /// Pushes bytes through direction `d`'s packet layer; returns how many were consumed. A
     /// completed message goes to the conversation and its side effects are applied.
     fn push_packets(&mut self, d: Direction, data: &[u8], ts: u64, sink: &mut dyn Sink) -> usize {
+        if d == SERVER
+            && self.conn.phase == Phase::Command
+            && !self.dirs[d].compressed
+            && self.dirs[d].asm.is_idle()
+        {
+            let n = self.conn.skim_rows(data, ts, self.dirs[d].credit);
+            if n > 0 {
+                self.dirs[d].credit = 0;
+                return n;
+            }
+        }
         let conn = &self.conn;
         let dir = &mut self.dirs[d];
         let keep = |b: u8, len: u64| keep_for(conn, d, b, len);

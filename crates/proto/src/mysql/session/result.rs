@@ -6,7 +6,7 @@ use super::super::message::{
     ColumnCount, ColumnDef, EOF_MAX_LEN, ErrOrProgress, OkPacket, PrepareOk, Shape, Terminator,
     shape, status,
 };
-use super::super::wire::Message;
+use super::super::wire::{HEADER_LEN, MAX_PACKET_PAYLOAD, Message, PacketHeader};
 use super::Act;
 use super::conn::{Conn, Pending};
 use super::multi;
@@ -130,6 +130,40 @@ impl Conn {
             }
             return act;
         }
+    }
+}
+
+impl Conn {
+    /// Rows of the oldest response, as whole packets at the start of `data` (server side,
+    /// uncompressed, between messages): counted and timed without making a message of each,
+    /// exactly as [`Conn::server_response`] would (a row is any packet but an ERR or a 0xFE
+    /// terminator; a row-heavy response is mostly these). Stops before anything else, which
+    /// takes the ordinary path. Returns the bytes consumed.
+    pub(super) fn skim_rows(&mut self, data: &[u8], ts: u64, credit: u64) -> usize {
+        let Some(h) = self.inflight.front_mut() else {
+            return 0;
+        };
+        if !matches!(h.resp, Resp::Results(Rs::Rows) | Resp::Rows) {
+            return 0;
+        }
+        let mut pos = 0usize;
+        let mut rows = 0u64;
+        while let Some(hdr) = data.get(pos..).and_then(PacketHeader::parse) {
+            let end = pos + HEADER_LEN + hdr.len as usize;
+            if hdr.len == 0 || hdr.len >= MAX_PACKET_PAYLOAD || end > data.len() {
+                break;
+            }
+            if matches!(data.get(pos + HEADER_LEN), Some(0xFF | 0xFE) | None) {
+                break;
+            }
+            rows += 1;
+            pos = end;
+        }
+        if rows > 0 {
+            h.core.rows_sent += rows;
+            h.core.response(ts, ts, credit + pos as u64);
+        }
+        pos
     }
 }
 
