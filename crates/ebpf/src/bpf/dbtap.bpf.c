@@ -60,7 +60,9 @@ struct open_rec {
 
 struct config {
 	u32 tcp_plaintext;
-	u32 _pad;
+	/* Copy through the per-CPU scratch even where the direct copy exists (0 from user space
+	 * today): a value the verifier cannot know, so it checks both paths on every load. */
+	u32 copy_twice;
 	u64 wake_bytes;
 };
 
@@ -393,6 +395,9 @@ static __always_inline int emit_copied(struct hdr *h, u64 ubuf)
 	if (!r)
 		return -1;
 	u32 n = h->nbytes;
+	/* The bound was checked by the caller; the compiler may drop a second check, but the
+	 * verifier needs one here. */
+	asm volatile("" : "+r"(n));
 	if (n > COPY_MAX)
 		n = COPY_MAX;
 	if (n && bpf_probe_read_user(r->data, n, (void *)ubuf))
@@ -426,7 +431,9 @@ __noinline int emit_chunk(u64 sock, u64 ubuf, u64 off, u64 n_flags, u64 len)
 		.nbytes = n,
 	};
 	int rc = 1;
-	if (n && bpf_ksym_exists(bpf_probe_read_user_dynptr))
+	u32 z = 0;
+	struct config *cf = bpf_map_lookup_elem(&cfg, &z);
+	if (n && cf && !cf->copy_twice && bpf_ksym_exists(bpf_probe_read_user_dynptr))
 		rc = emit_direct(&h, ubuf);
 	if (rc > 0)
 		rc = emit_copied(&h, ubuf);
