@@ -19,7 +19,10 @@ fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-env-changed=DBTAP_GIT_REVISION");
     let dir = std::env::var_os("CARGO_MANIFEST_DIR").map(std::path::PathBuf::from);
-    let revision = std::env::var("DBTAP_GIT_REVISION").ok().or_else(|| {
+    let given = std::env::var("DBTAP_GIT_REVISION")
+        .ok()
+        .filter(|s| !s.is_empty());
+    let revision = given.or_else(|| {
         let dir = dir.as_deref()?;
         let rev = git(dir, &["rev-parse", "--short=12", "HEAD"])?;
         // Rebuild when HEAD moves: its file, and the branch's ref (loose or packed).

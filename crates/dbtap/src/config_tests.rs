@@ -257,3 +257,20 @@ fn every_flag_has_a_variable() {
         }
     }
 }
+
+/// The config file the Debian package installs is valid and sets what its comments say.
+#[test]
+fn the_shipped_config_file() {
+    let text = include_str!("../../../deploy/debian/dbtap.toml");
+    let l = live(&[], &[], text);
+    assert_eq!(l.capture.interface, "any");
+    assert_eq!(
+        l.capture.listen,
+        Some(std::net::SocketAddr::from(([127, 0, 0, 1], 9187)))
+    );
+    assert_eq!(
+        l.store.store.as_deref(),
+        Some(Path::new("/var/lib/dbtap/history.db"))
+    );
+    assert_eq!(l.interval, Duration::ZERO);
+}
