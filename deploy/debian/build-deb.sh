@@ -8,12 +8,17 @@
 # target/release/dbtap-deb-assets, then packages them with the systemd unit and
 # /etc/dbtap/dbtap.toml ([package.metadata.deb] in crates/dbtap/Cargo.toml). With --no-build
 # the binary already in target/release (or $CARGO_TARGET_DIR/release) is packaged as it is.
+# The binary is stripped unless --no-strip, --separate-debug-symbols or --dbgsym is given.
 set -eu
 cd "$(dirname "$0")/../.."
 target=${CARGO_TARGET_DIR:-target}
 build=1
+strip=--strip # the release profile keeps line tables (debug = 1): not in the package
 for a in "$@"; do
-    [ "$a" = --no-build ] && build=0
+    case "$a" in
+    --no-build) build=0 ;;
+    --strip | --no-strip | --separate-debug-symbols | --dbgsym) strip= ;;
+    esac
 done
 if [ "$build" = 1 ]; then
     cargo build --release --locked -p dbtap
@@ -28,6 +33,6 @@ gzip -9n "$assets"/man/*.1
 "$bin" completions zsh >"$assets/completions/_dbtap"
 "$bin" completions fish >"$assets/completions/dbtap.fish"
 if [ "$build" = 1 ]; then
-    exec cargo deb -p dbtap --no-build "$@"
+    exec cargo deb -p dbtap --no-build $strip "$@"
 fi
-exec cargo deb -p dbtap "$@"
+exec cargo deb -p dbtap $strip "$@"
