@@ -274,3 +274,30 @@ fn the_shipped_config_file() {
     );
     assert_eq!(l.interval, Duration::ZERO);
 }
+
+proptest::proptest! {
+    /// Any string reaches a flag unchanged from the file and from the environment, and any
+    /// list of ports from either.
+    #[test]
+    fn values_reach_the_flags_unchanged(
+        s in "[^\u{0}]{0,40}",
+        ports in proptest::collection::vec(1u16.., 1..5),
+    ) {
+        let file = format!("filter = {}\nport = {:?}\n", toml::Value::String(s.clone()), ports);
+        let l = live(&[], &[], &file);
+        proptest::prop_assert_eq!(l.capture.filter.as_deref(), Some(s.as_str()));
+        proptest::prop_assert_eq!(&l.capture.ports, &ports);
+        let joined: Vec<String> = ports.iter().map(u16::to_string).collect();
+        let l = live(&[], &[("DBTAP_FILTER", &s), ("DBTAP_PORT", &joined.join(","))], "");
+        proptest::prop_assert_eq!(l.capture.filter.as_deref(), Some(s.as_str()));
+        proptest::prop_assert_eq!(&l.capture.ports, &ports);
+    }
+
+    /// Any file text is parsed or refused in one line, never a panic.
+    #[test]
+    fn any_file_text_is_one_line_or_parsed(text in "[ -~\n]{0,80}") {
+        if let Err(e) = parse_file(&text) {
+            proptest::prop_assert!(!e.contains('\n'), "{}", e);
+        }
+    }
+}
