@@ -14,6 +14,9 @@ expression of the dashboard is valid and returns series on real data:
   (and no NaN-only result for the quantiles). Then the per-server panels again with `$server`
   set to each server in turn: each returns series, only of that server.
 - `promtool check metrics` on the live exposition with those series: no complaint.
+- The `code` label tells the truth: once the traffic stops, each server's errors by code in
+  Prometheus equal the server's own `INFO errorstats` (WRONGTYPE, ERR), and none is left
+  without a code.
 - Sub-100 µs latencies are resolved: Redis GETs over loopback land in the buckets below 100 µs
   (le 1e-05, 2.5e-05, 5e-05), which did not exist before.
 
@@ -199,7 +202,7 @@ def live():
              and time.time() - t0 > 15 and prom.query('sum(dbtap_queries_total) > 1000'),
              deadline=90)
         assert traffic.failure is None, traffic.failure
-        yield prom, traffic, f"http://127.0.0.1:{LISTEN}/metrics"
+        yield prom, traffic, f"http://127.0.0.1:{LISTEN}/metrics", servers
     finally:
         traffic.stop_ev.set()
         traffic.join(10)
@@ -270,7 +273,7 @@ def test_dashboard_is_well_formed():
 
 
 def test_every_expression_returns_series(live):
-    prom, traffic, _ = live
+    prom, traffic, _, _ = live
     d = dashboard()
     empty = []
     for title, expr in targets(d):
@@ -291,7 +294,7 @@ def test_every_expression_returns_series(live):
 
 
 def test_per_server(live):
-    prom, _, _ = live
+    prom, _, _, _ = live
     d = dashboard()
     servers = {s["metric"]["server"] for s in prom.query("dbtap_queries_total")} - {"other"}
     assert servers == {f"127.0.0.1:{p}" for p in REDIS_PORTS}, servers
@@ -309,7 +312,7 @@ def test_per_server(live):
 
 
 def test_promtool_and_sub_100us_buckets(live):
-    prom, _, url = live
+    prom, _, url, _ = live
     status, body = http_get(url)
     assert status == 200
     text = body.decode()
@@ -336,3 +339,25 @@ def test_promtool_and_sub_100us_buckets(live):
     # Some GETs resolved below 100 us, and the buckets below it split them.
     assert by_le["5e-05"] > 0 or by_le["2.5e-05"] > 0, by_le
     assert by_le["1e-05"] < below_100us, by_le
+
+
+def test_error_codes_equal_the_servers_errorstats(live):
+    """Last in the file: stops the traffic."""
+    prom, traffic, _, servers = live
+    traffic.stop_ev.set()
+    traffic.join(10)
+    assert traffic.failure is None, traffic.failure
+    t_stop = time.time()
+    poll("a scrape 2 s after the traffic stopped",
+         lambda: (r := prom.query('timestamp(up{job="dbtap"})')) and
+         float(r[0]["value"][1]) >= t_stop + 2.0)
+    total = 0
+    for srv in servers:
+        truth = srv.snapshot()["errorstats"]
+        assert set(truth) == {"WRONGTYPE", "ERR"}, truth
+        got = {s["metric"]["code"]: float(s["value"][1]) for s in prom.query(
+            f'sum by (code) (dbtap_query_errors_total{{server="127.0.0.1:{srv.port}"}})')}
+        assert got == {"WRONGTYPE": truth["WRONGTYPE"], "ERR": truth["ERR"], "none": 0.0}, \
+            (srv.port, got, truth)
+        total += sum(truth.values())
+    assert total == traffic.errors
