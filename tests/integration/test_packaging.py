@@ -78,6 +78,7 @@ def deb() -> Path:
          "-o", OUT / "deb"], env=env, timeout=600)
     debs = list((OUT / "deb").glob("dbtap_*.deb"))
     assert len(debs) == 1, debs
+    (target / "release" / "dbtap").unlink()  # a copy of DBTAP_BIN: disk is limited
     return debs[0]
 
 
