@@ -79,4 +79,11 @@ if ! /usr/bin/python3 -c 'import playwright' 2>/dev/null; then
   echo "setup: installing playwright for python"
   /usr/bin/python3 -m pip install -q --break-system-packages playwright==1.65.2
 fi
+# The packaging test (test_packaging.py): cargo-deb builds the .deb (its install took 2.5 min
+# here); dpkg-dev (dpkg-shlibdeps, for the package's Depends), man-db and systemd
+# (systemd-analyze verify) are in the base image.
+if ! command -v cargo-deb >/dev/null && [ ! -x "${CARGO_HOME:-$HOME/.cargo}/bin/cargo-deb" ]; then
+  echo "setup: installing cargo-deb"
+  cargo install -q cargo-deb --locked --version 3.8.0
+fi
 echo "setup: ok"

@@ -352,8 +352,8 @@ def test_prometheus_reads_dbtap_live(rs, live_prom):
 
     assert prom.scalar("dbtap_capture_kernel_drops_total") == 0
     assert prom.scalar("dbtap_capture_packets_total") > 0
-    assert prom.scalar("dbtap_agent_resident_memory_bytes") > 0
-    assert prom.scalar("dbtap_agent_cpu_seconds_total") >= 0
+    assert prom.scalar("process_resident_memory_bytes") > 0
+    assert prom.scalar("process_cpu_seconds_total") >= 0
     for h in ("dbtap_tcp_gaps_total", "dbtap_unparsed_bytes_total",
               "dbtap_malformed_messages_total", "dbtap_responses_without_request_total"):
         assert prom.scalar(h) == 0, h

@@ -4,6 +4,7 @@
 
 mod agent;
 mod cli;
+mod config;
 mod diffcmd;
 mod fp;
 mod pipeline;
@@ -20,7 +21,6 @@ use std::io::{BufWriter, Write};
 use std::process::ExitCode;
 
 use aggregate::{AggConfig, Aggregator};
-use clap::Parser;
 use proto::QueryEvent;
 use report::CaptureHealth;
 
@@ -33,7 +33,15 @@ use crate::pipeline::{Consumer, Settings};
 const EXIT_BAD_INPUT: u8 = 2;
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    // The command line, with DBTAP_* variables and the config file (config.rs).
+    let cli: Cli = match config::cli() {
+        Ok(Some(cli)) => cli,
+        Ok(None) => return ExitCode::SUCCESS, // `dbtap completions` / `dbtap man`
+        Err(e) => {
+            eprintln!("dbtap: error: {e}");
+            return ExitCode::from(EXIT_BAD_INPUT);
+        }
+    };
     if let Err(e) = cli.command.grouping().scope() {
         eprintln!("dbtap: error: {e}");
         return ExitCode::from(EXIT_BAD_INPUT);

@@ -17,8 +17,10 @@
 
 #![deny(unsafe_code)]
 
+pub mod codes;
 pub mod dims;
 pub mod http;
+pub mod process;
 pub mod prom;
 
 pub use http::{Provider, Server, Window, serve};

@@ -10,9 +10,15 @@ use std::fmt::Write as _;
 use aggregate::{Aggregator, GroupKey, Latency, Stats};
 use report::CaptureHealth;
 
+use crate::codes::CodeSet;
+
 /// Upper bounds of the latency histogram buckets: (nanoseconds, the `le` label). The `+Inf`
-/// bucket follows them.
-pub const LATENCY_BUCKETS: [(u64, &str); 16] = [
+/// bucket follows them. From 10 µs (a Redis GET on a local network takes tens of µs) to 10 s,
+/// 1-2.5-5 per decade: 19 buckets.
+pub const LATENCY_BUCKETS: [(u64, &str); 19] = [
+    (10_000, "1e-05"),
+    (25_000, "2.5e-05"),
+    (50_000, "5e-05"),
     (100_000, "0.0001"),
     (250_000, "0.00025"),
     (500_000, "0.0005"),
@@ -37,74 +43,20 @@ pub const FINGERPRINT_MAX_CHARS: usize = 120;
 /// The label values of the series that sums every group not exported on its own.
 pub const OTHER: &str = "other";
 
-/// The agent process's own resource use.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct AgentInfo {
-    /// User plus system CPU time, seconds.
-    pub cpu_seconds: f64,
-    /// Resident set size, bytes.
-    pub rss_bytes: u64,
-    /// When the agent started, seconds since the Unix epoch.
-    pub start_time_unix: f64,
-    /// Threads the agent runs.
-    pub threads: u32,
-}
-
-impl AgentInfo {
-    /// Reads CPU time from `/proc/self/stat` (utime + stime, in clock ticks of
-    /// `sysconf(_SC_CLK_TCK)`) and the resident set from `/proc/self/status` (`VmRSS`). Where
-    /// those cannot be read (not Linux), CPU time and memory are 0.
-    pub fn read_self(start_time_unix: f64, threads: u32) -> AgentInfo {
-        let cpu_seconds = std::fs::read_to_string("/proc/self/stat")
-            .ok()
-            .and_then(|s| parse_stat_cpu_ticks(&s))
-            .map_or(0.0, |ticks| ticks as f64 / clock_ticks_per_second());
-        let rss_bytes = std::fs::read_to_string("/proc/self/status")
-            .ok()
-            .and_then(|s| parse_status_rss_bytes(&s))
-            .unwrap_or(0);
-        AgentInfo {
-            cpu_seconds,
-            rss_bytes,
-            start_time_unix,
-            threads,
-        }
-    }
-}
+pub use crate::process::{AgentInfo, BuildInfo};
 
 /// `sysconf(_SC_CLK_TCK)`: the unit of the CPU times in `/proc/<pid>/stat`.
 #[cfg(unix)]
 #[allow(unsafe_code)]
-fn clock_ticks_per_second() -> f64 {
+pub(crate) fn clock_ticks_per_second() -> f64 {
     // SAFETY: sysconf takes an integer name, touches no memory of ours and returns -1 on error.
     let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
     if t > 0 { t as f64 } else { 100.0 }
 }
 
 #[cfg(not(unix))]
-fn clock_ticks_per_second() -> f64 {
+pub(crate) fn clock_ticks_per_second() -> f64 {
     100.0
-}
-
-/// utime + stime (fields 14 and 15) of a `/proc/<pid>/stat` line. The command name (field 2) is
-/// in parentheses and may hold spaces and parentheses, so fields are counted after the last `)`.
-pub fn parse_stat_cpu_ticks(stat: &str) -> Option<u64> {
-    let rest = &stat[stat.rfind(')')? + 1..];
-    let mut fields = rest.split_ascii_whitespace().skip(11); // field 3 is the first after ')'
-    let utime: u64 = fields.next()?.parse().ok()?;
-    let stime: u64 = fields.next()?.parse().ok()?;
-    Some(utime.saturating_add(stime))
-}
-
-/// The `VmRSS:   1234 kB` line of `/proc/<pid>/status`, in bytes.
-pub fn parse_status_rss_bytes(status: &str) -> Option<u64> {
-    let line = status.lines().find_map(|l| l.strip_prefix("VmRSS:"))?;
-    let mut it = line.split_ascii_whitespace();
-    let n: u64 = it.next()?.parse().ok()?;
-    match it.next() {
-        Some("kB") | None => Some(n.saturating_mul(1024)),
-        _ => None,
-    }
 }
 
 /// Packet counts the kernel keeps for the capture socket (lost before dbtap saw them).
@@ -117,10 +69,11 @@ pub struct KernelStats {
 }
 
 /// What one series of the per-group families counts.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 struct Counters {
     queries: u64,
-    errors: u64,
+    /// Errors by `code` label ([`crate::codes`]).
+    errors: BTreeMap<String, u64>,
     rows_sent: u128,
     warnings: u128,
     bytes_in: u128,
@@ -163,10 +116,10 @@ impl Hist {
 }
 
 impl Counters {
-    fn of(s: &Stats) -> Counters {
+    fn of(s: &Stats, codes: &CodeSet) -> Counters {
         Counters {
             queries: s.count,
-            errors: s.errors,
+            errors: codes.split(s),
             rows_sent: s.rows_sent.sum,
             warnings: s.warnings.sum,
             bytes_in: s.bytes_in.sum,
@@ -178,7 +131,9 @@ impl Counters {
 
     fn add(&mut self, o: &Counters) {
         self.queries += o.queries;
-        self.errors += o.errors;
+        for (code, n) in &o.errors {
+            *self.errors.entry(code.clone()).or_default() += n;
+        }
         self.rows_sent += o.rows_sent;
         self.warnings += o.warnings;
         self.bytes_in += o.bytes_in;
@@ -220,6 +175,7 @@ pub struct Exporter {
     exported: Vec<Exported>,
     index: HashMap<GroupKey, usize>,
     label_sets: HashSet<String>,
+    codes: CodeSet,
 }
 
 impl Exporter {
@@ -230,6 +186,7 @@ impl Exporter {
             exported: Vec::new(),
             index: HashMap::new(),
             label_sets: HashSet::new(),
+            codes: CodeSet::new(crate::codes::ERROR_CODES_TOP),
         }
     }
 
@@ -250,6 +207,7 @@ impl Exporter {
         out: &mut String,
     ) {
         self.promote(total);
+        self.codes.promote(total);
 
         // Per-group series, then one "other" series per protocol seen.
         let mut rows: Vec<(String, Counters)> = Vec::with_capacity(self.exported.len() + 4);
@@ -257,13 +215,14 @@ impl Exporter {
         for g in total.groups() {
             let o = other.entry(g.key.protocol.name()).or_default();
             if !self.index.contains_key(&g.key) {
-                o.add(&Counters::of(&g.stats));
+                o.add(&Counters::of(&g.stats, &self.codes));
             }
         }
         for e in &self.exported {
-            let now = total
-                .group(&e.key)
-                .map_or_else(Counters::default, |g| Counters::of(&g.stats));
+            let now = total.group(&e.key).map_or_else(
+                || Counters::of(&Stats::default(), &self.codes),
+                |g| Counters::of(&g.stats, &self.codes),
+            );
             rows.push((e.labels.clone(), now));
         }
         let by_server = crate::dims::by_server(total);
@@ -287,44 +246,7 @@ impl Exporter {
              whole; the JSON digest does).",
         );
         sample(out, "dbtap_sampling_one_in", "", sample_one_in);
-        family(
-            out,
-            "dbtap_agent_cpu_seconds_total",
-            "counter",
-            "User and system CPU time the agent used, seconds.",
-        );
-        sample(out, "dbtap_agent_cpu_seconds_total", "", agent.cpu_seconds);
-        family(
-            out,
-            "dbtap_agent_resident_memory_bytes",
-            "gauge",
-            "Resident memory of the agent, bytes.",
-        );
-        sample(
-            out,
-            "dbtap_agent_resident_memory_bytes",
-            "",
-            agent.rss_bytes,
-        );
-        family(
-            out,
-            "dbtap_agent_start_time_seconds",
-            "gauge",
-            "When the agent started, seconds since the Unix epoch.",
-        );
-        sample(
-            out,
-            "dbtap_agent_start_time_seconds",
-            "",
-            agent.start_time_unix,
-        );
-        family(
-            out,
-            "dbtap_agent_threads",
-            "gauge",
-            "Threads the agent runs.",
-        );
-        sample(out, "dbtap_agent_threads", "", agent.threads);
+        agent.render(out);
     }
 
     /// Fills free places with the not-yet-exported groups of largest total service time.
@@ -440,14 +362,14 @@ fn group_labels(protocol: &str, command: &str, id: &str, fingerprint: &str) -> S
 }
 
 /// `# HELP` and `# TYPE` lines. HELP texts here are constants without backslashes or newlines.
-fn family(out: &mut String, name: &str, kind: &str, help: &str) {
+pub(crate) fn family(out: &mut String, name: &str, kind: &str, help: &str) {
     debug_assert!(!help.contains(['\\', '\n']));
     let _ = writeln!(out, "# HELP {name} {help}");
     let _ = writeln!(out, "# TYPE {name} {kind}");
 }
 
 /// One sample line; `labels` is the escaped inside of the braces, or empty.
-fn sample(out: &mut String, name: &str, labels: &str, v: impl std::fmt::Display) {
+pub(crate) fn sample(out: &mut String, name: &str, labels: &str, v: impl std::fmt::Display) {
     if labels.is_empty() {
         let _ = writeln!(out, "{name} {v}");
     } else {
@@ -475,12 +397,23 @@ fn write_group_families(rows: &[(String, Counters)], out: &mut String) {
         "Queries seen, by query group.",
         &|c| c.queries.into(),
     );
-    counter(
+    let name = "dbtap_query_errors_total";
+    family(
         out,
-        "dbtap_query_errors_total",
-        "Queries that ended in an error, by query group.",
-        &|c| c.errors.into(),
+        name,
+        "counter",
+        &format!(
+            "Queries that ended in an error, by query group and error code: the protocol's \
+             number (MySQL 1064) or else its state (SQLSTATE 42P01, Redis WRONGTYPE); code=\"none\" \
+             for errors without one, code=\"other\" for codes beyond the {} named. {GROUP_NOTE}",
+            crate::codes::ERROR_CODES_TOP
+        ),
     );
+    for (labels, c) in rows {
+        for (code, n) in &c.errors {
+            sample(out, name, &format!("{labels},code=\"{code}\""), n);
+        }
+    }
 
     histogram(
         out,
@@ -607,32 +540,6 @@ fn write_health(h: &CaptureHealth, k: KernelStats, out: &mut String) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn stat_line() {
-        let stat = "1234 (my (odd) proc) S 1 1234 1234 0 -1 4194560 500 0 0 0 250 50 0 0 20 0 \
-                    3 0 100 1000000 200 18446744073709551615";
-        assert_eq!(parse_stat_cpu_ticks(stat), Some(300));
-        assert_eq!(parse_stat_cpu_ticks("garbage"), None);
-        assert_eq!(parse_stat_cpu_ticks("1 (x) S 1 2"), None);
-    }
-
-    #[test]
-    fn status_rss() {
-        let status = "Name:\tdbtap\nVmPeak:\t  9000 kB\nVmRSS:\t    1234 kB\nThreads:\t4\n";
-        assert_eq!(parse_status_rss_bytes(status), Some(1234 * 1024));
-        assert_eq!(parse_status_rss_bytes("Name:\tx\n"), None);
-    }
-
-    #[test]
-    fn read_self_sees_this_process() {
-        let a = AgentInfo::read_self(1.5, 3);
-        assert_eq!((a.start_time_unix, a.threads), (1.5, 3));
-        if cfg!(target_os = "linux") {
-            assert!(a.rss_bytes > 0);
-            assert!(a.cpu_seconds >= 0.0);
-        }
-    }
 
     #[test]
     fn label_escaping() {

@@ -10,7 +10,9 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::SocketAddr;
 
 use aggregate::{AggConfig, Aggregator, GroupKey};
-use metrics::prom::{AgentInfo, Exporter, FINGERPRINT_MAX_CHARS, KernelStats, LATENCY_BUCKETS};
+use metrics::prom::{
+    AgentInfo, BuildInfo, Exporter, FINGERPRINT_MAX_CHARS, KernelStats, LATENCY_BUCKETS,
+};
 use proto::{DbError, Outcome, Protocol, QueryEvent};
 use report::CaptureHealth;
 
@@ -405,10 +407,18 @@ fn add(agg: &mut Aggregator, i: u64, latency_ns: u64, error: bool) {
 fn render(ex: &mut Exporter, agg: &Aggregator, health: &CaptureHealth) -> Exposition {
     let mut out = String::new();
     let agent = AgentInfo {
-        cpu_seconds: 1.25,
-        rss_bytes: 1 << 20,
+        cpu_seconds: Some(1.25),
+        rss_bytes: Some(1 << 20),
+        virtual_bytes: Some(1 << 30),
+        open_fds: Some(12),
+        max_fds: Some(1024),
         start_time_unix: 1_700_000_000.5,
-        threads: 4,
+        threads: Some(4),
+        build: BuildInfo {
+            version: "0.1.0",
+            revision: Some("0123456789ab"),
+            rustc: Some("1.95.0"),
+        },
     };
     let kernel = KernelStats {
         packets: health.frames.packets + 5,
@@ -488,10 +498,14 @@ fn every_family_present_with_expected_values() {
         ("dbtap_resyncs_total", "counter"),
         ("dbtap_negative_latencies_total", "counter"),
         ("dbtap_sampling_one_in", "gauge"),
-        ("dbtap_agent_cpu_seconds_total", "counter"),
-        ("dbtap_agent_resident_memory_bytes", "gauge"),
-        ("dbtap_agent_start_time_seconds", "gauge"),
-        ("dbtap_agent_threads", "gauge"),
+        ("process_cpu_seconds_total", "counter"),
+        ("process_resident_memory_bytes", "gauge"),
+        ("process_virtual_memory_bytes", "gauge"),
+        ("process_open_fds", "gauge"),
+        ("process_max_fds", "gauge"),
+        ("process_start_time_seconds", "gauge"),
+        ("process_threads", "gauge"),
+        ("dbtap_build_info", "gauge"),
     ];
     for (f, t) in families {
         assert_eq!(x.types.get(f).map(String::as_str), Some(t), "{f}");
@@ -509,7 +523,6 @@ fn every_family_present_with_expected_values() {
         ),
     ];
     assert_eq!(x.get("dbtap_queries_total", &g0), Some(2.0));
-    assert_eq!(x.get("dbtap_query_errors_total", &g0), Some(1.0));
     assert_eq!(x.get("dbtap_query_rows_sent_total", &g0), Some(6.0));
     assert_eq!(x.get("dbtap_query_warnings_total", &g0), Some(2.0));
     let with = |extra: (&'static str, &'static str)| {
@@ -517,6 +530,11 @@ fn every_family_present_with_expected_values() {
         v.push(extra);
         v
     };
+    // The one error (MySQL 1064) under its code; none without a code.
+    let errors = |code| x.get("dbtap_query_errors_total", &with(("code", code)));
+    assert_eq!(errors("1064"), Some(1.0));
+    assert_eq!(errors("none"), Some(0.0));
+    assert_eq!(x.get("dbtap_query_errors_total", &g0), None);
     assert_eq!(
         x.get("dbtap_query_bytes_total", &with(("direction", "in"))),
         Some(80.0)
@@ -587,13 +605,115 @@ fn every_family_present_with_expected_values() {
         ("dbtap_capture_read_errors_total", 11.0),
         ("dbtap_text_cut_by_budget_total", 12.0),
         ("dbtap_sampling_one_in", 4.0),
-        ("dbtap_agent_cpu_seconds_total", 1.25),
-        ("dbtap_agent_resident_memory_bytes", 1048576.0),
-        ("dbtap_agent_start_time_seconds", 1_700_000_000.5),
-        ("dbtap_agent_threads", 4.0),
+        ("process_cpu_seconds_total", 1.25),
+        ("process_resident_memory_bytes", 1048576.0),
+        ("process_virtual_memory_bytes", 1073741824.0),
+        ("process_open_fds", 12.0),
+        ("process_max_fds", 1024.0),
+        ("process_start_time_seconds", 1_700_000_000.5),
+        ("process_threads", 4.0),
     ] {
         assert_eq!(x.get(name, &[]), Some(v), "{name}");
     }
+    assert_eq!(
+        x.get(
+            "dbtap_build_info",
+            &[
+                ("version", "0.1.0"),
+                ("revision", "0123456789ab"),
+                ("rustc", "1.95.0")
+            ]
+        ),
+        Some(1.0)
+    );
+
+    // Sub-100 us latencies are resolved: group 2's one 50 us query is in le="5e-05", not in
+    // le="2.5e-05".
+    let g2 = |le| {
+        let series = x.samples.iter().find(|s| {
+            s.name == "dbtap_query_duration_seconds_bucket"
+                && s.labels["query_id"] == "0000000000000002"
+                && s.labels["le"] == le
+        });
+        series.map(|s| s.value)
+    };
+    assert_eq!(g2("1e-05"), Some(0.0));
+    assert_eq!(g2("2.5e-05"), Some(0.0));
+    assert_eq!(g2("5e-05"), Some(1.0));
+    assert_eq!(LATENCY_BUCKETS[0], (10_000, "1e-05"));
+}
+
+/// Error codes: at most ERROR_CODES_TOP named, the first ones seen by count; later codes go to
+/// code="other" for good, errors without a code to code="none"; the codes of a group add up to
+/// its errors and no series goes down.
+#[test]
+fn error_codes_are_bounded_and_monotonic() {
+    use metrics::codes::ERROR_CODES_TOP;
+    let mut agg = Aggregator::new(AggConfig::default());
+    let mut ex = Exporter::new(10);
+    let health = CaptureHealth::default();
+    let err = |agg: &mut Aggregator, code: u32, state: Option<&str>| {
+        let mut ev = event(Protocol::Mysql, "query", 1_000, true);
+        ev.error = Some(DbError {
+            code,
+            state: state.map(Into::into),
+            message: "m".into(),
+        });
+        if code == 0 && state.is_none() {
+            ev.error = None; // an error without any code
+        }
+        let key = GroupKey {
+            protocol: Protocol::Mysql,
+            command: "query",
+            fingerprint_hash: 7,
+        };
+        agg.add(&ev, key, || ("select ?".into(), "7".into()));
+    };
+    // 5 codes first (1000 has the most errors), then 30 more once the first render named 5.
+    for c in 0..5u32 {
+        for _ in 0..=c {
+            err(&mut agg, 1000 + c, None);
+        }
+    }
+    err(&mut agg, 0, Some("42P01"));
+    err(&mut agg, 0, None);
+    let x = render(&mut ex, &agg, &health);
+    let codes = |x: &Exposition| -> BTreeMap<String, f64> {
+        x.samples
+            .iter()
+            .filter(|s| s.name == "dbtap_query_errors_total" && s.labels["query_id"] == "7")
+            .map(|s| (s.labels["code"].clone(), s.value))
+            .collect()
+    };
+    let first = codes(&x);
+    assert_eq!(first["1004"], 5.0);
+    assert_eq!(first["42P01"], 1.0);
+    assert_eq!(first["none"], 1.0);
+    assert!(!first.contains_key("other"));
+    for c in 0..30u32 {
+        err(&mut agg, 2000 + c, None);
+        err(&mut agg, 2000 + c, None);
+    }
+    let x = render(&mut ex, &agg, &health);
+    let second = codes(&x);
+    // 6 named first, then 14 of the new ones (2000..2013: equal counts, by text), the rest other.
+    assert_eq!(second.len(), ERROR_CODES_TOP + 2, "{second:?}");
+    assert!(second.contains_key("2013") && !second.contains_key("2014"));
+    let total: f64 = second.values().sum();
+    assert_eq!(total, agg.totals().stats.errors as f64);
+    // Per-group code bound (ERROR_CAP pairs) and our label bound both land in "other".
+    assert!(second["other"] > 0.0);
+    for (code, v) in &first {
+        assert!(second[code] >= *v, "{code}");
+    }
+    // A new code now goes to "other", even with many errors.
+    let before = second["other"];
+    for _ in 0..50 {
+        err(&mut agg, 3000, None);
+    }
+    let third = codes(&render(&mut ex, &agg, &health));
+    assert_eq!(third["other"], before + 50.0);
+    assert!(!third.contains_key("3000"));
 }
 
 #[test]
@@ -652,7 +772,7 @@ fn every_series_is_monotonic_across_renders() {
         for _ in 0..events {
             // Later groups get slower, so they outrank early ones on total latency.
             let g = next() % live_groups;
-            let bound = LATENCY_BUCKETS[(next() % 16) as usize].0;
+            let bound = LATENCY_BUCKETS[(next() % LATENCY_BUCKETS.len() as u64) as usize].0;
             let latency = match next() % 3 {
                 0 => bound - next() % 300, // just below a bound: counted exactly, then bucketed
                 1 => bound + next() % 300,

@@ -12,6 +12,13 @@ use super::setup::{LiveSetup, Plan};
 use super::unix_ns;
 use crate::cli::CaptureArgs;
 
+/// What this binary was built from (crates/dbtap/build.rs), for `dbtap_build_info`.
+const BUILD: metrics::prom::BuildInfo = metrics::prom::BuildInfo {
+    version: env!("CARGO_PKG_VERSION"),
+    revision: option_env!("DBTAP_GIT_REVISION"),
+    rustc: option_env!("DBTAP_RUSTC_VERSION"),
+};
+
 /// The HTTP endpoint's view of the snapshot.
 struct HttpProvider {
     snap: Arc<Mutex<Snapshot>>,
@@ -68,11 +75,8 @@ impl HttpProvider {
 impl metrics::http::Provider for HttpProvider {
     fn metrics(&self) -> String {
         let mut out = String::new();
-        let (agent_start, threads) = (
-            unix_ns(self.setup.started) as f64 / 1e9,
-            self.setup.threads as u32,
-        );
-        let agent = metrics::prom::AgentInfo::read_self(agent_start, threads);
+        let agent_start = unix_ns(self.setup.started) as f64 / 1e9;
+        let agent = metrics::prom::AgentInfo::read_self(agent_start, BUILD);
         if let (Ok(snap), Ok(mut exp)) = (self.snap.lock(), self.exporter.lock()) {
             let kernel = metrics::prom::KernelStats {
                 packets: snap.kernel.packets,
