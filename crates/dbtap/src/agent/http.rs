@@ -17,6 +17,8 @@ struct HttpProvider {
     snap: Arc<Mutex<Snapshot>>,
     exporter: Mutex<metrics::prom::Exporter>,
     setup: Arc<LiveSetup>,
+    /// `--clickhouse`: the sink's counters, appended to `/metrics`.
+    fleet: Option<Arc<clickhouse::SinkStats>>,
 }
 
 /// Starts the endpoint when `--listen` asks for it: the web UI and its API over the run's
@@ -33,6 +35,7 @@ pub(super) fn serve(
         snap: Arc::clone(snap),
         exporter: Mutex::new(metrics::prom::Exporter::new(c.metrics_top)),
         setup: Arc::clone(&plan.setup),
+        fleet: plan.fleet.clone(),
     });
     let app = web::App {
         store,
@@ -86,6 +89,9 @@ impl metrics::http::Provider for HttpProvider {
                 self.setup.sample.max(1),
                 &mut out,
             );
+        }
+        if let Some(f) = &self.fleet {
+            super::fleet::metrics(f, &mut out);
         }
         out
     }
