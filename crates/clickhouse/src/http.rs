@@ -268,12 +268,13 @@ fn read_chunked(r: &mut impl BufRead, body: &mut Vec<u8>) -> std::io::Result<()>
         let keep = n.min(MAX_REPLY.saturating_sub(body.len()));
         r.by_ref().take(keep as u64).read_to_end(body)?;
         std::io::copy(
-            &mut r.by_ref().take((n - keep) as u64 + 2),
+            &mut r.by_ref().take((n - keep) as u64),
             &mut std::io::sink(),
         )?;
-        if keep == n {
-            let mut crlf = [0u8; 2];
-            r.read_exact(&mut crlf)?;
+        let mut crlf = [0u8; 2];
+        r.read_exact(&mut crlf)?;
+        if &crlf != b"\r\n" {
+            return Err(bad("chunk not followed by CRLF"));
         }
     }
 }

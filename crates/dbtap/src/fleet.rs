@@ -139,11 +139,17 @@ impl Fleet {
                 s.last_error.as_deref().unwrap_or("-")
             );
         }
-        if s.dropped_batches > 0 || s.partial > 0 || s.corrupt > 0 {
+        if s.dropped_batches > 0 || s.partial > 0 {
             ok = false;
             eprintln!(
-                "dbtap: warning: clickhouse: {} batches ({} rows) dropped (spool full), {} partial, {} corrupt spool files",
-                s.dropped_batches, s.dropped_rows, s.partial, s.corrupt
+                "dbtap: warning: clickhouse: {} batches ({} rows) dropped (spool full), {} stored only in part",
+                s.dropped_batches, s.dropped_rows, s.partial
+            );
+        }
+        if s.retries > 0 || s.already_stored > 0 || s.corrupt > 0 {
+            eprintln!(
+                "dbtap: clickhouse: {} rows in {} batches delivered; {} failed attempts, {} batches found already stored, {} corrupt spool files",
+                s.rows_sent, s.batches_sent, s.retries, s.already_stored, s.corrupt
             );
         }
         ok
