@@ -20,6 +20,7 @@ PACKAGES=(
   libpcap0.8 prometheus tmux libcap2-bin    # dbtap live: --filter (dlopened libpcap), a real Prometheus scraping /metrics, dbtap top in tmux, setpriv/capsh for the no-privilege test
   clang libbpf-dev libelf-dev zlib1g-dev pkg-config bpftool  # the eBPF source: BPF C built by clang in build.rs (bpftool: vmlinux.h), libbpf
   chromium                                  # the web UI tests: headless Chromium driven by Playwright
+  clickhouse-server clickhouse-client       # the ClickHouse sink's tests (Debian's 18.16, a private server)
 )
 
 missing=()
@@ -78,5 +79,11 @@ fi
 if ! /usr/bin/python3 -c 'import playwright' 2>/dev/null; then
   echo "setup: installing playwright for python"
   /usr/bin/python3 -m pip install -q --break-system-packages playwright==1.65.2
+fi
+# The ClickHouse sink's tests: chdb (an embedded current ClickHouse) checks the DDL and queries
+# on a current version too.
+if ! /usr/bin/python3 -c 'import chdb' 2>/dev/null; then
+  echo "setup: installing chdb for python"
+  /usr/bin/python3 -m pip install -q --break-system-packages chdb==4.4.0
 fi
 echo "setup: ok"

@@ -19,15 +19,28 @@ use crate::fleet::{ClickHouseArgs, Fleet};
 use crate::storefeed::Pending;
 
 /// The running feeder.
-pub(super) struct FleetThread {
-    pub(super) tx: MinutesTx,
-    pub(super) handle: JoinHandle<()>,
-    pub(super) stats: Arc<clickhouse::SinkStats>,
+struct FleetThread {
+    tx: MinutesTx,
+    handle: JoinHandle<()>,
+    stats: Arc<clickhouse::SinkStats>,
+}
+
+/// `live --clickhouse`: starts the sink and its feeder, and gives the plan its counters.
+pub(super) fn start(
+    mode: &super::Mode,
+    plan: &mut super::setup::Plan,
+) -> Result<(Option<MinutesTx>, Option<JoinHandle<()>>)> {
+    let fleet = match mode {
+        super::Mode::Lines(a) => spawn(&a.clickhouse, plan.sample)?,
+        super::Mode::Top(_) => None,
+    };
+    plan.fleet = fleet.as_ref().map(|f| Arc::clone(&f.stats));
+    Ok(fleet.map(|f| (f.tx, f.handle)).unzip())
 }
 
 /// Starts the sink and its feeder when `--clickhouse` is given; the feeder ends (delivering
 /// what is pending) when every sender is gone.
-pub(super) fn spawn(args: &ClickHouseArgs, sample: u64) -> Result<Option<FleetThread>> {
+fn spawn(args: &ClickHouseArgs, sample: u64) -> Result<Option<FleetThread>> {
     let Some(fleet) = args.open(sample)? else {
         return Ok(None);
     };

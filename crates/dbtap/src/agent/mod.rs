@@ -105,12 +105,7 @@ pub fn top(args: TopArgs) -> Result<()> {
 
 fn run(c: &CaptureArgs, mode: Mode) -> Result<()> {
     let (mut plan, rings) = Plan::new(c, &mode)?;
-    let fleet = match &mode {
-        Mode::Lines(a) => fleet::spawn(&a.clickhouse, plan.sample)?,
-        Mode::Top(_) => None,
-    };
-    plan.fleet = fleet.as_ref().map(|f| Arc::clone(&f.stats));
-    let (fleet_tx, fleet_thread) = fleet.map(|f| (f.tx, f.handle)).unzip();
+    let (fleet_tx, fleet_thread) = fleet::start(&mode, &mut plan)?;
 
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
