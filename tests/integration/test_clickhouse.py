@@ -475,3 +475,5 @@ def test_live_run_with_clickhouse_stopped_loses_and_doubles_nothing(ch):
     assert m["dbtap_clickhouse_retries_total"] >= 1, metrics
     assert m["dbtap_clickhouse_spooled_batches"] >= 1, metrics
     assert not list(spool.glob("*.chb")), "everything delivered at the stop"
+    err = live.stderr
+    assert "dbtap: warning: clickhouse:" in err and "delivering again after" in err, err

@@ -395,12 +395,21 @@ fn finish_batch(sh: &Shared, id: u64) {
     sh.gauges(&s);
 }
 
+/// The sender thread: the oldest batch until it is delivered, backing off after failures.
+/// The first failure of a run of failures, and the recovery after it, are one line each on
+/// stderr (the counters have the rest).
 fn sender(sh: &Shared, cfg: &SinkConfig) {
     let mut backoff = cfg.backoff_min;
+    let mut failing: u64 = 0;
     while !sh.abort.load(Ordering::Acquire) {
         let wait = match attempt(sh, cfg) {
             Attempt::Delivered => {
-                backoff = cfg.backoff_min;
+                if failing > 0 {
+                    eprintln!(
+                        "dbtap: clickhouse: delivering again after {failing} failed attempts"
+                    );
+                }
+                (backoff, failing) = (cfg.backoff_min, 0);
                 continue;
             }
             Attempt::Idle if sh.draining.load(Ordering::Acquire) && sh.lock().is_empty() => {
@@ -415,6 +424,13 @@ fn sender(sh: &Shared, cfg: &SinkConfig) {
             }
             Attempt::Failed => {
                 sh.stats.retries.fetch_add(1, Ordering::Relaxed);
+                if failing == 0 {
+                    let e = sh.stats.snapshot().last_error.unwrap_or_default();
+                    eprintln!(
+                        "dbtap: warning: clickhouse: {e}; retrying with backoff, batches wait in the spool"
+                    );
+                }
+                failing += 1;
                 let w = backoff;
                 backoff = (backoff * 2).min(cfg.backoff_max);
                 w

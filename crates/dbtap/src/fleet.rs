@@ -121,8 +121,8 @@ impl Fleet {
         }
     }
 
-    /// Delivers what is queued (for at most `--clickhouse-wait`), then says what is left.
-    /// Returns false when rows were not delivered.
+    /// Delivers what is queued (for at most `--clickhouse-wait`), then says what is left and
+    /// prints the sink's counters (one line). Returns false when rows were not delivered.
     pub fn finish(self) -> bool {
         let s = self.sink.finish(Instant::now() + self.wait);
         let mut ok = true;
@@ -146,12 +146,10 @@ impl Fleet {
                 s.dropped_batches, s.dropped_rows, s.partial
             );
         }
-        if s.retries > 0 || s.already_stored > 0 || s.corrupt > 0 {
-            eprintln!(
-                "dbtap: clickhouse: {} rows in {} batches delivered; {} failed attempts, {} batches found already stored, {} corrupt spool files",
-                s.rows_sent, s.batches_sent, s.retries, s.already_stored, s.corrupt
-            );
-        }
+        eprintln!(
+            "dbtap: clickhouse: {} rows in {} batches delivered; {} failed attempts, {} batches found already stored, {} corrupt spool files",
+            s.rows_sent, s.batches_sent, s.retries, s.already_stored, s.corrupt
+        );
         ok
     }
 }
