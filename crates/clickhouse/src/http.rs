@@ -93,7 +93,8 @@ impl Url {
         let rest = s
             .strip_prefix("http://")
             .ok_or_else(|| bad("only http:// is supported"))?;
-        let (auth, path) = rest.split_once('/').unwrap_or((rest, ""));
+        let end = rest.find(['/', '?']).unwrap_or(rest.len());
+        let (auth, path) = rest.split_at(end);
         let (creds, hostport) = match auth.rsplit_once('@') {
             Some((c, h)) => (Some(c), h),
             None => (None, auth),
@@ -294,6 +295,8 @@ mod tests {
             u.target(&[("query", "SELECT 1")])
                 .ends_with("query=SELECT%201")
         );
+        let u = Url::parse("http://h:9?database=d").unwrap();
+        assert_eq!((u.port, u.params.len()), (9, 1));
         let u = Url::parse("http://localhost").unwrap();
         assert_eq!((u.host.as_str(), u.port, u.user), ("localhost", 8123, None));
         let u = Url::parse("http://[::1]:8124/").unwrap();
