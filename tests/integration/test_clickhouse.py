@@ -2,7 +2,7 @@
 
 A private clickhouse-server (Debian's 18.16: the oldest the schema and the wire format must
 work on) with its own config and data under tests/out/s21-ch/, HTTP on 127.0.0.1:38500, TCP
-38501, interserver 38502; the schema is created with `dbtap schema clickhouse --apply`.
+38501, interserver 38502 (38503: live's --listen, 38504: dbtap ui); the schema is created with `dbtap schema clickhouse --apply`.
 
 - Two hosts: the repository's MySQL sample capture split by connection into two captures (the
   second moved a day and an hour later, so its rows go to another partition and hour), each
@@ -12,6 +12,8 @@ work on) with its own config and data under tests/out/s21-ch/, HTTP on 127.0.0.1
   docs/clickhouse.md (`sumMap` of the bucket arrays over both hosts) equal those of
   `dbtap digest A B` within the histogram's error (1/256 of the value).
 - The hour rollup (materialized view) holds the same counts and merged histograms.
+- `dbtap ui --clickhouse`: /api/top over the fleet equals the digest of both captures (counts;
+  p99 within the histogram's error), and with `--clickhouse-host` the one host's digest.
 - Outage: a digest while the server is down spools its batch to disk and fails; the next run
   with the same spool delivers it once; the same batch file put back (as if the agent died
   between the insert and the spool's clean-up) is found stored by the ledger and not sent
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import collections
 import gzip
+import json
 import os
 import shutil
 import signal
@@ -293,6 +296,42 @@ def test_the_hour_rollup_holds_the_same_counts_and_distributions(ch, two_hosts):
                        "maxMerge(service_max_ns)")
     rows = ch.rows(sql + " FROM dbtap_hours GROUP BY protocol, command, query_id")
     assert check_percentiles(rows, both) >= 10
+
+
+def ui_top(*args: str) -> tuple[dict, dict]:
+    """`dbtap ui --clickhouse URL ARGS` started, /api/meta and /api/top over its whole span."""
+    proc = subprocess.Popen([str(harness.dbtap_path()), "ui", "--clickhouse", URL,
+                             "--listen", "127.0.0.1:38504", *args], stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stderr.readline()
+        assert line.startswith("dbtap: ui on http://127.0.0.1:38504/"), line + proc.stderr.read()
+        get = lambda path: json.loads(urllib.request.urlopen(  # noqa: E731
+            f"http://127.0.0.1:38504{path}", timeout=30).read())
+        return get("/api/meta"), get("/api/top?from=-4d&limit=1000")
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=20)
+
+
+def test_the_web_ui_over_the_fleet_equals_the_digests(ch, two_hosts):
+    da, db, both = two_hosts
+    meta, top = ui_top("--clickhouse-range", "3d")
+    assert [s["label"] for s in meta["sources"]][:2] == ["host-a", "host-b"]
+    got = collections.Counter({(g["protocol"], g["command"], g["id"]): g["count"]
+                               for g in top["groups"]})
+    assert got == counts(both)
+    want = {group_key(g): g["service_us"] for g in both["queries"]}
+    for g in top["groups"]:
+        w = want[(g["protocol"], g["command"], g["id"])]
+        if w["count"]:
+            assert abs(g["p99_us"] - w["p99"]) <= w["p99"] / 256 + 0.002, (g, w)
+    # One host only.
+    meta, top = ui_top("--clickhouse-range", "3d", "--clickhouse-host", "host-a")
+    assert [s["label"] for s in meta["sources"]] == ["host-a"]
+    got = collections.Counter({(g["protocol"], g["command"], g["id"]): g["count"]
+                               for g in top["groups"]})
+    assert got == counts(da)
 
 
 # -- outages without capture: the spool, the ledger, a corrupt file ---------------------------

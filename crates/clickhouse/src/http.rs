@@ -171,13 +171,25 @@ impl Default for Timeouts {
     }
 }
 
-/// `POST /?<url params>&<params>` with `body`; the reply body on 200.
+/// `POST /?<url params>&<params>` with `body`; the reply body (lossy UTF-8, at most 1 MiB)
+/// on 200.
 pub fn post(
     url: &Url,
     params: &[(&str, &str)],
     body: &[u8],
     t: Timeouts,
 ) -> Result<String, HttpError> {
+    post_bytes(url, params, body, t, MAX_REPLY).map(|b| String::from_utf8_lossy(&b).into_owned())
+}
+
+/// As [`post`], the reply's bytes, at most `max_reply` of them (more is an error).
+pub fn post_bytes(
+    url: &Url,
+    params: &[(&str, &str)],
+    body: &[u8],
+    t: Timeouts,
+    max_reply: usize,
+) -> Result<Vec<u8>, HttpError> {
     let addrs = (url.host.as_str(), url.port)
         .to_socket_addrs()
         .map_err(|e| HttpError::Connect(format!("{}: {e}", url.display())))?;
@@ -207,11 +219,12 @@ pub fn post(
     s.write_all(head.as_bytes()).map_err(io)?;
     s.write_all(body).map_err(io)?;
     s.flush().map_err(io)?;
-    let (status, reply) = read_reply(&mut BufReader::new(s)).map_err(io)?;
+    let (status, reply) = read_reply(&mut BufReader::new(s), max_reply).map_err(io)?;
     if status == 200 {
         Ok(reply)
     } else {
-        Err(HttpError::Status(status, reply))
+        let text = String::from_utf8_lossy(&reply[..reply.len().min(4096)]).into_owned();
+        Err(HttpError::Status(status, text))
     }
 }
 
@@ -219,8 +232,8 @@ fn bad(why: &str) -> std::io::Error {
     std::io::Error::new(std::io::ErrorKind::InvalidData, why.to_string())
 }
 
-/// Status and body (at most [`MAX_REPLY`] bytes, lossy UTF-8) of an HTTP/1.x reply.
-pub fn read_reply(r: &mut impl BufRead) -> std::io::Result<(u16, String)> {
+/// Status and body of an HTTP/1.x reply; a body over `max` bytes is an error.
+pub fn read_reply(r: &mut impl BufRead, max: usize) -> std::io::Result<(u16, Vec<u8>)> {
     let mut line = String::new();
     r.by_ref().take(8192).read_line(&mut line)?;
     let status = line
@@ -248,15 +261,19 @@ pub fn read_reply(r: &mut impl BufRead) -> std::io::Result<(u16, String)> {
     }
     let mut body = Vec::new();
     if chunked {
-        read_chunked(r, &mut body)?;
+        read_chunked(r, &mut body, max)?;
     } else {
-        let cap = len.unwrap_or(MAX_REPLY).min(MAX_REPLY) as u64;
+        // A length over the bound reads one byte past it: the error below.
+        let cap = len.map_or(max + 1, |l| l.min(max + 1)) as u64;
         r.take(cap).read_to_end(&mut body)?;
     }
-    Ok((status, String::from_utf8_lossy(&body).into_owned()))
+    if body.len() > max {
+        return Err(bad("reply longer than the bound"));
+    }
+    Ok((status, body))
 }
 
-fn read_chunked(r: &mut impl BufRead, body: &mut Vec<u8>) -> std::io::Result<()> {
+fn read_chunked(r: &mut impl BufRead, body: &mut Vec<u8>, max: usize) -> std::io::Result<()> {
     let mut line = String::new();
     loop {
         line.clear();
@@ -266,12 +283,14 @@ fn read_chunked(r: &mut impl BufRead, body: &mut Vec<u8>) -> std::io::Result<()>
         if n == 0 {
             return Ok(());
         }
-        let keep = n.min(MAX_REPLY.saturating_sub(body.len()));
-        r.by_ref().take(keep as u64).read_to_end(body)?;
-        std::io::copy(
-            &mut r.by_ref().take((n - keep) as u64),
-            &mut std::io::sink(),
-        )?;
+        if n > max.saturating_sub(body.len()) {
+            return Err(bad("reply longer than the bound"));
+        }
+        let before = body.len();
+        r.by_ref().take(n as u64).read_to_end(body)?;
+        if body.len() - before != n {
+            return Err(bad("truncated chunk"));
+        }
         let mut crlf = [0u8; 2];
         r.read_exact(&mut crlf)?;
         if &crlf != b"\r\n" {
@@ -308,7 +327,11 @@ mod tests {
 
     #[test]
     fn replies_read_by_length_chunks_or_close() {
-        let r = |s: &str| read_reply(&mut s.as_bytes()).map_err(|e| e.to_string());
+        let r = |s: &str| {
+            read_reply(&mut s.as_bytes(), 64)
+                .map(|(c, b)| (c, String::from_utf8_lossy(&b).into_owned()))
+                .map_err(|e| e.to_string())
+        };
         assert_eq!(
             r("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n5\nextra"),
             Ok((200, "5\n".into()))
@@ -321,6 +344,8 @@ mod tests {
         );
         assert_eq!(r("HTTP/1.0 404 X\r\n\r\nbye"), Ok((404, "bye".into())));
         assert!(r("garbage").is_err());
+        let long = format!("HTTP/1.1 200 OK\r\n\r\n{}", "x".repeat(65));
+        assert!(r(&long).is_err(), "over the bound");
         assert!(r("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n").is_err());
     }
 }

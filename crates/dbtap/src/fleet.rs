@@ -241,3 +241,109 @@ pub fn schema(args: &SchemaArgs) -> Result<()> {
     }
     Ok(())
 }
+
+/// `dbtap ui --clickhouse URL`: the web UI over the fleet's rows.
+#[derive(Args, Debug, Clone, Default)]
+pub struct FleetUiArgs {
+    /// Browse the rows the agents sent to this ClickHouse (`--clickhouse` of digest and live),
+    /// read into memory at start: the hosts' rows merged (filter them with --clickhouse-host;
+    /// the server, database, user and client filters of the UI work as on one host).
+    #[arg(long, value_name = "URL", conflicts_with = "store")]
+    pub clickhouse: Option<String>,
+
+    /// Only these agents' rows (the `host` column). Repeatable.
+    #[arg(long = "clickhouse-host", value_name = "NAME", requires = "clickhouse")]
+    pub clickhouse_host: Vec<String>,
+
+    /// How far back from the newest row to read.
+    #[arg(long = "clickhouse-range", default_value = "24h", value_name = "DURATION",
+          value_parser = crate::cli::parse_duration)]
+    pub clickhouse_range: Duration,
+}
+
+/// The fleet's rows in an in-memory store, and one source per host (its span).
+pub fn load_ui(args: &FleetUiArgs) -> Result<Option<(store::Store, Vec<web::Source>)>> {
+    let Some(url) = &args.clickhouse else {
+        return Ok(None);
+    };
+    let url = clickhouse::Url::parse(url)?;
+    let table = clickhouse::schema::MINUTES;
+    let hosts = &args.clickhouse_host;
+    let spans = clickhouse::read::host_spans(&url, table, hosts)
+        .with_context(|| format!("ClickHouse {}", url.display()))?;
+    let Some(last) = spans.iter().map(|s| s.last).max() else {
+        anyhow::bail!(
+            "ClickHouse {}: no rows in {table} for those hosts",
+            url.display()
+        );
+    };
+    let to = last + 60;
+    let from = (to - args.clickhouse_range.as_secs() as i64).max(0) / 60 * 60;
+    let cfg = store::StoreConfig {
+        retention: store::Retention::default(),
+        max_bytes: None,
+        examples: false,
+    };
+    let mut st = store::Store::memory(cfg)?;
+    let mut day = from;
+    while day < to {
+        let end = ((day / 86_400 + 1) * 86_400).min(to);
+        let rows = clickhouse::read::read_rows(&url, table, hosts, day, end)
+            .with_context(|| format!("ClickHouse {}", url.display()))?;
+        import(&mut st, &rows)?;
+        day = end;
+    }
+    st.finish()?;
+    let sources = spans
+        .into_iter()
+        .map(|s| web::Source {
+            label: s.host,
+            from: s.first.max(from),
+            to: s.last + 60,
+            store: None,
+        })
+        .collect();
+    Ok(Some((st, sources)))
+}
+
+/// Rows ordered by minute into the store, a minute at a time.
+fn import(st: &mut store::Store, rows: &[clickhouse::Row]) -> Result<()> {
+    for minute in rows.chunk_by(|a, b| a.ts == b.ts) {
+        let Some(first) = minute.first() else {
+            continue;
+        };
+        let m: Vec<store::ImportRow> = minute.iter().map(import_row).collect();
+        st.import_minute(i64::from(first.ts) / 60 * 60, &m)?;
+    }
+    Ok(())
+}
+
+fn import_row(r: &clickhouse::Row) -> store::ImportRow {
+    store::ImportRow {
+        protocol: r.protocol.clone(),
+        command: r.command.clone(),
+        qid: r.query_id.clone(),
+        fingerprint: r.fingerprint.clone(),
+        server: r.server.clone(),
+        client: r.client.clone(),
+        db: r.db.clone(),
+        user: r.user.clone(),
+        count: r.count,
+        ok: r.ok,
+        errors: r.errors,
+        no_response: r.no_response,
+        incomplete: r.incomplete,
+        bytes_in: r.bytes_in,
+        bytes_out: r.bytes_out,
+        rows_sent: r.rows_sent,
+        rows_affected: r.rows_affected,
+        service: r.service.state(),
+        latency: r.latency.state(),
+        errors_by_code: r
+            .error_codes
+            .iter()
+            .copied()
+            .zip(r.error_counts.iter().copied())
+            .collect(),
+    }
+}
