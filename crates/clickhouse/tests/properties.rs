@@ -269,3 +269,39 @@ fn a_memory_spool_keeps_the_newest_batch_even_past_its_bound() {
     assert_eq!(s.push(batch(2, 500)).unwrap().batches, 1);
     assert_eq!(s.front().unwrap().unwrap().batch.id, 2);
 }
+
+proptest! {
+    #[test]
+    fn states_read_back_rebuild_within_the_histograms_error(
+        v in prop::collection::vec(1u64..10_000_000_000, 0..300),
+    ) {
+        let mut l = Latency::default();
+        v.iter().for_each(|&x| l.record(x));
+        let back = Latency::from_state(&Dist::of(&l).state()).unwrap();
+        prop_assert_eq!(back.count(), l.count());
+        if l.count() > 64 {
+            prop_assert_eq!(back.sum_ns(), l.sum_ns());
+            prop_assert_eq!((back.min_ns(), back.max_ns()), (l.min_ns(), l.max_ns()));
+        }
+        for q in [0.0, 0.5, 0.95, 0.99, 1.0] {
+            if let (Some(a), Some(b)) = (l.quantile_ns(q), back.quantile_ns(q)) {
+                prop_assert!(a.abs_diff(b) <= a / 256 + 1, "q {} {} {}", q, a, b);
+            }
+        }
+    }
+
+    #[test]
+    fn states_of_arbitrary_arrays_never_panic(
+        d in arb_dist(),
+        b in prop::collection::vec((0u32..5_000, 0u64..1_000_000), 0..100),
+        c in prop::collection::vec(any::<u64>(), 0..3),
+    ) {
+        let _ = d.state();
+        let (buckets, counts): (Vec<u32>, Vec<u64>) = b.into_iter().unzip();
+        // Arrays of unequal length, repeated buckets, buckets past the histogram.
+        let d = Dist { buckets, counts: counts.into_iter().chain(c).collect(), ..d };
+        let s = d.state();
+        prop_assert_eq!(s.decades.iter().sum::<u64>(), s.count);
+        let _ = Latency::from_state(&s);
+    }
+}
