@@ -70,7 +70,13 @@ fn agg_of(m: i64, n: u64, groups: usize) -> aggregate::Aggregator {
     let mut a = new_agg();
     for i in 0..n {
         let g = (i as usize) % groups;
-        let ev = event(g, i as usize % 2, m as u64 * 1_000_000_000 + i, latency(&mut r), None);
+        let ev = event(
+            g,
+            i as usize % 2,
+            m as u64 * 1_000_000_000 + i,
+            latency(&mut r),
+            None,
+        );
         add(&mut a, g, &ev);
     }
     a
