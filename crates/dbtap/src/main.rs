@@ -218,9 +218,8 @@ fn digest(args: DigestArgs) -> anyhow::Result<()> {
     if let Some(sink) = consumer.store.take() {
         sink.finish()?;
     }
-    if let Some(f) = consumer.fleet.take() {
-        f.finish()?;
-    }
+    // Delivered before the report; a failure to deliver fails the run after it.
+    let fleet = consumer.fleet.take().map(fleet::DigestFeed::finish);
     health.protocol.unanswered = consumer.agg.totals().stats.no_response;
     if let Some(s) = &sel {
         s.clip(&mut health);
@@ -259,6 +258,7 @@ fn digest(args: DigestArgs) -> anyhow::Result<()> {
         }
     }
     out.flush()?;
+    fleet.transpose()?;
     Ok(())
 }
 
