@@ -187,6 +187,8 @@ impl Spool {
                 let tmp = p.with_extension("tmp");
                 write_synced(&tmp, &b.to_file_bytes())?;
                 std::fs::rename(&tmp, &p)?;
+                // The rename itself survives a crash once the directory is synced.
+                std::fs::File::open(dir)?.sync_all()?;
                 Held::File(p)
             }
         };
