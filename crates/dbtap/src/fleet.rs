@@ -43,6 +43,13 @@ pub struct ClickHouseArgs {
           value_parser = crate::cli::parse_duration)]
     pub clickhouse_wait: Duration,
 
+    /// `live`: how often what is held is sent (and at each minute's end). One insert per
+    /// agent per interval: for hundreds of agents on one server, 30s or 60s keeps the inserts
+    /// (and the parts ClickHouse merges) few.
+    #[arg(long = "clickhouse-interval", default_value = "5s", value_name = "DURATION",
+          value_parser = crate::cli::parse_duration)]
+    pub clickhouse_interval: Duration,
+
     /// The `host` the rows carry (default: this machine's host name).
     #[arg(long = "host-name", value_name = "NAME")]
     pub host_name: Option<String>,
@@ -63,6 +70,8 @@ pub struct Fleet {
     sink: clickhouse::Sink,
     id: clickhouse::Identity,
     wait: Duration,
+    /// `live`: how often what is held is sent.
+    pub interval: Duration,
     /// Counts are multiplied by it (`live --sample`).
     sample: u64,
     spooled_to: Option<PathBuf>,
@@ -95,6 +104,7 @@ impl ClickHouseArgs {
             sink,
             id: clickhouse::Identity { host },
             wait: self.clickhouse_wait,
+            interval: self.clickhouse_interval.max(Duration::from_secs(1)),
             sample,
             spooled_to: self.clickhouse_spool.clone(),
         }))

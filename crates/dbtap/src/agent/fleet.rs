@@ -1,7 +1,7 @@
 //! `live --clickhouse`: the sink's feeder thread. The merger sends it every interval's minute
 //! bins (as it sends them to the history store's writer); it merges them per minute
 //! (`storefeed::Pending`) and hands what it holds to the sink as soon as it holds a minute
-//! that has ended, and every [`super::history::FLUSH`] otherwise (the current minute
+//! that has ended, and every `--clickhouse-interval` (5 s) otherwise (the current minute
 //! included, so a minute may reach ClickHouse in parts: every query sums rows). The sink
 //! spools and sends on its own thread; at stop the rest is delivered within
 //! `--clickhouse-wait` or left in the spool.
@@ -14,7 +14,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use aggregate::Aggregator;
 use anyhow::{Context, Result};
 
-use super::history::{FLUSH, MinutesTx};
+use super::history::MinutesTx;
 use crate::fleet::{ClickHouseArgs, Fleet};
 use crate::storefeed::Pending;
 
@@ -73,7 +73,7 @@ fn feeder(rx: &Receiver<Vec<(i64, Aggregator)>>, mut fleet: Fleet) {
             }
         }
         let ended = pending.oldest().is_some_and(|m| m + 60 <= now_s());
-        if ended || flushed.elapsed() >= FLUSH {
+        if ended || flushed.elapsed() >= fleet.interval {
             fleet.send(pending.drain());
             flushed = Instant::now();
         }
