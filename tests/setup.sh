@@ -20,6 +20,8 @@ PACKAGES=(
   libpcap0.8 prometheus tmux libcap2-bin    # dbtap live: --filter (dlopened libpcap), a real Prometheus scraping /metrics, dbtap top in tmux, setpriv/capsh for the no-privilege test
   clang libbpf-dev libelf-dev zlib1g-dev pkg-config bpftool  # the eBPF source: BPF C built by clang in build.rs (bpftool: vmlinux.h), libbpf
   chromium                                  # the web UI tests: headless Chromium driven by Playwright
+  clickhouse-server clickhouse-client       # the ClickHouse sink's tests (Debian's 18.16, a private server)
+  dpkg-dev man-db                           # the packaging test: dpkg-shlibdeps for the .deb, man -w
 )
 
 missing=()
@@ -85,5 +87,11 @@ fi
 if ! command -v cargo-deb >/dev/null && [ ! -x "${CARGO_HOME:-$HOME/.cargo}/bin/cargo-deb" ]; then
   echo "setup: installing cargo-deb"
   cargo install -q cargo-deb --locked --version 3.8.0
+fi
+# The ClickHouse sink's tests: chdb (an embedded current ClickHouse) checks the DDL and queries
+# on a current version too.
+if ! /usr/bin/python3 -c 'import chdb' 2>/dev/null; then
+  echo "setup: installing chdb for python"
+  /usr/bin/python3 -m pip install -q --break-system-packages chdb==4.4.0
 fi
 echo "setup: ok"

@@ -41,6 +41,8 @@ pub enum Command {
     /// Replay the captured sessions onto a target server (Redis for now) and compare the
     /// target's numbers with the capture's.
     Replay(crate::replaycmd::ReplayArgs),
+    /// Print (or apply) the schema of an external sink: `dbtap schema clickhouse`.
+    Schema(crate::fleet::SchemaArgs),
 }
 
 #[derive(Args, Debug, Clone)]
@@ -179,6 +181,9 @@ pub struct LiveArgs {
 
     #[command(flatten)]
     pub web: crate::uicmd::WebArgs,
+
+    #[command(flatten)]
+    pub clickhouse: crate::fleet::ClickHouseArgs,
 }
 
 #[derive(Args, Debug)]
@@ -389,6 +394,7 @@ impl Command {
             Command::Diff(a) => &a.grouping,
             Command::Ui(a) => &a.grouping,
             Command::Replay(a) => &a.grouping,
+            Command::Schema(_) => &crate::fleet::NO_GROUPING,
         }
     }
 }
@@ -481,6 +487,9 @@ pub struct DigestArgs {
 
     #[command(flatten)]
     pub store: crate::uicmd::StoreArgs,
+
+    #[command(flatten)]
+    pub clickhouse: crate::fleet::ClickHouseArgs,
 }
 
 #[derive(Args, Debug)]

@@ -6,6 +6,7 @@ mod agent;
 mod cli;
 mod config;
 mod diffcmd;
+mod fleet;
 mod fp;
 mod pipeline;
 mod replaycmd;
@@ -57,6 +58,7 @@ fn main() -> ExitCode {
         },
         Command::Ui(args) => uicmd::run(args),
         Command::Replay(args) => replaycmd::run(args),
+        Command::Schema(args) => fleet::schema(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -111,6 +113,8 @@ pub(crate) struct DigestConsumer {
     recorder: Option<diff::blocks::Recorder>,
     /// `--store`: the per-minute bins and the store they go to.
     pub(crate) store: Option<storefeed::StoreSink>,
+    /// `--clickhouse`: the per-minute bins and the sink they go to.
+    pub(crate) fleet: Option<fleet::DigestFeed>,
 }
 
 impl DigestConsumer {
@@ -123,6 +127,7 @@ impl DigestConsumer {
             timeline: None,
             recorder: None,
             store: None,
+            fleet: None,
         }
     }
 }
@@ -133,9 +138,13 @@ impl Consumer for DigestConsumer {
             return;
         }
         let store = &mut self.store;
+        let fleet = &mut self.fleet;
         let admitted = self.fp.add_to_then(&mut self.agg, &ev, |mode, c| {
             if let Some(s) = store {
                 s.event_in(&ev, mode, c);
+            }
+            if let Some(f) = fleet {
+                f.event_in(&ev, mode, c);
             }
         });
         if !admitted {
@@ -158,6 +167,9 @@ impl Consumer for DigestConsumer {
     fn packet(&mut self, ts_ns: u64) {
         if let Some(s) = &mut self.store {
             s.packet(ts_ns);
+        }
+        if let Some(f) = &mut self.fleet {
+            f.packet(ts_ns);
         }
         if let Some(t) = &mut self.timeline {
             t.packet(ts_ns);
@@ -196,12 +208,14 @@ fn digest(args: DigestArgs) -> anyhow::Result<()> {
         timeline,
         recorder: None,
         store: None,
+        fleet: None,
     };
     let examples = !args.report.no_examples;
     consumer.store = args
         .store
         .open(examples)?
         .map(|s| storefeed::StoreSink::new(examples, s));
+    consumer.fleet = args.clickhouse.open(1)?.map(fleet::DigestFeed::new);
     // --mergeable: also the time blocks `dbtap diff` needs (diffcmd.rs).
     consumer.recorder = args.mergeable.then(diff::blocks::Recorder::default);
     consumer
@@ -212,6 +226,8 @@ fn digest(args: DigestArgs) -> anyhow::Result<()> {
     if let Some(sink) = consumer.store.take() {
         sink.finish()?;
     }
+    // Delivered before the report; a failure to deliver fails the run after it.
+    let fleet = consumer.fleet.take().map(fleet::DigestFeed::finish);
     health.protocol.unanswered = consumer.agg.totals().stats.no_response;
     if let Some(s) = &sel {
         s.clip(&mut health);
@@ -250,6 +266,7 @@ fn digest(args: DigestArgs) -> anyhow::Result<()> {
         }
     }
     out.flush()?;
+    fleet.transpose()?;
     Ok(())
 }
 

@@ -111,8 +111,8 @@ pub struct UiArgs {
     /// with --store.
     #[arg(
         value_name = "FILE",
-        required_unless_present = "store",
-        conflicts_with = "store"
+        required_unless_present_any = ["store", "clickhouse"],
+        conflicts_with_all = ["store", "clickhouse"]
     )]
     pub files: Vec<PathBuf>,
 
@@ -131,6 +131,9 @@ pub struct UiArgs {
 
     #[command(flatten)]
     pub web: WebArgs,
+
+    #[command(flatten)]
+    pub fleet: crate::fleet::FleetUiArgs,
 
     // The default ports are the registered protocols'.
     #[arg(long = "port", value_name = "N", help = crate::cli::port_help("Repeatable"))]
@@ -154,8 +157,11 @@ pub struct UiArgs {
 pub fn run(args: UiArgs) -> Result<()> {
     let token = args.web.token()?;
     let mut store_b = None;
-    let (store, mode, sources, examples) = match &args.store {
-        Some(p) => {
+    let fleet = crate::fleet::load_ui(&args.fleet)?;
+    let fleet_hosts = fleet.as_ref().map(|(_, s)| s.len());
+    let (store, mode, sources, examples) = match (&args.store, fleet) {
+        (_, Some((s, sources))) => (s, web::Mode::Captures, sources, false),
+        (Some(p), None) => {
             let s = store::Store::open_read_only(p)
                 .with_context(|| format!("--store {}", p.display()))?;
             let mut sources = Vec::new();
@@ -168,17 +174,18 @@ pub fn run(args: UiArgs) -> Result<()> {
             }
             (s, web::Mode::Store, sources, true)
         }
-        None => {
+        (None, None) => {
             let (s, sources) = digest_captures(&args)?;
             (s, web::Mode::Captures, sources, !args.no_examples)
         }
     };
-    let what = match &args.store {
-        Some(p) => match &args.compare_store {
+    let what = match (&args.store, fleet_hosts) {
+        (_, Some(n)) => format!("{n} host(s) from ClickHouse"),
+        (Some(p), None) => match &args.compare_store {
             Some(pb) => format!("{} and {}", p.display(), pb.display()),
             None => p.display().to_string(),
         },
-        None => format!("{} capture(s)", sources.len()),
+        (None, None) => format!("{} capture(s)", sources.len()),
     };
     let app = web::App {
         store: Arc::new(Mutex::new(store)),

@@ -10,6 +10,7 @@
 mod answer;
 mod codec;
 mod group;
+mod import;
 mod plan;
 mod read;
 mod retain;
@@ -32,6 +33,7 @@ pub use answer::{
     Heatmap, Share, TopAnswer, TopRow, Totals,
 };
 pub use codec::{CodecError, decode_errors, decode_latency, encode_errors, encode_latency};
+pub use import::ImportRow;
 
 /// The dimensions the groups handed to [`Store::write_minute`] are keyed by (protocol and
 /// command are part of every group key).

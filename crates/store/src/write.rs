@@ -78,7 +78,7 @@ pub(crate) fn merge_into(
     Ok(existed)
 }
 
-fn intern(
+pub(crate) fn intern(
     cache: &mut HashMap<SeriesKey, i64>,
     tx: &Transaction,
     k: &SeriesKey,
@@ -185,12 +185,24 @@ fn write_in(
             upsert_examples(&tx, g, m)?;
         }
     }
-    for (&id, row) in &rows {
+    write_rows(tx, cfg, m, &rows, st)
+}
+
+/// The rows of minute `m` by series id into `m1`, then late merges, rollups, the marks,
+/// retention and the size bound; commits.
+pub(crate) fn write_rows(
+    tx: Transaction,
+    cfg: &StoreConfig,
+    m: i64,
+    rows: &BTreeMap<i64, Row>,
+    mut st: WriteStats,
+) -> Result<WriteStats, Error> {
+    for (&id, row) in rows {
         st.rows += 1;
         st.merged += u64::from(merge_into(&tx, "m1", id, m, row)?);
     }
     let mut marks = Marks::load(&tx)?;
-    st.rolled_rows += rollup::late(&tx, &marks, m, &rows)?;
+    st.rolled_rows += rollup::late(&tx, &marks, m, rows)?;
     st.rolled_rows += rollup::advance(&tx, &mut marks, m.div_euclid(3600) * 3600)?;
     marks.last_minute = Some(marks.last_minute.map_or(m, |l| l.max(m)));
     marks.first_minute = Some(marks.first_minute.map_or(m, |l| l.min(m)));

@@ -24,6 +24,8 @@ struct HttpProvider {
     snap: Arc<Mutex<Snapshot>>,
     exporter: Mutex<metrics::prom::Exporter>,
     setup: Arc<LiveSetup>,
+    /// `--clickhouse`: the sink's counters, appended to `/metrics`.
+    fleet: Option<Arc<clickhouse::SinkStats>>,
 }
 
 /// Starts the endpoint when `--listen` asks for it: the web UI and its API over the run's
@@ -40,6 +42,7 @@ pub(super) fn serve(
         snap: Arc::clone(snap),
         exporter: Mutex::new(metrics::prom::Exporter::new(c.metrics_top)),
         setup: Arc::clone(&plan.setup),
+        fleet: plan.fleet.clone(),
     });
     let app = web::App {
         store,
@@ -90,6 +93,9 @@ impl metrics::http::Provider for HttpProvider {
                 self.setup.sample.max(1),
                 &mut out,
             );
+        }
+        if let Some(f) = &self.fleet {
+            super::fleet::metrics(f, &mut out);
         }
         out
     }

@@ -60,6 +60,8 @@ pub(super) struct Merger {
     agg_cfg: AggConfig,
     /// The history store's writer thread: every interval's minute bins go there.
     store_tx: Option<super::history::MinutesTx>,
+    /// `--clickhouse`: the sink's feeder gets them too (`agent/fleet.rs`).
+    pub(super) fleet_tx: Option<super::history::MinutesTx>,
 }
 
 impl Merger {
@@ -76,6 +78,7 @@ impl Merger {
             errors: Vec::new(),
             agg_cfg,
             store_tx,
+            fleet_tx: None,
         }
     }
 
@@ -93,6 +96,15 @@ impl Merger {
             &self.agg_cfg,
             &mut self.errors,
         );
+        if let Some(tx) = &self.fleet_tx
+            && !iv.minutes.is_empty()
+        {
+            let minutes = match self.store_tx {
+                Some(_) => iv.minutes.clone(),
+                None => std::mem::take(&mut iv.minutes),
+            };
+            let _ = tx.send(minutes);
+        }
         if let Some(tx) = &self.store_tx
             && !iv.minutes.is_empty()
         {

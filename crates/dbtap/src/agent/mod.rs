@@ -23,6 +23,7 @@
 
 #[cfg(feature = "ebpf")]
 mod ebpf;
+mod fleet;
 mod history;
 mod http;
 pub(crate) mod lines;
@@ -104,6 +105,7 @@ pub fn top(args: TopArgs) -> Result<()> {
 
 fn run(c: &CaptureArgs, mode: Mode) -> Result<()> {
     let (mut plan, rings) = Plan::new(c, &mode)?;
+    let (fleet_tx, fleet_thread) = fleet::start(&mode, &mut plan)?;
 
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
@@ -163,6 +165,7 @@ fn run(c: &CaptureArgs, mode: Mode) -> Result<()> {
         }
     }
     let mut merger = Merger::new(rx, workers, plan.agg_cfg.clone(), store_tx);
+    merger.fleet_tx = fleet_tx;
     let mut lines = lines::Lines::new(tz, plan.sample);
     intervals(c, &plan, &ctl, &snap, &mut merger, &ui, &mut lines)?;
 
@@ -178,6 +181,9 @@ fn run(c: &CaptureArgs, mode: Mode) -> Result<()> {
     let (total, health) = merger.finish(&snap, handles, give_up, c);
     // The merger's sender is gone: the writer writes what is pending and ends.
     if let Some(t) = store_thread {
+        let _ = t.join();
+    }
+    if let Some(t) = fleet_thread {
         let _ = t.join();
     }
     match ui {

@@ -45,6 +45,8 @@ pub(super) struct Plan {
     pub(super) token: Option<String>,
     /// `/api/live` (under `--listen`).
     pub(super) live_view: Option<Arc<super::webview::LiveLines>>,
+    /// `--clickhouse`: the sink's counters (set by `run` once the sink started).
+    pub(super) fleet: Option<Arc<clickhouse::SinkStats>>,
 }
 
 impl Plan {
@@ -113,6 +115,7 @@ impl Plan {
             store,
             token,
             live_view,
+            fleet: None,
         };
         Ok((plan, rings))
     }

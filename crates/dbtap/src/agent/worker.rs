@@ -195,10 +195,8 @@ pub(super) fn consumer(c: &CaptureArgs, plan: &Plan) -> LiveConsumer {
         window: Aggregator::new(plan.agg_cfg.clone()),
         servers: HashMap::new(),
         matcher: plan.matcher.clone(),
-        bins: plan
-            .store
-            .as_ref()
-            .map(|_| crate::storefeed::MinuteBins::new(plan.agg_cfg.clone(), 0)),
+        bins: (plan.store.is_some() || plan.fleet.is_some())
+            .then(|| crate::storefeed::MinuteBins::new(plan.agg_cfg.clone(), 0)),
     }
 }
 
