@@ -59,6 +59,8 @@ pub struct Plan {
     /// When the connection ended in the capture (or the capture did): the replayed
     /// connection is held open until then (a subscriber keeps receiving).
     pub end_ns: u64,
+    /// MongoDB: (captured request id, cursor id) of every captured reply that named a cursor.
+    pub mongo_cursors: Vec<(i32, i64)>,
 }
 
 enum Chunk {
@@ -78,6 +80,8 @@ struct ConnBuf {
     database: Option<Arc<str>>,
     events: u64,
     closed_ns: u64,
+    /// MongoDB: the captured replies, scanned for the cursors they name.
+    mongo: Option<Box<crate::mongo::ReplyScan>>,
 }
 
 /// Collects the client bytes of every connection (see the module doc).
@@ -113,6 +117,7 @@ impl Collector {
             return;
         };
         if !to_server {
+            scan_mongo_reply(c, data);
             if !matches!(c.chunks.last(), Some(Chunk::Reply(..)) | None) {
                 let mut head = [0u8; 9];
                 let n = data.len().min(9);
@@ -166,6 +171,11 @@ impl Collector {
         }
         if c.protocol.is_none() {
             c.protocol = Some(ev.protocol);
+            if ev.protocol != Protocol::Mongodb {
+                c.mongo = None;
+            } else if c.mongo.is_none() {
+                c.mongo = Some(Box::default());
+            }
             if !supported(ev.protocol) {
                 let freed: usize = c.chunks.iter().map(chunk_len).sum();
                 self.held = self.held.saturating_sub(freed);
@@ -214,6 +224,12 @@ impl Collector {
                     &mut self.skipped_bytes,
                     &mut self.skipped,
                 )
+            } else if protocol == Protocol::Mongodb {
+                crate::mongo::frame_conn(
+                    c.saw_open,
+                    c.chunks.iter().map(Chunk::view),
+                    &mut self.skipped_bytes,
+                )
             } else {
                 frame_conn(&c, &mut self.skipped_bytes)
             };
@@ -227,6 +243,7 @@ impl Collector {
                     database,
                     user,
                     batches,
+                    mongo_cursors: c.mongo.map(|m| m.cursors).unwrap_or_default(),
                 });
             }
         }
@@ -237,7 +254,24 @@ impl Collector {
 
 /// The protocols replay supports.
 fn supported(p: Protocol) -> bool {
-    matches!(p, Protocol::Redis | Protocol::Mysql | Protocol::Postgres)
+    matches!(
+        p,
+        Protocol::Redis | Protocol::Mysql | Protocol::Postgres | Protocol::Mongodb
+    )
+}
+
+/// A server's bytes of a connection that is (or may be) MongoDB: scanned for cursors.
+fn scan_mongo_reply(c: &mut ConnBuf, data: &[u8]) {
+    if c.mongo.is_none()
+        && c.protocol.is_none()
+        && c.events == 0
+        && crate::mongo::looks_like_reply(data)
+    {
+        c.mongo = Some(Box::default());
+    }
+    if let Some(m) = c.mongo.as_mut() {
+        m.feed(data);
+    }
 }
 
 /// A chunk as the protocol framers see it.
@@ -417,16 +451,17 @@ mod tests {
     }
 
     #[test]
-    fn other_protocols_are_skipped_and_counted() {
+    fn mongodb_bytes_that_frame_nothing_are_counted() {
         let mut c = Collector::new(Limits { max_bytes: 1 << 20 });
         c.open(7, true);
         c.bytes(7, true, 1, b"\x05\x00\x00\x00\x03SEL");
         let mut ev = proto::testing::event(Protocol::Mongodb, "find", 0, Some(1));
         ev.conn = 7;
         c.event(&ev);
-        let (plans, skipped, _) = c.finish();
+        let (plans, skipped, bytes) = c.finish();
         assert!(plans.is_empty());
-        assert_eq!(skipped.get("mongodb_not_supported_yet"), Some(&1));
+        assert!(skipped.is_empty());
+        assert_eq!(bytes.get("incomplete_at_end"), Some(&8));
     }
 
     #[test]

@@ -68,6 +68,8 @@ struct Ctx {
     ids: AtomicU64,
     tx: mpsc::SyncSender<Msg>,
     slots: (Mutex<usize>, Condvar),
+    /// MongoDB: the cursor map the sessions share.
+    mongo: mongo::Shared,
 }
 
 impl Ctx {
@@ -168,6 +170,7 @@ pub fn replay<S: EventSink>(
         ids: AtomicU64::new(1),
         tx,
         slots: (Mutex::new(0), Condvar::new()),
+        mongo: mongo::Shared::new(&chosen),
     });
     launch(&ctx, chosen, offsets, &mut tally);
     fid.wall_s = ctx.start.elapsed().as_secs_f64();
@@ -336,6 +339,7 @@ impl Sink for ChanSink<'_> {
 }
 
 mod conn;
+mod mongo;
 mod my;
 mod pg;
 use conn::TargetConn;
@@ -384,6 +388,9 @@ fn run_session(ctx: &Ctx, plan: &Plan, offsets: &[u64]) -> Tally {
     }
     if plan.protocol == proto::Protocol::Postgres {
         return pg::run_session(ctx, plan, offsets);
+    }
+    if plan.protocol == proto::Protocol::Mongodb {
+        return mongo::run_session(ctx, plan, offsets);
     }
     let mut t = Tally::default();
     let mut conn: Option<TargetConn> = None;
