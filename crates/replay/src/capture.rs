@@ -59,7 +59,7 @@ pub struct Plan {
     /// When the connection ended in the capture (or the capture did): the replayed
     /// connection is held open until then (a subscriber keeps receiving).
     pub end_ns: u64,
-    /// MongoDB: (captured request id, cursor id) of every captured reply that named a cursor.
+    /// MongoDB: (captured request id, cursor id) of every captured reply that opened a cursor.
     pub mongo_cursors: Vec<(i32, i64)>,
 }
 
@@ -242,8 +242,11 @@ impl Collector {
                     saw_open: c.saw_open,
                     database,
                     user,
+                    mongo_cursors: crate::mongo::opened(
+                        &batches,
+                        c.mongo.map(|m| m.cursors).unwrap_or_default(),
+                    ),
                     batches,
-                    mongo_cursors: c.mongo.map(|m| m.cursors).unwrap_or_default(),
                 });
             }
         }

@@ -49,6 +49,34 @@ pub fn reply_cursor(msg: &[u8]) -> Option<i64> {
     doc::int(c, &doc::get(c, b"id")?)
 }
 
+/// The cursors the captured replies named, kept only for requests that open one (not a
+/// getMore, whose reply names the cursor it continues, perhaps opened before the capture).
+pub(crate) fn opened(batches: &[Batch], named: Vec<(i32, i64)>) -> Vec<(i32, i64)> {
+    let continues: std::collections::HashSet<i32> = batches
+        .iter()
+        .flat_map(|b| b.requests.iter())
+        .filter(|r| is_get_more(&r.bytes))
+        .filter_map(|r| Header::parse(&r.bytes).map(|h| h.request_id))
+        .collect();
+    named
+        .into_iter()
+        .filter(|(rid, _)| !continues.contains(rid))
+        .collect()
+}
+
+/// A getMore: OP_GET_MORE, or an OP_MSG whose command is `getMore`.
+fn is_get_more(msg: &[u8]) -> bool {
+    match Header::parse(msg).map(|h| h.opcode) {
+        Some(op::GET_MORE) => true,
+        Some(op::MSG) => msg
+            .get(HEADER_LEN + 5..)
+            .and_then(doc::elements)
+            .and_then(|e| e.first().map(|f| f.key.eq_ignore_ascii_case(b"getMore")))
+            .unwrap_or(false),
+        _ => false,
+    }
+}
+
 /// Follows one connection's captured replies and notes the cursor each one names, by the
 /// request id it answers.
 #[derive(Debug, Default)]

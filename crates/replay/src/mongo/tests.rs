@@ -209,3 +209,17 @@ proptest! {
         prop_assert!(sk.is_empty());
     }
 }
+
+#[test]
+fn only_opening_replies_make_known_cursors() {
+    let find = msg(1, 0, 0, &Doc::new().str("find", "c").str("$db", "d"));
+    let gm = msg(2, 0, 0, &Doc::new().i64("getMore", 9).str("$db", "d"));
+    let mut sk = BTreeMap::new();
+    let b = frame_conn(
+        true,
+        [ChunkView::Client(1, &find), ChunkView::Client(2, &gm)].into_iter(),
+        &mut sk,
+    );
+    // The getMore's reply names cursor 9 (opened before the capture): not an opening.
+    assert_eq!(opened(&b, vec![(1, 5), (2, 9)]), [(1, 5)]);
+}

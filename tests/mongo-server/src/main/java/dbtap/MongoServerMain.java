@@ -55,8 +55,26 @@ public final class MongoServerMain {
                 out.put("ok", 1.0);
                 return out;
             }
-            COUNTS.computeIfAbsent(database + "." + command, k -> new AtomicLong()).incrementAndGet();
-            return super.handleCommand(channel, database, command, query);
+            String key = database + "." + command;
+            count(key, 1);
+            Document reply;
+            try {
+                reply = super.handleCommand(channel, database, command, query);
+            } catch (RuntimeException e) {
+                count(key + "!error", 1);
+                throw e;
+            }
+            if (reply != null && reply.get("cursor") instanceof Document cursor) {
+                Object batch = cursor.containsKey("firstBatch") ? cursor.get("firstBatch") : cursor.get("nextBatch");
+                if (batch instanceof List<?> docs) {
+                    count(key + "#docs", docs.size());
+                }
+            }
+            return reply;
+        }
+
+        private static void count(String key, long n) {
+            COUNTS.computeIfAbsent(key, k -> new AtomicLong()).addAndGet(n);
         }
     }
 

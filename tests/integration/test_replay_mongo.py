@@ -1,0 +1,272 @@
+"""dbtap replay, MongoDB end to end: real servers A and B (tests/mongo-server, the wire-protocol
+server behind mongo_harness.MongoServer), a real client (pymongo 4 in the venv: getMore chains
+from finds in batches of 20, insert, update, aggregate, a cursor closed early: killCursors),
+captured with tcpdump on lo, replayed onto B.
+
+The truth is the servers' own counters: the test server counts every command it handles per
+database and name, the documents its cursor batches return, and the commands that failed
+(`dbtapCommandCounts`, read here over a raw socket so the reading adds no command of its own),
+plus the client's own document counts. Never dbtap's report (its fidelity counts are checked
+against those, not used as truth).
+
+Ports 38475-38499 only.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+import harness  # noqa: E402
+import mongo_harness as mh  # noqa: E402
+
+PORT_A, PORT_B = 38475, 38476
+OUT = harness.REPO / "tests" / "out" / "s21-mongo"
+DB = "dbtapwl"
+N_DOCS, BATCH, CHAINS = 300, 20, 3
+
+# Runs in the pymongo venv: `seed` fills the collection (outside any capture); `workload` is the
+# captured traffic. Prints the client's own counts as JSON.
+WORKLOAD = r"""
+import json, sys, pymongo
+port, mode = int(sys.argv[1]), sys.argv[2]
+c = pymongo.MongoClient("127.0.0.1", port, maxPoolSize=1, directConnection=True,
+                        serverSelectionTimeoutMS=20000)
+co = c["dbtapwl"]["users"]
+out = {}
+if mode == "seed":
+    co.drop()
+    co.insert_many([{"_id": i, "a": i % 7} for i in range(300)])
+elif mode == "workload":
+    out["chain_docs"] = [sum(1 for _ in co.find({}, batch_size=20)) for _ in range(3)]
+    co.update_many({"a": 1}, {"$set": {"b": 1}})
+    out["agg"] = len(list(co.aggregate([{"$group": {"_id": "$a", "n": {"$sum": 1}}}])))
+    cur = co.find({}, batch_size=10)
+    next(cur)
+    cur.close()
+    co.insert_one({"_id": "new", "a": 0})
+elif mode == "pre":
+    # a connection and a cursor opened before the capture, its getMores inside it
+    cur = co.find({}, batch_size=20)
+    next(cur)
+    print("ready", flush=True)
+    sys.stdin.readline()
+    out["chain_docs"] = 1 + sum(1 for _ in cur)
+    out["finds"] = sum(1 for _ in range(5) if co.find_one({"_id": 1}))
+c.close()
+print(json.dumps(out))
+"""
+
+
+def venv(port: int, mode: str) -> dict:
+    if not mh.VENV_PY.exists():
+        pytest.fail(f"{mh.VENV_PY} missing: run tests/setup.sh (pymongo venv)")
+    r = subprocess.run([str(mh.VENV_PY), "-c", WORKLOAD, str(port), mode], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+# -------------------------------------------------------------------------------------------------
+# the server's counters over a raw socket (no handshake, no command counted)
+
+def _bson_doc(b: bytes, at: int) -> tuple[dict, int]:
+    n = struct.unpack_from("<i", b, at)[0]
+    end, at, out = at + n - 1, at + 4, {}
+    while at < end:
+        t = b[at]
+        k_end = b.index(0, at + 1)
+        key, at = b[at + 1:k_end].decode(), k_end + 1
+        if t == 0x01:
+            out[key] = struct.unpack_from("<d", b, at)[0]
+            at += 8
+        elif t == 0x02:
+            ln = struct.unpack_from("<i", b, at)[0]
+            out[key] = b[at + 4:at + 3 + ln].decode()
+            at += 4 + ln
+        elif t in (0x03, 0x04):
+            out[key], _ = _bson_doc(b, at)
+            at += struct.unpack_from("<i", b, at)[0]
+        elif t == 0x08:
+            out[key] = bool(b[at])
+            at += 1
+        elif t == 0x10:
+            out[key] = struct.unpack_from("<i", b, at)[0]
+            at += 4
+        elif t in (0x09, 0x11):
+            out[key] = struct.unpack_from("<q", b, at)[0]
+            at += 8
+        elif t == 0x12:
+            out[key] = struct.unpack_from("<q", b, at)[0]
+            at += 8
+        else:
+            raise ValueError(f"BSON type {t:#x} not read here")
+    return out, end + 1
+
+
+def op_msg(name: str, db: str, rid: int = 1) -> bytes:
+    """An OP_MSG `{name: 1, $db: db}`."""
+    doc = (b"\x10" + name.encode() + b"\x00\x01\x00\x00\x00\x02$db\x00"
+           + struct.pack("<i", len(db) + 1) + db.encode() + b"\x00")
+    doc = struct.pack("<i", len(doc) + 5) + doc + b"\x00"
+    body = struct.pack("<I", 0) + b"\x00" + doc
+    return struct.pack("<iiii", 16 + len(body), rid, 0, 2013) + body
+
+
+def raw_command(s: socket.socket, name: str, db: str = "admin", rid: int = 1) -> dict:
+    s.sendall(op_msg(name, db, rid))
+    buf = b""
+    while len(buf) < 4 or len(buf) < struct.unpack_from("<i", buf)[0]:
+        chunk = s.recv(65536)
+        assert chunk, "server closed"
+        buf += chunk
+    return _bson_doc(buf, 21)[0]
+
+
+def server(port: int, name: str) -> dict:
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        return raw_command(s, name)
+
+
+def counts(port: int) -> dict[str, int]:
+    """The server's counters of the workload's database: {"getMore": n, "getMore#docs": n, ...}."""
+    reply = server(port, "dbtapCommandCounts")
+    return {k.split(".", 1)[1]: v for k, v in reply["counts"].items() if k.startswith(DB + ".")}
+
+
+def open_cursors(port: int) -> int:
+    return server(port, "serverStatus")["metrics"]["cursor"]["open"]["total"]
+
+
+def delta(before: dict, after: dict) -> dict:
+    out = {k: after.get(k, 0) - before.get(k, 0) for k in set(before) | set(after)}
+    return {k: v for k, v in out.items() if v}
+
+
+# -------------------------------------------------------------------------------------------------
+
+class Captured:
+    pass
+
+
+@pytest.fixture(scope="module")
+def cap():
+    OUT.mkdir(parents=True, exist_ok=True)
+    a = mh.MongoServer(PORT_A, OUT / "a")
+    b = mh.MongoServer(PORT_B, OUT / "b")
+    c = Captured()
+    try:
+        a.start()
+        b.start()
+        venv(PORT_A, "seed")
+        td = mh.Tcpdump(OUT / "mongo.pcap", PORT_A)
+        before = counts(PORT_A)
+        try:
+            td.start()
+            c.client = venv(PORT_A, "workload")
+        finally:
+            c.tcpdump = td.stop()
+        c.a = delta(before, counts(PORT_A))
+        c.a_open = open_cursors(PORT_A)
+        mh.check_dropped(c.tcpdump)
+        c.pcap = td.out
+        c.b = b
+        yield c
+    finally:
+        a.stop()
+        b.stop()
+
+
+def replay(c: Captured, *args: str) -> tuple[dict, dict]:
+    """Seeds B as A was, replays; returns (B's counters over the replay, the JSON report)."""
+    venv(PORT_B, "seed")
+    before = counts(PORT_B)
+    r = subprocess.run([str(harness.DBTAP), "replay", str(c.pcap), "--port", str(PORT_A),
+                        "--target", f"127.0.0.1:{PORT_B}", "--format", "json", *args],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    return delta(before, counts(PORT_B)), json.loads(r.stdout)
+
+
+def test_capture_is_what_the_client_did(cap):
+    """A's own counters: 3 chains of 300 documents in batches of 20 (14 getMores each), the
+    aggregate, the closed cursor's killCursors."""
+    assert cap.client["chain_docs"] == [N_DOCS] * CHAINS
+    per_chain = -(-N_DOCS // BATCH) - 1
+    assert cap.a["getMore"] == CHAINS * per_chain, cap.a
+    assert cap.a["getMore#docs"] == CHAINS * (N_DOCS - BATCH), cap.a
+    for cmd in ("find", "update", "aggregate", "killCursors", "insert"):
+        assert cap.a.get(cmd, 0) >= 1, (cmd, cap.a)
+
+
+def test_replay_equals_capture_per_command(cap):
+    """B's counters equal A's per command, documents returned by find and getMore included
+    (each getMore found its cursor on B, remapped), no command failed."""
+    got, rep = replay(cap, "--max")
+    assert got == cap.a, (got, cap.a)
+    assert not any(k.endswith("!error") for k in got), got
+    f = rep["fidelity"]
+    assert f["requests_sent"] == f["requests_framed"] == f["requests_captured"], f
+    assert f["skipped_requests"] == {}, f
+    # the cursor closed early was killed on B too: its killCursors named B's cursor
+    assert cap.a_open == 0 and open_cursors(PORT_B) == 0
+
+
+def test_scale_2_doubles(cap):
+    got, rep = replay(cap, "--max", "--scale", "2")
+    want = {k: 2 * v for k, v in cap.a.items()}
+    assert got == want, (got, want)
+    assert rep["fidelity"]["requests_sent"] == 2 * rep["fidelity"]["requests_framed"]
+
+
+def test_cursor_before_capture_and_captured_auth(cap):
+    """A connection begun before the capture whose cursor was opened before it: its getMores
+    are skipped (the target never had that cursor), its later finds replayed. A captured
+    saslStart is skipped (dbtap does not log in to MongoDB), the rest of its connection
+    replayed. B's counters equal A's minus exactly those."""
+    venv(PORT_A, "seed")
+    pre = subprocess.Popen([str(mh.VENV_PY), "-c", WORKLOAD, str(PORT_A), "pre"],
+                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert pre.stdout.readline().strip() == "ready"
+        td = mh.Tcpdump(OUT / "edge.pcap", PORT_A)
+        before = counts(PORT_A)
+        try:
+            td.start()
+            pre.stdin.write("go\n")
+            pre.stdin.flush()
+            client = json.loads(pre.stdout.readline())
+            assert pre.wait(60) == 0
+            with socket.create_connection(("127.0.0.1", PORT_A), timeout=10) as s:
+                sasl = raw_command(s, "saslStart", DB, 1)
+                raw_command(s, "ping", DB, 2)
+        finally:
+            stats = td.stop()
+        a = delta(before, counts(PORT_A))
+    finally:
+        if pre.poll() is None:
+            pre.kill()
+    mh.check_dropped(stats)
+    assert client == {"chain_docs": N_DOCS, "finds": 5}, client
+    assert sasl.get("ok") == 0, sasl
+    assert a["getMore"] == -(-N_DOCS // BATCH) - 1 and a["saslStart"] == 1, a
+    venv(PORT_B, "seed")
+    before = counts(PORT_B)
+    r = subprocess.run([str(harness.DBTAP), "replay", str(td.out), "--port", str(PORT_A),
+                        "--target", f"127.0.0.1:{PORT_B}", "--format", "json", "--max"],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    got = delta(before, counts(PORT_B))
+    want = {k: v for k, v in a.items() if not k.startswith(("getMore", "saslStart"))}
+    assert got == want, (got, want)
+    skipped = json.loads(r.stdout)["fidelity"]["skipped_requests"]
+    assert skipped == {"mongodb_cursor_opened_before_capture": a["getMore"],
+                       "mongodb_auth_skipped": 1}, skipped
