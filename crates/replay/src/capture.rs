@@ -61,9 +61,12 @@ pub struct Plan {
     pub end_ns: u64,
     /// MongoDB: (captured request id, cursor id) of every captured reply that opened a cursor.
     pub mongo_cursors: Vec<(i32, i64)>,
+    /// `--live`: the batches come from this feed as the capture frames them (`batches` is
+    /// empty).
+    pub live: Option<crate::run::LiveFeed>,
 }
 
-enum Chunk {
+pub(crate) enum Chunk {
     Client(u64, Vec<u8>),
     /// The server answered; the first (up to 9) bytes of its answer, for a MySQL
     /// PREPARE_OK's statement id (held inline: no allocation per reply).
@@ -119,12 +122,7 @@ impl Collector {
         if !to_server {
             scan_mongo_reply(c, data);
             if !matches!(c.chunks.last(), Some(Chunk::Reply(..)) | None) {
-                let mut head = [0u8; 9];
-                let n = data.len().min(9);
-                if let (Some(h), Some(d)) = (head.get_mut(..n), data.get(..n)) {
-                    h.copy_from_slice(d);
-                }
-                c.chunks.push(Chunk::Reply(head, n as u8));
+                c.chunks.push(Chunk::reply(data));
             }
             return;
         }
@@ -203,36 +201,16 @@ impl Collector {
                 None => continue,
             }
             let protocol = c.protocol.unwrap_or(Protocol::Redis);
-            let mut user = None;
-            let mut database = c.database.clone();
-            let batches = if protocol == Protocol::Postgres {
-                let f = crate::postgres::frame_conn(
-                    c.saw_open,
-                    c.chunks.iter().map(Chunk::view),
-                    &mut self.skipped_bytes,
-                    &mut self.skipped,
-                );
-                user = f.user.map(Arc::from);
-                if let Some(d) = f.database {
-                    database = Some(Arc::from(d));
-                }
-                f.batches
-            } else if protocol == Protocol::Mysql {
-                crate::mysql::frame_conn(
-                    &c.saw_open,
-                    c.chunks.iter().map(Chunk::view),
-                    &mut self.skipped_bytes,
-                    &mut self.skipped,
-                )
-            } else if protocol == Protocol::Mongodb {
-                crate::mongo::frame_conn(
-                    c.saw_open,
-                    c.chunks.iter().map(Chunk::view),
-                    &mut self.skipped_bytes,
-                )
-            } else {
-                frame_conn(&c, &mut self.skipped_bytes)
-            };
+            let f = frame(
+                protocol,
+                c.saw_open,
+                c.chunks.iter().map(Chunk::view),
+                &mut self.skipped_bytes,
+                &mut self.skipped,
+            );
+            let user = f.user.map(Arc::from);
+            let database = f.database.map(Arc::from).or_else(|| c.database.clone());
+            let batches = f.batches;
             let last = batches.last().map_or(0, |b| b.ts_ns);
             if !batches.is_empty() {
                 plans.push(Plan {
@@ -247,6 +225,7 @@ impl Collector {
                         c.mongo.map(|m| m.cursors).unwrap_or_default(),
                     ),
                     batches,
+                    live: None,
                 });
             }
         }
@@ -278,6 +257,7 @@ fn scan_mongo_reply(c: &mut ConnBuf, data: &[u8]) {
 }
 
 /// A chunk as the protocol framers see it.
+#[derive(Clone, Copy)]
 pub(crate) enum ChunkView<'a> {
     Client(u64, &'a [u8]),
     Reply(&'a [u8]),
@@ -285,7 +265,17 @@ pub(crate) enum ChunkView<'a> {
 }
 
 impl Chunk {
-    fn view(&self) -> ChunkView<'_> {
+    /// The reply marker of a server's answer starting with `data`.
+    pub(crate) fn reply(data: &[u8]) -> Chunk {
+        let mut head = [0u8; 9];
+        let n = data.len().min(9);
+        if let (Some(h), Some(d)) = (head.get_mut(..n), data.get(..n)) {
+            h.copy_from_slice(d);
+        }
+        Chunk::Reply(head, n as u8)
+    }
+
+    pub(crate) fn view(&self) -> ChunkView<'_> {
         match self {
             Chunk::Client(ts, b) => ChunkView::Client(*ts, b),
             Chunk::Reply(h, n) => ChunkView::Reply(h.get(..usize::from(*n)).unwrap_or_default()),
@@ -294,27 +284,57 @@ impl Chunk {
     }
 }
 
-fn chunk_len(c: &Chunk) -> usize {
+pub(crate) fn chunk_len(c: &Chunk) -> usize {
     match c {
         Chunk::Client(_, b) => b.len(),
         _ => 0,
     }
 }
 
+/// Frames one connection's chunks by its protocol (a whole capture's, or a window of a live
+/// connection's): the batches, and the user and database its login named (PostgreSQL).
+pub(crate) fn frame<'a>(
+    protocol: Protocol,
+    saw_open: bool,
+    chunks: impl Iterator<Item = ChunkView<'a>>,
+    skipped_bytes: &mut BTreeMap<String, u64>,
+    skipped: &mut BTreeMap<String, u64>,
+) -> crate::postgres::Framed {
+    match protocol {
+        Protocol::Postgres => crate::postgres::frame_conn(saw_open, chunks, skipped_bytes, skipped),
+        Protocol::Mysql => crate::postgres::Framed {
+            batches: crate::mysql::frame_conn(&saw_open, chunks, skipped_bytes, skipped),
+            ..Default::default()
+        },
+        Protocol::Mongodb => crate::postgres::Framed {
+            batches: crate::mongo::frame_conn(saw_open, chunks, skipped_bytes),
+            ..Default::default()
+        },
+        Protocol::Redis => crate::postgres::Framed {
+            batches: frame_conn(saw_open, chunks, skipped_bytes),
+            ..Default::default()
+        },
+    }
+}
+
 /// Frames one connection's chunks into batches of requests.
-fn frame_conn(c: &ConnBuf, skipped: &mut BTreeMap<String, u64>) -> Vec<Batch> {
+fn frame_conn<'a>(
+    saw_open: bool,
+    chunks: impl Iterator<Item = ChunkView<'a>>,
+    skipped: &mut BTreeMap<String, u64>,
+) -> Vec<Batch> {
     let mut f = Framer {
         pend: Vec::new(),
         pend_ts: 0,
-        synced: c.saw_open,
+        synced: saw_open,
         reply_since: true,
         batches: Vec::new(),
     };
-    for chunk in &c.chunks {
+    for chunk in chunks {
         match chunk {
-            Chunk::Client(ts, data) => f.client(*ts, data, skipped),
-            Chunk::Reply(..) => f.reply_since = true,
-            Chunk::Gap => {
+            ChunkView::Client(ts, data) => f.client(ts, data, skipped),
+            ChunkView::Reply(..) => f.reply_since = true,
+            ChunkView::Gap => {
                 f.pend.clear();
                 f.synced = false;
             }

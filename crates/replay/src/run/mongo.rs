@@ -225,7 +225,7 @@ pub(super) fn run_session(ctx: &Ctx, plan: &Plan, offsets: &[u64]) -> Tally {
         );
     }
     let mut conn: Option<Conn> = None;
-    for (batch, &off) in plan.batches.iter().zip(offsets) {
+    for (batch, off) in super::batches(ctx, plan, offsets) {
         let late = ctx.wait_until(off);
         let n = batch.requests.len();
         let Some((c, _)) = super::connected(&mut conn, &mut t, n, "mongodb", || Conn::open(ctx))
