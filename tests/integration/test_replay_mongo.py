@@ -270,3 +270,145 @@ def test_cursor_before_capture_and_captured_auth(cap):
     skipped = json.loads(r.stdout)["fidelity"]["skipped_requests"]
     assert skipped == {"mongodb_cursor_opened_before_capture": a["getMore"],
                        "mongodb_auth_skipped": 1}, skipped
+
+
+# -------------------------------------------------------------------------------------------------
+# dbtap replay --live: a running workload on Redis A mirrored onto Redis B as it happens.
+# Truth: A's and B's own INFO commandstats over the window (read over their UNIX sockets, not
+# captured), and the clients' own counts.
+
+import os  # noqa: E402
+import signal  # noqa: E402
+import threading  # noqa: E402
+import time  # noqa: E402
+
+import redis_harness as rh  # noqa: E402
+
+PORT_RA, PORT_RB = 38479, 38480
+REQUIRE = bool(os.environ.get("DBTAP_REQUIRE_CAPTURE"))
+
+
+def need_capture() -> None:
+    try:
+        socket.socket(socket.AF_PACKET, socket.SOCK_RAW).close()
+    except (PermissionError, OSError) as e:
+        if REQUIRE:
+            pytest.fail(f"no packet capture here ({e}) and DBTAP_REQUIRE_CAPTURE is set")
+        pytest.skip(f"no packet capture here: {e} (set DBTAP_REQUIRE_CAPTURE=1 to fail instead)")
+
+
+@pytest.fixture(scope="module")
+def redis_pair():
+    need_capture()
+    a = rh.RedisServer(PORT_RA, OUT / "ra")
+    b = rh.RedisServer(PORT_RB, OUT / "rb")
+    try:
+        a.start()
+        b.start()
+        yield a, b
+    finally:
+        a.stop()
+        b.stop()
+
+
+class Mirror:
+    """`dbtap replay --live -i lo --port A --target B`, ready once it says it is mirroring."""
+
+    def __init__(self, *args: str):
+        self.proc = subprocess.Popen(
+            [str(harness.DBTAP), "replay", "--live", "-i", "lo", "--port", str(PORT_RA),
+             "--target", f"127.0.0.1:{PORT_RB}", "--format", "json", *args],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.err: list[str] = []
+        ready = threading.Event()
+
+        def read_err():
+            for line in self.proc.stderr:
+                self.err.append(line)
+                if "mirroring" in line:
+                    ready.set()
+        threading.Thread(target=read_err, daemon=True).start()
+        if not ready.wait(20):
+            self.proc.kill()
+            pytest.fail(f"dbtap replay --live did not start: {''.join(self.err)}")
+        time.sleep(0.3)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def report(self, timeout: float = 60) -> tuple[dict, float]:
+        t0 = time.monotonic()
+        out, _ = self.proc.communicate(timeout=timeout)
+        assert self.proc.returncode == 0, "".join(self.err)
+        return json.loads(out), time.monotonic() - t0
+
+
+def wait_equal(b, before_b, want, timeout=20.0) -> dict:
+    """B's per-command requests over the window, once they reach `want` (or the timeout)."""
+    deadline = time.monotonic() + timeout
+    polls = 0
+    while True:
+        # every earlier poll's INFO is in B's counts (stats_delta takes off the last one's)
+        if polls:
+            b.socket_calls["info"] = polls
+        polls += 1
+        got = rh.wire_requests(rh.stats_delta(before_b, b.snapshot()), b.socket_calls)
+        if got == want or time.monotonic() > deadline:
+            return got
+        time.sleep(0.2)
+
+
+def test_live_mirror_of_redis_benchmark(redis_pair):
+    """redis-benchmark (4 clients, plain and -P 8 pipelined) on A while the mirror runs: B's
+    commandstats equal A's per command (nothing lost at the benchmark's rate); stopped with
+    SIGINT, the report holds both sides and sent == captured."""
+    a, b = redis_pair
+    for s in (a, b):
+        s.admin().flushall()
+        s.socket_calls.clear()
+    before_a, before_b = a.snapshot(), b.snapshot()
+    m = Mirror()
+    try:
+        rh.benchmark_run(a, "set,get,incr,lpush", 20000, 1, 4)
+        rh.benchmark_run(a, "set,get", 20000, 8, 4)
+        want = rh.wire_requests(rh.stats_delta(before_a, a.snapshot()), a.socket_calls)
+        got = wait_equal(b, before_b, want)
+        m.proc.send_signal(signal.SIGINT)
+        rep, _ = m.report()
+    finally:
+        m.stop()
+    assert got == want, (got, want)
+    assert want["set"]["requests"] == 40000 and want["get"]["requests"] == 40000, want
+    f = rep["fidelity"]
+    assert f["requests_sent"] == f["requests_captured"] == sum(v["requests"] for v in want.values()), f
+    assert f["skipped_requests"] == {}, f
+    cap = sum(g["capture"]["count"] for g in rep["groups"].values())
+    tgt = sum(g["target"]["count"] for g in rep["groups"].values())
+    assert cap == tgt == f["requests_captured"], (cap, tgt)
+
+
+def test_live_duration_and_select(redis_pair):
+    """--duration ends the mirror on its own; a redis-py client's SELECT and INCRs land in the
+    same database on B, with the same final value."""
+    a, b = redis_pair
+    for s in (a, b):
+        s.admin().flushall()
+    m = Mirror("--duration", "4s")
+    try:
+        t0 = time.monotonic()
+        c = a.client(db=3)
+        for _ in range(300):
+            c.incr("live:counter")
+            time.sleep(0.002)
+        c.close()
+        rep, _ = m.report()
+    finally:
+        m.stop()
+    wall = time.monotonic() - t0
+    assert 3.5 < wall < 20, wall
+    assert int(a.client(db=3).get("live:counter")) == 300
+    vb = b.client(db=3).get("live:counter")
+    assert vb is not None and int(vb) == 300, vb
+    assert rep["fidelity"]["requests_sent"] == rep["fidelity"]["requests_captured"] == 301

@@ -23,6 +23,9 @@ use crate::service::ServiceClock;
 
 /// Link type of the frames the ring hands over: they start at the IP header.
 const LINKTYPE_RAW: u32 = 101;
+/// The kernel ring, in 1 MiB blocks: the mirror frames and dispatches on the capture
+/// thread, so the ring rides out its bursts (a drop is reported).
+const RING_MB: u32 = 64;
 /// How long one poll of the ring waits for packets.
 const POLL: Duration = Duration::from_millis(50);
 
@@ -81,7 +84,11 @@ pub(super) fn run(args: &ReplayArgs, target: &Target) -> Result<()> {
         loopback_ifindex: live::interface_index("lo").ok(),
     };
     let filter = live::bpf::servers_filter(&spec);
-    let mut ring = live::Ring::open(&live::RingConfig::new(&iface), &filter)
+    let cfg = live::RingConfig {
+        block_count: RING_MB,
+        ..live::RingConfig::new(&iface)
+    };
+    let mut ring = live::Ring::open(&cfg, &filter)
         .with_context(|| format!("opening a capture on {iface} (needs CAP_NET_RAW)"))?;
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
