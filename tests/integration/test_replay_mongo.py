@@ -298,8 +298,12 @@ def need_capture() -> None:
 
 
 @pytest.fixture(scope="module")
-def redis_pair():
+def capture_ok():
     need_capture()
+
+
+@pytest.fixture(scope="module")
+def redis_pair(capture_ok):
     a = rh.RedisServer(PORT_RA, OUT / "ra")
     b = rh.RedisServer(PORT_RB, OUT / "rb")
     try:
@@ -314,10 +318,10 @@ def redis_pair():
 class Mirror:
     """`dbtap replay --live -i lo --port A --target B`, ready once it says it is mirroring."""
 
-    def __init__(self, *args: str):
+    def __init__(self, *args: str, port: int = PORT_RA, target: int = PORT_RB):
         self.proc = subprocess.Popen(
-            [str(harness.DBTAP), "replay", "--live", "-i", "lo", "--port", str(PORT_RA),
-             "--target", f"127.0.0.1:{PORT_RB}", "--format", "json", *args],
+            [str(harness.DBTAP), "replay", "--live", "-i", "lo", "--port", str(port),
+             "--target", f"127.0.0.1:{target}", "--format", "json", *args],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.err: list[str] = []
         ready = threading.Event()
@@ -412,3 +416,95 @@ def test_live_duration_and_select(redis_pair):
     vb = b.client(db=3).get("live:counter")
     assert vb is not None and int(vb) == 300, vb
     assert rep["fidelity"]["requests_sent"] == rep["fidelity"]["requests_captured"] == 301
+
+
+MY_LA, MY_LB = 38481, 38482
+MY_LIVE = ["Com_stmt_prepare", "Com_stmt_execute", "Com_stmt_close", "Com_select", "Com_begin",
+           "Com_commit"]
+
+
+def test_live_mirror_of_sysbench_prepared(capture_ok):
+    """sysbench oltp_read_only with prepared statements (2 threads, paced at 40 transactions/s)
+    on MariaDB A while the mirror runs (dbtap's own login on B, statement ids remapped): B's
+    Com_* deltas equal A's. The sessions begin while the mirror runs (their login is seen)."""
+    a = harness.Server(MY_LA, OUT / "my-la", tls=False)
+    b = harness.Server(MY_LB, OUT / "my-lb", tls=False)
+    try:
+        a.start()
+        b.start()
+        for s in (MY_LA, MY_LB):
+            harness.sysbench_prepare(s, 200)
+        before_a, before_b = a.status(), b.status()
+        m = Mirror("--user", harness.USER, "--password", harness.PASSWORD, port=MY_LA,
+                   target=MY_LB)
+        try:
+            args = harness.sysbench_args(MY_LA, 2, 200)
+            args[1] = "oltp_read_only"
+            r = subprocess.run(args + ["--time=4", "--rate=40", "--report-interval=0", "run"],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               timeout=120)
+            assert r.returncode == 0, r.stdout
+            want = harness.delta(before_a, a.status(threads=before_a["Threads_connected"]))
+            deadline = time.monotonic() + 20
+            while True:
+                got = harness.delta(before_b, b.status())
+                if all(got[k] == want[k] for k in MY_LIVE) or time.monotonic() > deadline:
+                    break
+                time.sleep(0.3)
+            m.proc.send_signal(signal.SIGTERM)
+            rep, _ = m.report()
+        finally:
+            m.stop()
+    finally:
+        a.stop()
+        b.stop()
+    assert want["Com_stmt_execute"] > 100 and want["Com_stmt_prepare"] > 0, want
+    assert {k: got[k] for k in MY_LIVE} == {k: want[k] for k in MY_LIVE}
+    f = rep["fidelity"]
+    assert f["skipped_requests"] == {}, f
+    assert f["requests_sent"] == f["requests_captured"], f
+
+
+
+PG_LA, PG_LB = 38483, 38484
+
+
+def test_live_mirror_of_pgbench_prepared_and_extended(capture_ok):
+    """pgbench -M prepared (named statements: each Parse is remembered across the mirror's
+    windows) and -M extended on PostgreSQL A while the mirror runs: B's pg_stat_statements
+    calls equal A's per statement."""
+    import pg_harness as ph
+    a = ph.PgServer(PG_LA, OUT / "pg-la")
+    b = ph.PgServer(PG_LB, OUT / "pg-lb")
+    try:
+        a.start()
+        b.start()
+        ph.pgbench_init(a)
+        ph.pgbench_init(b)
+        a.pgss_reset()
+        b.pgss_reset()
+        m = Mirror(port=PG_LA, target=PG_LB)
+        try:
+            runs = [ph.pgbench_run(a, mode, 2, transactions=150) for mode in ("prepared", "extended")]
+            a.wait_idle()
+            want = {q: e["calls"] for q, e in a.pgss().items()}
+            deadline = time.monotonic() + 30
+            while True:
+                got = {q: e["calls"] for q, e in b.pgss().items()}
+                if got == want or time.monotonic() > deadline:
+                    break
+                time.sleep(0.3)
+            m.proc.send_signal(signal.SIGTERM)
+            rep, _ = m.report()
+        finally:
+            m.stop()
+    finally:
+        a.stop()
+        b.stop()
+    assert all(r["transactions"] == 300 for r in runs), runs
+    upd = [q for q in want if q.startswith("UPDATE pgbench_accounts")]
+    assert upd and sum(want[q] for q in upd) == 600, want
+    assert got == want
+    f = rep["fidelity"]
+    assert f["skipped_requests"] == {}, f
+    assert f["requests_sent"] == f["requests_framed"], f
