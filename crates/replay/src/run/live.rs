@@ -320,3 +320,89 @@ impl<S: EventSink> Live<S> {
         (sink, fid)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::io::{Read, Write};
+    use std::net::TcpListener;
+
+    use super::*;
+    use crate::redis::Credentials;
+    use crate::resp::{self, Frame};
+    use proto::SessionConfig;
+
+    struct Count(u64);
+    impl EventSink for Count {
+        fn event(&mut self, _: QueryEvent) {
+            self.0 += 1;
+        }
+        fn close(&mut self, _: u64, _: u64) {}
+    }
+
+    /// A target answering every RESP command with +OK; returns the commands it got.
+    fn fake_redis() -> (String, std::thread::JoinHandle<Vec<Vec<u8>>>) {
+        let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = l.local_addr().expect("addr").to_string();
+        let h = std::thread::spawn(move || {
+            let (mut s, _) = l.accept().expect("accept");
+            let (mut buf, mut got) = (Vec::new(), Vec::new());
+            let mut b = [0u8; 4096];
+            while let Ok(n) = s.read(&mut b) {
+                if n == 0 {
+                    break;
+                }
+                buf.extend_from_slice(&b[..n]);
+                while let Frame::Whole(len, _) = resp::request(&buf) {
+                    got.push(buf.drain(..len).collect());
+                    s.write_all(b"+OK\r\n").expect("write");
+                }
+            }
+            got
+        });
+        (addr, h)
+    }
+
+    #[test]
+    fn windows_are_framed_at_replies_and_sent_once() {
+        let (addr, server) = fake_redis();
+        let opts = Options {
+            timing: crate::Timing::Speed(1.0),
+            skip_idle_ns: None,
+            scale: 1,
+            sessions_pct: 100.0,
+            max_connections: 10,
+            creds: Credentials::default(),
+            reply_timeout: std::time::Duration::from_secs(5),
+            block_wait: std::time::Duration::from_secs(1),
+            session: SessionConfig::default(),
+        };
+        let mut live = Live::new(&opts, &Target::Tcp(addr), Count(0));
+        let set = resp::encode(&[b"SET", b"k", b"v"]);
+        let get = resp::encode(&[b"GET", b"k"]);
+        live.open(1, true);
+        // A pipeline of two, the second split, then its reply; the protocol is known at the
+        // first event only.
+        live.bytes(1, true, 1, &set);
+        live.bytes(1, true, 2, &get[..4]);
+        live.bytes(1, false, 3, b"+OK\r\n");
+        let mut ev = proto::testing::event(Protocol::Redis, "set", 0, Some(1));
+        ev.conn = 1;
+        live.event(&ev);
+        live.bytes(1, true, 4, &get[4..]);
+        live.bytes(1, false, 5, b"$1\r\nv\r\n");
+        live.event(&ev);
+        live.bytes(1, true, 6, &get);
+        live.bytes(1, false, 7, b"$1\r\nv\r\n");
+        live.close(1);
+        let (sink, fid) = live.finish();
+        let got = server.join().expect("server");
+        assert_eq!(got, vec![set.clone(), get.clone(), get.clone()]);
+        assert_eq!((fid.requests_framed, fid.requests_sent), (3, 3));
+        assert!(
+            fid.skipped_requests.is_empty(),
+            "{:?}",
+            fid.skipped_requests
+        );
+        assert_eq!(sink.0, 3);
+    }
+}
