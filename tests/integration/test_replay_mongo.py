@@ -508,3 +508,33 @@ def test_live_mirror_of_pgbench_prepared_and_extended(capture_ok):
     f = rep["fidelity"]
     assert f["skipped_requests"] == {}, f
     assert f["requests_sent"] == f["requests_framed"], f
+
+
+def test_live_mirror_of_pymongo_with_cursors(cap, capture_ok):
+    """The pymongo workload (getMore chains, killCursors) on A while the mirror runs: B's own
+    command, document and open-cursor counts equal A's (each getMore found the cursor the
+    mirrored find opened on B)."""
+    venv(PORT_A, "seed")
+    venv(PORT_B, "seed")
+    before_a, before_b = counts(PORT_A), counts(PORT_B)
+    m = Mirror(port=PORT_A, target=PORT_B)
+    try:
+        client = venv(PORT_A, "workload")
+        want = delta(before_a, counts(PORT_A))
+        deadline = time.monotonic() + 20
+        while True:
+            got = delta(before_b, counts(PORT_B))
+            if got == want or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        m.proc.send_signal(signal.SIGTERM)
+        rep, _ = m.report()
+    finally:
+        m.stop()
+    assert client["chain_docs"] == [N_DOCS] * CHAINS
+    assert want["getMore#docs"] == CHAINS * (N_DOCS - BATCH), want
+    assert got == want, (got, want)
+    assert open_cursors(PORT_A) == 0 and open_cursors(PORT_B) == 0
+    f = rep["fidelity"]
+    assert f["skipped_requests"] == {}, f
+    assert f["requests_sent"] == f["requests_captured"], f

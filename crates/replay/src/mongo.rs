@@ -28,6 +28,12 @@ pub fn looks_like_reply(data: &[u8]) -> bool {
 /// The cursor a reply message (header included) names: OP_MSG's `cursor.id`, OP_REPLY's
 /// cursorID or its first document's `cursor.id`. `None` when it names none.
 pub fn reply_cursor(msg: &[u8]) -> Option<i64> {
+    reply_cursor_opening(msg).map(|c| c.0)
+}
+
+/// [`reply_cursor`], and whether the reply opened the cursor (a `firstBatch`; a legacy
+/// OP_REPLY's cursorID counts as opening).
+pub fn reply_cursor_opening(msg: &[u8]) -> Option<(i64, bool)> {
     let h = Header::parse(msg)?;
     let body = msg.get(HEADER_LEN..usize::try_from(h.len).ok()?)?;
     let first = match h.opcode {
@@ -38,7 +44,7 @@ pub fn reply_cursor(msg: &[u8]) -> Option<i64> {
         op::REPLY => {
             let id = i64::from_le_bytes(body.get(4..12)?.try_into().ok()?);
             if id != 0 {
-                return Some(id);
+                return Some((id, true));
             }
             body.get(20..)?
         }
@@ -46,7 +52,8 @@ pub fn reply_cursor(msg: &[u8]) -> Option<i64> {
     };
     let c = doc::get(first, b"cursor")?;
     let c = doc::sub(first, &c)?;
-    doc::int(c, &doc::get(c, b"id")?)
+    let opening = doc::get(c, b"firstBatch").is_some();
+    Some((doc::int(c, &doc::get(c, b"id")?)?, opening))
 }
 
 /// The cursors the captured replies named, kept only for requests that open one (not a
@@ -85,13 +92,25 @@ pub struct ReplyScan {
     synced: bool,
     /// Bytes of an over-long reply still to pass over.
     skip: usize,
-    /// (captured request id, cursor id) of every reply naming a cursor.
+    /// (captured request id, cursor id) of every reply naming a cursor (not `live`).
     pub cursors: Vec<(i32, i64)>,
+    /// `--live`: only the replies that opened a cursor are noted, in `opening`, taken as
+    /// they come.
+    pub live: bool,
+    pub opening: Vec<(i32, i64)>,
     /// Replies too long to scan.
     pub oversized: u64,
 }
 
 impl ReplyScan {
+    /// A scan for a live mirror (see `live`).
+    pub fn live() -> ReplyScan {
+        ReplyScan {
+            live: true,
+            ..ReplyScan::default()
+        }
+    }
+
     /// Server bytes, in order.
     pub fn feed(&mut self, mut data: &[u8]) {
         if self.skip > 0 {
@@ -132,10 +151,15 @@ impl ReplyScan {
             if self.buf.len() < len {
                 return;
             }
-            if let Some(id) = reply_cursor(self.buf.get(..len).unwrap_or_default())
+            if let Some((id, opening)) =
+                reply_cursor_opening(self.buf.get(..len).unwrap_or_default())
                 && id != 0
             {
-                self.cursors.push((h.response_to, id));
+                if !self.live {
+                    self.cursors.push((h.response_to, id));
+                } else if opening {
+                    self.opening.push((h.response_to, id));
+                }
             }
             self.buf.drain(..len);
         }

@@ -7,7 +7,8 @@
 //! where its framing left nothing pending; the login exchange (and PostgreSQL's named Parse
 //! messages) stay in a prefix framed again with every window, so each window is framed as
 //! the connection's continuation. Nothing here blocks the capture: a full queue drops the
-//! batch (counted).
+//! batch (counted). MongoDB connections' replies are scanned as they come for the cursors
+//! they open, into the cursor map the sessions share.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, mpsc};
@@ -52,6 +53,8 @@ struct LiveConn {
     dead_why: &'static str,
     /// Events of the batch that found the connection dead, counted with that batch.
     owed: u64,
+    /// MongoDB: the captured replies, scanned for the cursors they open.
+    scan: Option<Box<crate::mongo::ReplyScan>>,
 }
 
 /// The live mirror (see the module doc).
@@ -116,6 +119,15 @@ impl<S: EventSink> Live<S> {
             return;
         };
         if !to_server {
+            if c.scan.is_none() && c.protocol.is_none() && crate::mongo::looks_like_reply(data) {
+                c.scan = Some(Box::new(crate::mongo::ReplyScan::live()));
+            }
+            if let Some(scan) = c.scan.as_mut() {
+                scan.feed(data);
+                for (rid, cur) in scan.opening.drain(..) {
+                    self.ctx.mongo.opened(conn, rid, cur);
+                }
+            }
             if !matches!(c.tail.last(), Some(Chunk::Reply(..)) | None) {
                 c.tail.push(Chunk::reply(data));
                 self.frame(conn, false);
@@ -162,6 +174,9 @@ impl<S: EventSink> Live<S> {
         }
         if c.protocol.is_none() {
             c.protocol = Some(ev.protocol);
+            if ev.protocol != Protocol::Mongodb {
+                c.scan = None;
+            }
             self.frame(ev.conn, false);
         }
     }

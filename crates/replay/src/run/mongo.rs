@@ -2,9 +2,11 @@
 //! captured messages one at a time with the replay's request ids, each rewritten for the
 //! target ([`crate::mongo::rewrite`]) and waiting for its reply. Cursors are remapped across
 //! all sessions of a scale copy: a getMore whose cursor another session opens waits for that
-//! session's reply (at most the reply timeout), as mongoreplay learnt to.
+//! session's reply (at most the reply timeout), as mongoreplay learnt to. The map is keyed by
+//! the captured request that opened a cursor, so a live mirror can fill its two halves (the
+//! capture's reply, the target's) in either order.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::io::{Read, Write};
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -20,27 +22,73 @@ use crate::mongo::doc;
 use crate::mongo::reply_cursor;
 use crate::mongo::rewrite::{self, Conv, Out};
 
-/// What the MongoDB sessions of one replay share: the cursor map per scale copy.
+/// Entries each cursor table holds at most in a live mirror (the oldest go first).
+const MAX_CURSORS: usize = 1 << 16;
+
+/// A captured request: (captured connection, its request id).
+type Opener = (u64, i32);
+
+/// What the MongoDB sessions of one replay share: which captured request opened each
+/// captured cursor, and the target's cursor each copy's replay of that request got.
 #[derive(Default)]
-pub(super) struct Shared {
-    /// (copy, captured cursor) → the target's cursor (0: none, or exhausted).
-    map: Mutex<HashMap<(u32, i64), i64>>,
+pub(crate) struct Shared {
+    inner: Mutex<Inner>,
     cv: Condvar,
-    /// Cursors a captured reply opened (others were opened before the capture).
-    known: HashSet<i64>,
     /// Session copies started per captured connection: the copy number of the next.
     copies: Mutex<HashMap<u64, u32>>,
 }
 
+#[derive(Default)]
+struct Inner {
+    openers: HashMap<i64, Opener>,
+    /// The requests in `openers`.
+    opener_reqs: HashSet<Opener>,
+    opener_order: VecDeque<i64>,
+    /// (copy, opener) → the target's cursor (0: none, or exhausted).
+    target: HashMap<(u32, Opener), i64>,
+    target_order: VecDeque<(u32, Opener)>,
+}
+
 impl Shared {
     pub(super) fn new(plans: &[Plan]) -> Shared {
-        Shared {
-            known: plans
-                .iter()
-                .flat_map(|p| p.mongo_cursors.iter().map(|c| c.1))
-                .collect(),
-            ..Shared::default()
+        let s = Shared::default();
+        {
+            let mut i = s.lock();
+            for p in plans {
+                for &(rid, c) in &p.mongo_cursors {
+                    i.openers.insert(c, (p.conn, rid));
+                    i.opener_reqs.insert((p.conn, rid));
+                }
+            }
         }
+        s
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// `--live`: a captured reply to request `rid` of `conn` opened `cursor` (the first reply
+    /// naming it wins).
+    pub(crate) fn opened(&self, conn: u64, rid: i32, cursor: i64) {
+        let mut i = self.lock();
+        if i.openers.contains_key(&cursor) {
+            return;
+        }
+        i.openers.insert(cursor, (conn, rid));
+        i.opener_reqs.insert((conn, rid));
+        i.opener_order.push_back(cursor);
+        if i.opener_order.len() > MAX_CURSORS
+            && let Some(old) = i.opener_order.pop_front()
+            && let Some(who) = i.openers.remove(&old)
+        {
+            i.opener_reqs.remove(&who);
+        }
+    }
+
+    /// Whether a captured request opened a cursor (as far as is known now).
+    fn opens(&self, who: Opener) -> bool {
+        self.lock().opener_reqs.contains(&who)
     }
 
     /// The copy number of a session copy of captured connection `conn` (its k-th start).
@@ -51,22 +99,38 @@ impl Shared {
         *n - 1
     }
 
-    fn publish(&self, copy: u32, captured: i64, target: i64) {
-        let mut m = self.map.lock().unwrap_or_else(|e| e.into_inner());
-        m.insert((copy, captured), target);
+    /// Copy `copy`'s replay of request `who` got `target` (0: no cursor).
+    fn publish(&self, copy: u32, who: Opener, target: i64) {
+        let mut i = self.lock();
+        if i.target.insert((copy, who), target).is_none() {
+            i.target_order.push_back((copy, who));
+            if i.target_order.len() > MAX_CURSORS
+                && let Some(old) = i.target_order.pop_front()
+            {
+                i.target.remove(&old);
+            }
+        }
         self.cv.notify_all();
+    }
+
+    /// The target's cursor of copy `copy` for a captured one went away (exhausted).
+    fn exhausted(&self, copy: u32, captured: i64) {
+        let who = self.lock().openers.get(&captured).copied();
+        if let Some(who) = who {
+            self.publish(copy, who, 0);
+        }
     }
 
     /// The target's cursor for a captured one, waiting up to `wait` for the session that
     /// opens it.
     fn lookup(&self, copy: u32, captured: i64, wait: Duration) -> Result<i64, &'static str> {
-        if !self.known.contains(&captured) {
-            return Err("mongodb_cursor_opened_before_capture");
-        }
         let deadline = Instant::now() + wait;
-        let mut m = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        let mut i = self.lock();
+        let Some(&who) = i.openers.get(&captured) else {
+            return Err("mongodb_cursor_opened_before_capture");
+        };
         loop {
-            match m.get(&(copy, captured)) {
+            match i.target.get(&(copy, who)) {
                 Some(0) => return Err("mongodb_cursor_not_on_target"),
                 Some(&id) => return Ok(id),
                 None => {}
@@ -74,9 +138,9 @@ impl Shared {
             let Some(left) = deadline.checked_duration_since(Instant::now()) else {
                 return Err("mongodb_cursor_wait_timeout");
             };
-            m = self
+            i = self
                 .cv
-                .wait_timeout(m, left)
+                .wait_timeout(i, left)
                 .unwrap_or_else(|e| e.into_inner())
                 .0;
         }
@@ -217,7 +281,6 @@ pub(super) fn run_session(ctx: &Ctx, plan: &Plan, offsets: &[u64]) -> Tally {
     let mut t = Tally::default();
     let shared = &ctx.mongo;
     let copy = shared.copy_of(plan.conn);
-    let opened_by: HashMap<i32, i64> = plan.mongo_cursors.iter().copied().collect();
     if ctx.opts.creds.password.is_some() {
         super::warn_once(
             "dbtap: replay: mongodb: --user/--password are not used: dbtap does not log in \
@@ -235,8 +298,10 @@ pub(super) fn run_session(ctx: &Ctx, plan: &Plan, offsets: &[u64]) -> Tally {
         ctx.record_lag(&mut t, late);
         let mut lost = false;
         for r in &batch.requests {
-            let captured_rid = Header::parse(&r.bytes).map_or(0, |h| h.request_id);
-            let opens = opened_by.get(&captured_rid).copied();
+            let who = (
+                plan.conn,
+                Header::parse(&r.bytes).map_or(0, |h| h.request_id),
+            );
             let wait = ctx.opts.reply_timeout;
             let mut map = |cur: i64| shared.lookup(copy, cur, wait);
             let (bytes, reply, getmore) = match rewrite::rewrite(&r.bytes, &c.conv, &mut map) {
@@ -247,8 +312,8 @@ pub(super) fn run_session(ctx: &Ctx, plan: &Plan, offsets: &[u64]) -> Tally {
                 } => (bytes, reply, getmore),
                 Out::Skip(why) => {
                     t.skip(why, 1);
-                    if let Some(cur) = opens {
-                        shared.publish(copy, cur, 0);
+                    if shared.opens(who) {
+                        shared.publish(copy, who, 0);
                     }
                     continue;
                 }
@@ -259,8 +324,8 @@ pub(super) fn run_session(ctx: &Ctx, plan: &Plan, offsets: &[u64]) -> Tally {
                 Ok(got) => got,
                 Err(why) => {
                     t.skip(why, 1);
-                    if let Some(cur) = opens {
-                        shared.publish(copy, cur, 0);
+                    if shared.opens(who) {
+                        shared.publish(copy, who, 0);
                     }
                     lost = true;
                     break;
@@ -271,10 +336,13 @@ pub(super) fn run_session(ctx: &Ctx, plan: &Plan, offsets: &[u64]) -> Tally {
             };
             t.replies += 1;
             let target = reply_cursor(&m).unwrap_or(0);
-            if let Some(cur) = opens {
-                shared.publish(copy, cur, target);
-            } else if let Some(cur) = getmore.filter(|_| target == 0) {
-                shared.publish(copy, cur, 0);
+            match getmore {
+                Some(cur) if target == 0 => shared.exhausted(copy, cur),
+                Some(_) => {}
+                // A live mirror may not have seen the captured reply yet: a cursor the target
+                // opened is noted whether or not the capture's did.
+                None if target != 0 || shared.opens(who) => shared.publish(copy, who, target),
+                None => {}
             }
         }
         if lost && let Some(c) = conn.take() {
