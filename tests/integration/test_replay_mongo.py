@@ -121,6 +121,32 @@ def op_msg(name: str, db: str, rid: int = 1) -> bytes:
     return struct.pack("<iiii", 16 + len(body), rid, 0, 2013) + body
 
 
+def bson(fields: list[tuple[str, object]]) -> bytes:
+    """A BSON document of str, int (int64) and float fields, in order."""
+    out = b""
+    for k, v in fields:
+        key = k.encode() + b"\x00"
+        if isinstance(v, str):
+            out += b"\x02" + key + struct.pack("<i", len(v) + 1) + v.encode() + b"\x00"
+        elif isinstance(v, float):
+            out += b"\x01" + key + struct.pack("<d", v)
+        else:
+            out += b"\x12" + key + struct.pack("<q", v)
+    return struct.pack("<i", len(out) + 5) + out + b"\x00"
+
+
+def raw_doc(s: socket.socket, fields: list[tuple[str, object]], rid: int) -> dict:
+    """Sends the OP_MSG command `fields`; its reply document."""
+    body = struct.pack("<I", 0) + b"\x00" + bson(fields)
+    s.sendall(struct.pack("<iiii", 16 + len(body), rid, 0, 2013) + body)
+    buf = b""
+    while len(buf) < 4 or len(buf) < struct.unpack_from("<i", buf)[0]:
+        chunk = s.recv(65536)
+        assert chunk, "server closed"
+        buf += chunk
+    return _bson_doc(buf, 21)[0]
+
+
 def raw_command(s: socket.socket, name: str, db: str = "admin", rid: int = 1) -> dict:
     s.sendall(op_msg(name, db, rid))
     buf = b""
@@ -538,3 +564,44 @@ def test_live_mirror_of_pymongo_with_cursors(cap, capture_ok):
     f = rep["fidelity"]
     assert f["skipped_requests"] == {}, f
     assert f["requests_sent"] == f["requests_captured"], f
+
+
+def test_getmore_on_another_connection_waits_for_its_cursor(cap):
+    """A cursor opened by a find on one connection and read by getMores on another (as a
+    driver's pool may do): replayed at --max, where both sessions start at once, the getMores
+    wait for the other session's find on B and name B's cursor. B's counts equal A's, no
+    getMore failed, every document came back."""
+    venv(PORT_A, "seed")
+    td = mh.Tcpdump(OUT / "cross.pcap", PORT_A)
+    before = counts(PORT_A)
+    docs = 0
+    try:
+        td.start()
+        with socket.create_connection(("127.0.0.1", PORT_A), timeout=10) as s1, \
+                socket.create_connection(("127.0.0.1", PORT_A), timeout=10) as s2:
+            r = raw_doc(s1, [("find", "users"), ("batchSize", 50), ("$db", DB)], 1)
+            cur = r["cursor"]["id"]
+            docs += len(r["cursor"]["firstBatch"])
+            rid = 1
+            while cur:
+                rid += 1
+                r = raw_doc(s2, [("getMore", cur), ("collection", "users"), ("batchSize", 50),
+                                 ("$db", DB)], rid)
+                cur = r["cursor"]["id"]
+                docs += len(r["cursor"]["nextBatch"])
+    finally:
+        stats = td.stop()
+    mh.check_dropped(stats)
+    a = delta(before, counts(PORT_A))
+    assert docs == N_DOCS and a["getMore"] == N_DOCS // 50 - 1 + (N_DOCS % 50 > 0), (docs, a)
+    venv(PORT_B, "seed")
+    before_b = counts(PORT_B)
+    r = subprocess.run([str(harness.DBTAP), "replay", str(td.out), "--port", str(PORT_A),
+                        "--target", f"127.0.0.1:{PORT_B}", "--format", "json", "--max"],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    got = delta(before_b, counts(PORT_B))
+    assert got == a, (got, a)
+    assert "getMore!error" not in got
+    f = json.loads(r.stdout)["fidelity"]
+    assert f["skipped_requests"] == {} and f["sessions_replayed"] == 2, f
