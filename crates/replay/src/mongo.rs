@@ -9,7 +9,9 @@ pub mod rewrite;
 
 use std::collections::BTreeMap;
 
-use proto::mongodb::wire::{HEADER_LEN, Header, Plausible, op, plausible_start};
+use proto::mongodb::wire::{
+    HEADER_LEN, Header, Inflater, MAX_MESSAGE_LEN, Plausible, op, plausible_start, put_message,
+};
 
 use crate::capture::{Batch, ChunkView, Request};
 
@@ -18,6 +20,38 @@ const MAX_SCANNED_REPLY: usize = 16 << 20;
 
 fn count(m: &mut BTreeMap<String, u64>, why: &str, n: u64) {
     *m.entry(why.into()).or_default() += n;
+}
+
+/// An OP_COMPRESSED message (header included) as the message it wraps: its original opcode,
+/// its body decompressed (snappy, zlib, zstd or none: `proto`'s inflaters). `None` when it
+/// is not one, or its data does not decompress to exactly the size it declares.
+pub fn decompress(msg: &[u8]) -> Option<Vec<u8>> {
+    let h = Header::parse(msg).filter(|h| h.opcode == op::COMPRESSED)?;
+    let body = msg.get(HEADER_LEN..usize::try_from(h.len).ok()?)?;
+    let orig = i32::from_le_bytes(body.get(..4)?.try_into().ok()?);
+    let size = u32::from_le_bytes(body.get(4..8)?.try_into().ok()?);
+    if orig == op::COMPRESSED || size > MAX_MESSAGE_LEN - HEADER_LEN as u32 {
+        return None;
+    }
+    let mut inflater = Inflater::new(*body.get(8)?).ok()?;
+    let mut out = Vec::with_capacity((size as usize).min(1 << 20));
+    inflater
+        .push(body.get(9..)?, true, &mut |piece| {
+            if out.len() + piece.len() > size as usize {
+                return Err(proto::mongodb::wire::WireError::Decompress(
+                    "longer than declared",
+                ));
+            }
+            out.extend_from_slice(piece);
+            Ok(())
+        })
+        .ok()?;
+    if out.len() != size as usize {
+        return None;
+    }
+    let mut m = Vec::with_capacity(HEADER_LEN + out.len());
+    put_message(&mut m, h.request_id, h.response_to, orig, &out);
+    Some(m)
 }
 
 /// True when `data` (the start of a server's bytes) looks like a MongoDB reply.
@@ -35,6 +69,9 @@ pub fn reply_cursor(msg: &[u8]) -> Option<i64> {
 /// OP_REPLY's cursorID counts as opening).
 pub fn reply_cursor_opening(msg: &[u8]) -> Option<(i64, bool)> {
     let h = Header::parse(msg)?;
+    if h.opcode == op::COMPRESSED {
+        return decompress(msg).and_then(|m| reply_cursor_opening(&m));
+    }
     let body = msg.get(HEADER_LEN..usize::try_from(h.len).ok()?)?;
     let first = match h.opcode {
         op::MSG => {
@@ -75,6 +112,7 @@ pub(crate) fn opened(batches: &[Batch], named: Vec<(i32, i64)>) -> Vec<(i32, i64
 fn is_get_more(msg: &[u8]) -> bool {
     match Header::parse(msg).map(|h| h.opcode) {
         Some(op::GET_MORE) => true,
+        Some(op::COMPRESSED) => decompress(msg).is_some_and(|m| is_get_more(&m)),
         Some(op::MSG) => msg
             .get(HEADER_LEN + 5..)
             .and_then(doc::elements)

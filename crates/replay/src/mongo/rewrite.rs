@@ -2,7 +2,8 @@
 //! `$clusterTime` dropped (it is signed by the captured deployment), session fields kept with
 //! a session id of the replay's own or dropped when the target has no sessions, cursor ids of
 //! getMore / killCursors (OP_MSG and legacy) replaced by the target's, and the captured
-//! authentication skipped (dbtap does not log in to MongoDB). The request id is set at send.
+//! authentication skipped (dbtap does not log in to MongoDB). OP_COMPRESSED is sent as the
+//! message it wraps, decompressed. The request id is set at send.
 
 use proto::mongodb::bson::ty;
 use proto::mongodb::wire::{HEADER_LEN, Header, msg_flag, op};
@@ -66,7 +67,13 @@ pub fn rewrite(req: &[u8], conv: &Conv, map: &mut MapCursor<'_>) -> Out {
             reply: false,
             getmore: None,
         }),
-        op::COMPRESSED => Err("mongodb_compressed"),
+        // Sent decompressed: the target then answers uncompressed.
+        op::COMPRESSED => match super::decompress(req) {
+            Some(m) if Header::parse(&m).is_some_and(|h| h.opcode != op::COMPRESSED) => {
+                return rewrite(&m, conv, map);
+            }
+            _ => Err("mongodb_compressed"),
+        },
         _ => Err("mongodb_unknown_opcode"),
     };
     r.unwrap_or_else(Out::Skip)

@@ -223,3 +223,45 @@ fn only_opening_replies_make_known_cursors() {
     // The getMore's reply names cursor 9 (opened before the capture): not an opening.
     assert_eq!(opened(&b, vec![(1, 5), (2, 9)]), [(1, 5)]);
 }
+
+/// An OP_COMPRESSED message wrapping `m` with the noop compressor.
+fn compressed(m: &[u8]) -> Vec<u8> {
+    let h = proto::mongodb::wire::Header::parse(m).expect("header");
+    let mut body = h.opcode.to_le_bytes().to_vec();
+    body.extend(((m.len() - 16) as u32).to_le_bytes());
+    body.push(proto::mongodb::wire::compressor::NOOP);
+    body.extend_from_slice(&m[16..]);
+    let mut out = Vec::new();
+    put_message(&mut out, h.request_id, h.response_to, op::COMPRESSED, &body);
+    out
+}
+
+#[test]
+fn compressed_messages_are_sent_decompressed_and_scanned() {
+    let gm = msg(3, 0, 0, &Doc::new().i64("getMore", 4242).str("$db", "d"));
+    let mut map = |c: i64| if c == 4242 { Ok(17) } else { Err("x") };
+    let Out::Send { bytes, getmore, .. } = rewrite(&compressed(&gm), &CONV, &mut map) else {
+        panic!("sent");
+    };
+    assert_eq!(getmore, Some(4242));
+    assert_eq!(&bytes[12..16], &op::MSG.to_le_bytes());
+    assert_eq!(
+        body_doc(&bytes),
+        Doc::new().i64("getMore", 17).str("$db", "d").bytes()
+    );
+    let r = msg(
+        9,
+        3,
+        0,
+        &Doc::new().doc("cursor", Doc::new().arr("firstBatch", vec![]).i64("id", 5)),
+    );
+    assert_eq!(reply_cursor_opening(&compressed(&r)), Some((5, true)));
+    // A declared size the data does not have.
+    let mut bad = compressed(&gm);
+    bad[20] ^= 1;
+    assert_eq!(decompress(&bad), None);
+    assert_eq!(
+        rewrite(&bad, &CONV, &mut map),
+        Out::Skip("mongodb_compressed")
+    );
+}
