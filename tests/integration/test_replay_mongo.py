@@ -421,11 +421,11 @@ def test_live_mirror_of_redis_benchmark(redis_pair):
 
 def test_live_duration_and_select(redis_pair):
     """--duration ends the mirror on its own; a redis-py client's SELECT and INCRs land in the
-    same database on B, with the same final value."""
+    same database on B; with --scale 2 twice (two copies of the session)."""
     a, b = redis_pair
     for s in (a, b):
         s.admin().flushall()
-    m = Mirror("--duration", "4s")
+    m = Mirror("--duration", "4s", "--scale", "2")
     try:
         t0 = time.monotonic()
         c = a.client(db=3)
@@ -440,8 +440,10 @@ def test_live_duration_and_select(redis_pair):
     assert 3.5 < wall < 20, wall
     assert int(a.client(db=3).get("live:counter")) == 300
     vb = b.client(db=3).get("live:counter")
-    assert vb is not None and int(vb) == 300, vb
-    assert rep["fidelity"]["requests_sent"] == rep["fidelity"]["requests_captured"] == 301
+    assert vb is not None and int(vb) == 600, vb
+    f = rep["fidelity"]
+    assert f["requests_captured"] == 301 and f["requests_sent"] == 602, f
+    assert f["target_connections"] == 2, f
 
 
 MY_LA, MY_LB = 38481, 38482

@@ -265,3 +265,51 @@ fn compressed_messages_are_sent_decompressed_and_scanned() {
         Out::Skip("mongodb_compressed")
     );
 }
+
+#[test]
+fn legacy_get_more_and_kill_cursors_are_remapped() {
+    // OP_GET_MORE: ZERO, "d.c", numberToReturn, cursorID.
+    let mut body = 0i32.to_le_bytes().to_vec();
+    body.extend(b"d.c\0");
+    body.extend(10i32.to_le_bytes());
+    body.extend(4242i64.to_le_bytes());
+    let mut gm = Vec::new();
+    put_message(&mut gm, 5, 0, op::GET_MORE, &body);
+    let mut map = |c: i64| if c == 4242 { Ok(17) } else { Err("x") };
+    let Out::Send {
+        bytes,
+        reply,
+        getmore,
+    } = rewrite(&gm, &CONV, &mut map)
+    else {
+        panic!("sent");
+    };
+    assert!(reply);
+    assert_eq!(getmore, Some(4242));
+    assert_eq!(&bytes[bytes.len() - 8..], &17i64.to_le_bytes());
+    // OP_KILL_CURSORS: ZERO, count, ids; the unknown id is left out, no reply.
+    let mut body = 0i32.to_le_bytes().to_vec();
+    body.extend(2i32.to_le_bytes());
+    body.extend(4242i64.to_le_bytes());
+    body.extend(9i64.to_le_bytes());
+    let mut kc = Vec::new();
+    put_message(&mut kc, 6, 0, op::KILL_CURSORS, &body);
+    let Out::Send { bytes, reply, .. } = rewrite(&kc, &CONV, &mut map) else {
+        panic!("sent");
+    };
+    assert!(!reply);
+    let mut want_body = 0i32.to_le_bytes().to_vec();
+    want_body.extend(1i32.to_le_bytes());
+    want_body.extend(17i64.to_le_bytes());
+    let mut want = Vec::new();
+    put_message(&mut want, 6, 0, op::KILL_CURSORS, &want_body);
+    assert_eq!(bytes, want);
+    // A legacy OP_REPLY names its cursor in its header fields.
+    let mut rb = 0i32.to_le_bytes().to_vec();
+    rb.extend(77i64.to_le_bytes());
+    rb.extend(0i32.to_le_bytes());
+    rb.extend(0i32.to_le_bytes());
+    let mut r = Vec::new();
+    put_message(&mut r, 7, 5, op::REPLY, &rb);
+    assert_eq!(reply_cursor(&r), Some(77));
+}
