@@ -15,10 +15,14 @@ Ports 38475-38499 only.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import socket
 import struct
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -64,6 +68,23 @@ elif mode == "pre":
 c.close()
 print(json.dumps(out))
 """
+
+
+def start(srv) -> None:
+    """Starts a server, again (up to 3 times) when it fails: the ports of the range are also
+    ephemeral ports, so any client's connection may hold one for a moment."""
+    for attempt in range(3):
+        try:
+            srv.start()
+            return
+        except RuntimeError:
+            if attempt == 2:
+                raise
+            try:
+                srv.stop()
+            except Exception:  # noqa: BLE001 - a server that did not start may not stop
+                pass
+            time.sleep(2)
 
 
 def venv(port: int, mode: str) -> dict:
@@ -190,8 +211,8 @@ def cap():
     b = mh.MongoServer(PORT_B, OUT / "b")
     c = Captured()
     try:
-        a.start()
-        b.start()
+        start(a)
+        start(b)
         venv(PORT_A, "seed")
         td = mh.Tcpdump(OUT / "mongo.pcap", PORT_A)
         before = counts(PORT_A)
@@ -303,11 +324,6 @@ def test_cursor_before_capture_and_captured_auth(cap):
 # Truth: A's and B's own INFO commandstats over the window (read over their UNIX sockets, not
 # captured), and the clients' own counts.
 
-import os  # noqa: E402
-import signal  # noqa: E402
-import threading  # noqa: E402
-import time  # noqa: E402
-
 import redis_harness as rh  # noqa: E402
 
 PORT_RA, PORT_RB = 38479, 38480
@@ -333,8 +349,8 @@ def redis_pair(capture_ok):
     a = rh.RedisServer(PORT_RA, OUT / "ra")
     b = rh.RedisServer(PORT_RB, OUT / "rb")
     try:
-        a.start()
-        b.start()
+        start(a)
+        start(b)
         yield a, b
     finally:
         a.stop()
@@ -391,9 +407,9 @@ def wait_equal(b, before_b, want, timeout=20.0) -> dict:
 
 
 def test_live_mirror_of_redis_benchmark(redis_pair):
-    """redis-benchmark (4 clients, plain and -P 8 pipelined) on A while the mirror runs: B's
-    commandstats equal A's per command (nothing lost at the benchmark's rate); stopped with
-    SIGINT, the report holds both sides and sent == captured."""
+    """redis-benchmark (4 clients, plain and -P 8 pipelined, 60k requests) on A while the
+    mirror runs: B's commandstats equal A's per command (nothing lost at the benchmark's rate);
+    stopped with SIGINT, the report holds both sides and sent == captured."""
     a, b = redis_pair
     for s in (a, b):
         s.admin().flushall()
@@ -401,16 +417,16 @@ def test_live_mirror_of_redis_benchmark(redis_pair):
     before_a, before_b = a.snapshot(), b.snapshot()
     m = Mirror()
     try:
-        rh.benchmark_run(a, "set,get,incr,lpush", 20000, 1, 4)
-        rh.benchmark_run(a, "set,get", 20000, 8, 4)
+        rh.benchmark_run(a, "set,get,incr,lpush", 10000, 1, 4)
+        rh.benchmark_run(a, "set,get", 10000, 8, 4)
         want = rh.wire_requests(rh.stats_delta(before_a, a.snapshot()), a.socket_calls)
         got = wait_equal(b, before_b, want)
         m.proc.send_signal(signal.SIGINT)
         rep, _ = m.report()
     finally:
         m.stop()
-    assert got == want, (got, want)
-    assert want["set"]["requests"] == 40000 and want["get"]["requests"] == 40000, want
+    assert got == want, (got, want, rep["fidelity"], "".join(m.err))
+    assert want["set"]["requests"] == 20000 and want["get"]["requests"] == 20000, want
     f = rep["fidelity"]
     assert f["requests_sent"] == f["requests_captured"] == sum(v["requests"] for v in want.values()), f
     assert f["skipped_requests"] == {}, f
@@ -458,8 +474,8 @@ def test_live_mirror_of_sysbench_prepared(capture_ok):
     a = harness.Server(MY_LA, OUT / "my-la", tls=False)
     b = harness.Server(MY_LB, OUT / "my-lb", tls=False)
     try:
-        a.start()
-        b.start()
+        start(a)
+        start(b)
         for s in (MY_LA, MY_LB):
             harness.sysbench_prepare(s, 200)
         before_a, before_b = a.status(), b.status()
@@ -505,8 +521,8 @@ def test_live_mirror_of_pgbench_prepared_and_extended(capture_ok):
     a = ph.PgServer(PG_LA, OUT / "pg-la")
     b = ph.PgServer(PG_LB, OUT / "pg-lb")
     try:
-        a.start()
-        b.start()
+        start(a)
+        start(b)
         ph.pgbench_init(a)
         ph.pgbench_init(b)
         a.pgss_reset()
@@ -544,6 +560,7 @@ def test_live_mirror_of_pymongo_with_cursors(cap, capture_ok):
     mirrored find opened on B)."""
     venv(PORT_A, "seed")
     venv(PORT_B, "seed")
+    open_before = open_cursors(PORT_A), open_cursors(PORT_B)
     before_a, before_b = counts(PORT_A), counts(PORT_B)
     m = Mirror(port=PORT_A, target=PORT_B)
     try:
@@ -561,11 +578,12 @@ def test_live_mirror_of_pymongo_with_cursors(cap, capture_ok):
         m.stop()
     assert client["chain_docs"] == [N_DOCS] * CHAINS
     assert want["getMore#docs"] == CHAINS * (N_DOCS - BATCH), want
-    assert got == want, (got, want)
-    assert open_cursors(PORT_A) == 0 and open_cursors(PORT_B) == 0
     f = rep["fidelity"]
+    assert got == want, (got, want, f)
     assert f["skipped_requests"] == {}, f
     assert f["requests_sent"] == f["requests_captured"], f
+    # the cursor closed early was killed on both: B's killCursors named B's cursor
+    assert (open_cursors(PORT_A), open_cursors(PORT_B)) == open_before, f
 
 
 def test_getmore_on_another_connection_waits_for_its_cursor(cap):
