@@ -428,7 +428,8 @@ def test_live_mirror_of_redis_benchmark(redis_pair):
     assert got == want, (got, want, rep["fidelity"], "".join(m.err))
     assert want["set"]["requests"] == 20000 and want["get"]["requests"] == 20000, want
     f = rep["fidelity"]
-    assert f["requests_sent"] == f["requests_captured"] == sum(v["requests"] for v in want.values()), f
+    total = sum(v["requests"] for v in want.values())
+    assert f["requests_sent"] == f["requests_captured"] == total, f
     assert f["skipped_requests"] == {}, f
     cap = sum(g["capture"]["count"] for g in rep["groups"].values())
     tgt = sum(g["target"]["count"] for g in rep["groups"].values())
@@ -529,7 +530,8 @@ def test_live_mirror_of_pgbench_prepared_and_extended(capture_ok):
         b.pgss_reset()
         m = Mirror(port=PG_LA, target=PG_LB)
         try:
-            runs = [ph.pgbench_run(a, mode, 2, transactions=150) for mode in ("prepared", "extended")]
+            runs = [ph.pgbench_run(a, mode, 2, transactions=150)
+                    for mode in ("prepared", "extended")]
             a.wait_idle()
             want = {q: e["calls"] for q, e in a.pgss().items()}
             deadline = time.monotonic() + 30
