@@ -65,7 +65,7 @@ done
 MONGO_JAR=tests/mongo-server/target/mongo-server.jar
 MONGO_VENV=tests/out/venv-mongo
 cd "$(dirname "$0")/.."
-if [ ! -s "$MONGO_JAR" ]; then
+if [ ! -s "$MONGO_JAR" ] || [ tests/mongo-server/src/main/java/dbtap/MongoServerMain.java -nt "$MONGO_JAR" ]; then
   echo "setup: building $MONGO_JAR"
   mvn -q -f tests/mongo-server/pom.xml package -DskipTests
 fi

@@ -38,8 +38,8 @@ pub enum Command {
     /// Browse query history in a web browser: a store written by `--store`, or captures
     /// digested at start. Serves the pages and the JSON API (docs/api.md) until Ctrl-C.
     Ui(crate::uicmd::UiArgs),
-    /// Replay the captured sessions onto a target server (Redis for now) and compare the
-    /// target's numbers with the capture's.
+    /// Replay the captured sessions (or, with --live, what a live capture sees) onto a target
+    /// server and compare the target's numbers with the capture's.
     Replay(crate::replaycmd::ReplayArgs),
     /// Print (or apply) the schema of an external sink: `dbtap schema clickhouse`.
     Schema(crate::fleet::SchemaArgs),

@@ -27,8 +27,18 @@ use crate::service::ServiceClock;
 #[derive(Args, Debug)]
 pub struct ReplayArgs {
     /// Capture files (pcap, pcapng, gzip), read in order as one capture.
-    #[arg(required = true, value_name = "FILE")]
+    #[arg(required_unless_present = "live", value_name = "FILE")]
     pub files: Vec<PathBuf>,
+    /// Mirror what a live capture on `-i IFACE` sees onto the target as it happens, until
+    /// Ctrl-C / SIGTERM or `--duration`.
+    #[arg(long, requires = "interface", conflicts_with_all = ["files", "rate", "max", "skip_idle", "speed"])]
+    pub live: bool,
+    /// `--live`: the interface to capture on (`lo`, `eth0`, `any`).
+    #[arg(long, short = 'i', value_name = "IFACE")]
+    pub interface: Option<String>,
+    /// `--live`: stop after this long (e.g. `30s`).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub duration: Option<std::time::Duration>,
     /// The target server: HOST:PORT, or the path of a Unix socket.
     #[arg(long, value_name = "HOST:PORT|PATH")]
     pub target: String,
@@ -212,11 +222,15 @@ impl ReplayArgs {
     }
 }
 
+mod live;
 mod out;
 
 /// Runs `dbtap replay`.
 pub fn run(args: ReplayArgs) -> Result<()> {
     let target = args.target()?;
+    if args.live {
+        return live::run(&args, &target);
+    }
     let consumer = CaptureConsumer {
         fp: Fingerprinter::from_args(&args.grouping),
         agg: new_aggregator(),
@@ -233,7 +247,22 @@ pub fn run(args: ReplayArgs) -> Result<()> {
         clock: ServiceClock::default(),
     };
     let (sink, mut fid) = replay::run::replay(plans, &args.options(), &target, sink);
-    fid.requests_captured = consumer.agg.totals().stats.count;
+    for (k, v) in skipped {
+        *fid.skipped_requests.entry(k).or_default() += v;
+    }
+    fid.skipped_bytes = skipped_bytes;
+    report(&args, &consumer.agg, &health, &sink.agg, fid)
+}
+
+/// Prints the report: the capture's side beside the target's, with the replay's fidelity.
+fn report(
+    args: &ReplayArgs,
+    capture: &Aggregator,
+    health: &report::CaptureHealth,
+    target: &Aggregator,
+    mut fid: Fidelity,
+) -> Result<()> {
+    fid.requests_captured = capture.totals().stats.count;
     if fid.target_connections == 0 && fid.requests_planned > 0 {
         eprintln!(
             "dbtap: warning: no connection to {} could be opened: nothing was replayed",
@@ -242,32 +271,22 @@ pub fn run(args: ReplayArgs) -> Result<()> {
     }
     if fid.requests_framed == 0 {
         eprintln!(
-            "dbtap: warning: the capture holds no request of a protocol replay supports yet \
-             (Redis, MySQL, PostgreSQL); see the skipped counts"
+            "dbtap: warning: the capture holds no request of a protocol replay supports \
+             (Redis, MySQL, PostgreSQL, MongoDB); see the skipped counts"
         );
     }
-    for (k, v) in skipped {
-        *fid.skipped_requests.entry(k).or_default() += v;
-    }
-    fid.skipped_bytes = skipped_bytes;
-    let span = report::span_ns(&consumer.agg, &health);
+    let span = report::span_ns(capture, health);
     let before = Side::from_aggregator(
         "capture",
-        &consumer.agg,
+        capture,
         span,
         health.is_complete(),
         Default::default(),
     );
     let wall = (fid.wall_s * 1e9) as u64;
-    let after = Side::from_aggregator(
-        &args.target,
-        &sink.agg,
-        Some(wall),
-        true,
-        Default::default(),
-    );
+    let after = Side::from_aggregator(&args.target, target, Some(wall), true, Default::default());
     let d = diff::compare(&before, &after, &diff::Settings::default());
-    let groups = out::group_rows(&consumer.agg, &sink.agg);
+    let groups = out::group_rows(capture, target);
     let stdout = std::io::stdout();
     let mut w = BufWriter::new(stdout.lock());
     match args.format {

@@ -59,9 +59,14 @@ pub struct Plan {
     /// When the connection ended in the capture (or the capture did): the replayed
     /// connection is held open until then (a subscriber keeps receiving).
     pub end_ns: u64,
+    /// MongoDB: (captured request id, cursor id) of every captured reply that opened a cursor.
+    pub mongo_cursors: Vec<(i32, i64)>,
+    /// `--live`: the batches come from this feed as the capture frames them (`batches` is
+    /// empty).
+    pub live: Option<crate::run::LiveFeed>,
 }
 
-enum Chunk {
+pub(crate) enum Chunk {
     Client(u64, Vec<u8>),
     /// The server answered; the first (up to 9) bytes of its answer, for a MySQL
     /// PREPARE_OK's statement id (held inline: no allocation per reply).
@@ -78,6 +83,8 @@ struct ConnBuf {
     database: Option<Arc<str>>,
     events: u64,
     closed_ns: u64,
+    /// MongoDB: the captured replies, scanned for the cursors they name.
+    mongo: Option<Box<crate::mongo::ReplyScan>>,
 }
 
 /// Collects the client bytes of every connection (see the module doc).
@@ -113,13 +120,9 @@ impl Collector {
             return;
         };
         if !to_server {
+            scan_mongo_reply(c, data);
             if !matches!(c.chunks.last(), Some(Chunk::Reply(..)) | None) {
-                let mut head = [0u8; 9];
-                let n = data.len().min(9);
-                if let (Some(h), Some(d)) = (head.get_mut(..n), data.get(..n)) {
-                    h.copy_from_slice(d);
-                }
-                c.chunks.push(Chunk::Reply(head, n as u8));
+                c.chunks.push(Chunk::reply(data));
             }
             return;
         }
@@ -166,6 +169,11 @@ impl Collector {
         }
         if c.protocol.is_none() {
             c.protocol = Some(ev.protocol);
+            if ev.protocol != Protocol::Mongodb {
+                c.mongo = None;
+            } else if c.mongo.is_none() {
+                c.mongo = Some(Box::default());
+            }
             if !supported(ev.protocol) {
                 let freed: usize = c.chunks.iter().map(chunk_len).sum();
                 self.held = self.held.saturating_sub(freed);
@@ -193,30 +201,16 @@ impl Collector {
                 None => continue,
             }
             let protocol = c.protocol.unwrap_or(Protocol::Redis);
-            let mut user = None;
-            let mut database = c.database.clone();
-            let batches = if protocol == Protocol::Postgres {
-                let f = crate::postgres::frame_conn(
-                    c.saw_open,
-                    c.chunks.iter().map(Chunk::view),
-                    &mut self.skipped_bytes,
-                    &mut self.skipped,
-                );
-                user = f.user.map(Arc::from);
-                if let Some(d) = f.database {
-                    database = Some(Arc::from(d));
-                }
-                f.batches
-            } else if protocol == Protocol::Mysql {
-                crate::mysql::frame_conn(
-                    &c.saw_open,
-                    c.chunks.iter().map(Chunk::view),
-                    &mut self.skipped_bytes,
-                    &mut self.skipped,
-                )
-            } else {
-                frame_conn(&c, &mut self.skipped_bytes)
-            };
+            let f = frame(
+                protocol,
+                c.saw_open,
+                c.chunks.iter().map(Chunk::view),
+                &mut self.skipped_bytes,
+                &mut self.skipped,
+            );
+            let user = f.user.map(Arc::from);
+            let database = f.database.map(Arc::from).or_else(|| c.database.clone());
+            let batches = f.batches;
             let last = batches.last().map_or(0, |b| b.ts_ns);
             if !batches.is_empty() {
                 plans.push(Plan {
@@ -226,7 +220,12 @@ impl Collector {
                     saw_open: c.saw_open,
                     database,
                     user,
+                    mongo_cursors: crate::mongo::opened(
+                        &batches,
+                        c.mongo.map(|m| m.cursors).unwrap_or_default(),
+                    ),
                     batches,
+                    live: None,
                 });
             }
         }
@@ -237,10 +236,28 @@ impl Collector {
 
 /// The protocols replay supports.
 fn supported(p: Protocol) -> bool {
-    matches!(p, Protocol::Redis | Protocol::Mysql | Protocol::Postgres)
+    matches!(
+        p,
+        Protocol::Redis | Protocol::Mysql | Protocol::Postgres | Protocol::Mongodb
+    )
+}
+
+/// A server's bytes of a connection that is (or may be) MongoDB: scanned for cursors.
+fn scan_mongo_reply(c: &mut ConnBuf, data: &[u8]) {
+    if c.mongo.is_none()
+        && c.protocol.is_none()
+        && c.events == 0
+        && crate::mongo::looks_like_reply(data)
+    {
+        c.mongo = Some(Box::default());
+    }
+    if let Some(m) = c.mongo.as_mut() {
+        m.feed(data);
+    }
 }
 
 /// A chunk as the protocol framers see it.
+#[derive(Clone, Copy)]
 pub(crate) enum ChunkView<'a> {
     Client(u64, &'a [u8]),
     Reply(&'a [u8]),
@@ -248,7 +265,17 @@ pub(crate) enum ChunkView<'a> {
 }
 
 impl Chunk {
-    fn view(&self) -> ChunkView<'_> {
+    /// The reply marker of a server's answer starting with `data`.
+    pub(crate) fn reply(data: &[u8]) -> Chunk {
+        let mut head = [0u8; 9];
+        let n = data.len().min(9);
+        if let (Some(h), Some(d)) = (head.get_mut(..n), data.get(..n)) {
+            h.copy_from_slice(d);
+        }
+        Chunk::Reply(head, n as u8)
+    }
+
+    pub(crate) fn view(&self) -> ChunkView<'_> {
         match self {
             Chunk::Client(ts, b) => ChunkView::Client(*ts, b),
             Chunk::Reply(h, n) => ChunkView::Reply(h.get(..usize::from(*n)).unwrap_or_default()),
@@ -257,27 +284,57 @@ impl Chunk {
     }
 }
 
-fn chunk_len(c: &Chunk) -> usize {
+pub(crate) fn chunk_len(c: &Chunk) -> usize {
     match c {
         Chunk::Client(_, b) => b.len(),
         _ => 0,
     }
 }
 
+/// Frames one connection's chunks by its protocol (a whole capture's, or a window of a live
+/// connection's): the batches, and the user and database its login named (PostgreSQL).
+pub(crate) fn frame<'a>(
+    protocol: Protocol,
+    saw_open: bool,
+    chunks: impl Iterator<Item = ChunkView<'a>>,
+    skipped_bytes: &mut BTreeMap<String, u64>,
+    skipped: &mut BTreeMap<String, u64>,
+) -> crate::postgres::Framed {
+    match protocol {
+        Protocol::Postgres => crate::postgres::frame_conn(saw_open, chunks, skipped_bytes, skipped),
+        Protocol::Mysql => crate::postgres::Framed {
+            batches: crate::mysql::frame_conn(&saw_open, chunks, skipped_bytes, skipped),
+            ..Default::default()
+        },
+        Protocol::Mongodb => crate::postgres::Framed {
+            batches: crate::mongo::frame_conn(saw_open, chunks, skipped_bytes),
+            ..Default::default()
+        },
+        Protocol::Redis => crate::postgres::Framed {
+            batches: frame_conn(saw_open, chunks, skipped_bytes),
+            ..Default::default()
+        },
+    }
+}
+
 /// Frames one connection's chunks into batches of requests.
-fn frame_conn(c: &ConnBuf, skipped: &mut BTreeMap<String, u64>) -> Vec<Batch> {
+fn frame_conn<'a>(
+    saw_open: bool,
+    chunks: impl Iterator<Item = ChunkView<'a>>,
+    skipped: &mut BTreeMap<String, u64>,
+) -> Vec<Batch> {
     let mut f = Framer {
         pend: Vec::new(),
         pend_ts: 0,
-        synced: c.saw_open,
+        synced: saw_open,
         reply_since: true,
         batches: Vec::new(),
     };
-    for chunk in &c.chunks {
+    for chunk in chunks {
         match chunk {
-            Chunk::Client(ts, data) => f.client(*ts, data, skipped),
-            Chunk::Reply(..) => f.reply_since = true,
-            Chunk::Gap => {
+            ChunkView::Client(ts, data) => f.client(ts, data, skipped),
+            ChunkView::Reply(..) => f.reply_since = true,
+            ChunkView::Gap => {
                 f.pend.clear();
                 f.synced = false;
             }
@@ -417,16 +474,17 @@ mod tests {
     }
 
     #[test]
-    fn other_protocols_are_skipped_and_counted() {
+    fn mongodb_bytes_that_frame_nothing_are_counted() {
         let mut c = Collector::new(Limits { max_bytes: 1 << 20 });
         c.open(7, true);
         c.bytes(7, true, 1, b"\x05\x00\x00\x00\x03SEL");
         let mut ev = proto::testing::event(Protocol::Mongodb, "find", 0, Some(1));
         ev.conn = 7;
         c.event(&ev);
-        let (plans, skipped, _) = c.finish();
+        let (plans, skipped, bytes) = c.finish();
         assert!(plans.is_empty());
-        assert_eq!(skipped.get("mongodb_not_supported_yet"), Some(&1));
+        assert!(skipped.is_empty());
+        assert_eq!(bytes.get("incomplete_at_end"), Some(&8));
     }
 
     #[test]

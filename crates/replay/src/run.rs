@@ -68,6 +68,8 @@ struct Ctx {
     ids: AtomicU64,
     tx: mpsc::SyncSender<Msg>,
     slots: (Mutex<usize>, Condvar),
+    /// MongoDB: the cursor map the sessions share.
+    mongo: mongo::Shared,
 }
 
 impl Ctx {
@@ -99,7 +101,7 @@ pub fn replay<S: EventSink>(
     plans: Vec<Plan>,
     opts: &Options,
     target: &Target,
-    mut sink: S,
+    sink: S,
 ) -> (S, Fidelity) {
     let mut fid = Fidelity {
         sessions_captured: plans.len() as u64,
@@ -147,6 +149,25 @@ pub fn replay<S: EventSink>(
     fid.capture_span_s = last.unwrap_or(0).saturating_sub(first.unwrap_or(0)) as f64 / 1e9;
     fid.sessions_replayed = chosen.len() as u64 * u64::from(opts.scale);
     fid.requests_planned = chosen.iter().map(requests).sum::<u64>() * u64::from(opts.scale);
+    let (ctx, collector) = start(target, opts, sink, mongo::Shared::new(&chosen));
+    launch(&ctx, chosen, offsets, &mut tally);
+    fid.wall_s = ctx.start.elapsed().as_secs_f64();
+    drop(ctx);
+    let sink = collector
+        .join()
+        .unwrap_or_else(|e| std::panic::resume_unwind(e));
+    fid.take(&tally);
+    (sink, fid)
+}
+
+/// The shared context of a replay, and the collector thread handing the target's events to
+/// `sink`.
+fn start<S: EventSink>(
+    target: &Target,
+    opts: &Options,
+    mut sink: S,
+    mongo: mongo::Shared,
+) -> (Arc<Ctx>, std::thread::JoinHandle<S>) {
     let (tx, rx) = mpsc::sync_channel(EVENT_QUEUE);
     let collector = std::thread::spawn(move || {
         for m in rx {
@@ -168,15 +189,9 @@ pub fn replay<S: EventSink>(
         ids: AtomicU64::new(1),
         tx,
         slots: (Mutex::new(0), Condvar::new()),
+        mongo,
     });
-    launch(&ctx, chosen, offsets, &mut tally);
-    fid.wall_s = ctx.start.elapsed().as_secs_f64();
-    drop(ctx);
-    let sink = collector
-        .join()
-        .unwrap_or_else(|e| std::panic::resume_unwind(e));
-    fid.take(&tally);
-    (sink, fid)
+    (ctx, collector)
 }
 
 fn requests(p: &Plan) -> u64 {
@@ -336,6 +351,8 @@ impl Sink for ChanSink<'_> {
 }
 
 mod conn;
+pub mod live;
+mod mongo;
 mod my;
 mod pg;
 use conn::TargetConn;
@@ -377,6 +394,32 @@ fn warn_once(msg: &str) {
     }
 }
 
+/// A live session's batches as the capture frames them (see [`live`]).
+pub type LiveFeed = Arc<Mutex<mpsc::Receiver<crate::capture::Batch>>>;
+
+/// A session's batches with their offsets from the replay's start: the plan's, or those of
+/// its live feed as they come, each due at its captured time (so its lag is how far behind
+/// the capture the mirror runs).
+fn batches<'a>(
+    ctx: &'a Ctx,
+    plan: &'a Plan,
+    offsets: &'a [u64],
+) -> Box<dyn Iterator<Item = (std::borrow::Cow<'a, crate::capture::Batch>, u64)> + 'a> {
+    match &plan.live {
+        None => Box::new(
+            plan.batches
+                .iter()
+                .zip(offsets)
+                .map(|(b, &o)| (std::borrow::Cow::Borrowed(b), o)),
+        ),
+        Some(feed) => Box::new(std::iter::from_fn(move || {
+            let b = feed.lock().unwrap_or_else(|e| e.into_inner()).recv().ok()?;
+            let off = b.ts_ns.saturating_sub(ctx.epoch_ns);
+            Some((std::borrow::Cow::Owned(b), off))
+        })),
+    }
+}
+
 /// Replays one session copy.
 fn run_session(ctx: &Ctx, plan: &Plan, offsets: &[u64]) -> Tally {
     if plan.protocol == proto::Protocol::Mysql {
@@ -385,6 +428,9 @@ fn run_session(ctx: &Ctx, plan: &Plan, offsets: &[u64]) -> Tally {
     if plan.protocol == proto::Protocol::Postgres {
         return pg::run_session(ctx, plan, offsets);
     }
+    if plan.protocol == proto::Protocol::Mongodb {
+        return mongo::run_session(ctx, plan, offsets);
+    }
     let mut t = Tally::default();
     let mut conn: Option<TargetConn> = None;
     let mut db: Option<Vec<u8>> = plan
@@ -392,7 +438,7 @@ fn run_session(ctx: &Ctx, plan: &Plan, offsets: &[u64]) -> Tally {
         .as_ref()
         .filter(|_| !plan.saw_open)
         .map(|d| d.as_bytes().to_vec());
-    for (batch, &off) in plan.batches.iter().zip(offsets) {
+    for (batch, off) in batches(ctx, plan, offsets) {
         let late = ctx.wait_until(off);
         if conn.is_none() {
             conn = TargetConn::open(ctx, db.as_deref(), &mut t);

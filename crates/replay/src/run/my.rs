@@ -199,7 +199,7 @@ pub(super) fn run_session(ctx: &Ctx, plan: &Plan, offsets: &[u64]) -> Tally {
     let mut conn: Option<Conn> = None;
     let mut st = Statements::default();
     let db = plan.database.as_ref().map(|d| d.as_bytes().to_vec());
-    for (batch, &off) in plan.batches.iter().zip(offsets) {
+    for (batch, off) in super::batches(ctx, plan, offsets) {
         let late = ctx.wait_until(off);
         let n = batch.requests.len();
         let Some((c, opened)) = super::connected(&mut conn, &mut t, n, "mysql", || {

@@ -211,7 +211,7 @@ pub(super) fn run_session(ctx: &Ctx, plan: &Plan, offsets: &[u64]) -> Tally {
         .or_else(|| plan.user.as_deref().map(str::to_string))
         .unwrap_or_else(|| "postgres".into());
     let db = plan.database.as_deref();
-    for (batch, &off) in plan.batches.iter().zip(offsets) {
+    for (batch, off) in super::batches(ctx, plan, offsets) {
         let late = ctx.wait_until(off);
         if batch.requests.first().and_then(|r| r.bytes.first()) == Some(&b'X') {
             t.sent += 1;

@@ -1,0 +1,167 @@
+//! `dbtap replay --live -i IFACE --target ...`: one capture ring on the interface (the same
+//! kernel filter as `dbtap live`: the server ports and addresses, loopback packets once) feeds
+//! the pipeline's engine; its connection hooks feed the live mirror of the `replay` crate
+//! ([`replay::run::live::Live`]) and its events the capture side of the report. Runs until
+//! Ctrl-C / SIGTERM or `--duration`, then prints the same report as a file replay.
+
+use std::collections::HashSet;
+use std::net::ToSocketAddrs;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use aggregate::Aggregator;
+use anyhow::{Context, Result};
+use proto::{ConnMeta, Endpoint, QueryEvent};
+use replay::Target;
+use replay::run::live::Live;
+
+use super::{ReplayArgs, TargetSink, new_aggregator};
+use crate::fp::Fingerprinter;
+use crate::pipeline::{Consumer, Engine};
+use crate::service::ServiceClock;
+
+/// Link type of the frames the ring hands over: they start at the IP header.
+const LINKTYPE_RAW: u32 = 101;
+/// The kernel ring, in 1 MiB blocks: the mirror frames and dispatches on the capture
+/// thread, so the ring rides out its bursts (a drop is reported).
+const RING_MB: u32 = 64;
+/// How long one poll of the ring waits for packets.
+const POLL: Duration = Duration::from_millis(50);
+
+/// The capture side of a live mirror: the report's aggregate, and the mirror itself.
+struct LiveSide {
+    fp: Fingerprinter,
+    agg: Aggregator,
+    live: Live<TargetSink>,
+    /// The target's own address: its connections (the mirror's) are never mirrored.
+    target: Option<Endpoint>,
+    ignored: HashSet<u64>,
+}
+
+impl Consumer for LiveSide {
+    fn event(&mut self, ev: QueryEvent) {
+        if self.ignored.contains(&ev.conn) {
+            return;
+        }
+        self.live.event(&ev);
+        self.fp.add_to(&mut self.agg, &ev);
+    }
+    fn close(&mut self, conn: u64, ts_ns: u64) {
+        if self.ignored.remove(&conn) {
+            return;
+        }
+        self.live.close(conn);
+        self.agg.close_conn(conn, ts_ns);
+    }
+    fn conn_open(&mut self, meta: &ConnMeta) {
+        if self.target.as_ref() == Some(&meta.server) {
+            self.ignored.insert(meta.id);
+            return;
+        }
+        self.live.open(meta.id, meta.saw_open);
+    }
+    fn conn_bytes(&mut self, conn: u64, to_server: bool, ts_ns: u64, bytes: &[u8]) {
+        if !self.ignored.contains(&conn) {
+            self.live.bytes(conn, to_server, ts_ns, bytes);
+        }
+    }
+    fn conn_gap(&mut self, conn: u64, to_server: bool, len: u64) {
+        if !self.ignored.contains(&conn) {
+            self.live.gap(conn, to_server, len);
+        }
+    }
+}
+
+/// Runs the live mirror (see the module doc).
+pub(super) fn run(args: &ReplayArgs, target: &Target) -> Result<()> {
+    let iface = args.interface.clone().context("--live needs -i IFACE")?;
+    let settings = crate::settings(&args.input());
+    let spec = live::bpf::FilterSpec {
+        ports: settings.ports.iter().map(|(p, _)| *p).collect(),
+        servers: args.servers.clone(),
+        sample: 1,
+        loopback_ifindex: live::interface_index("lo").ok(),
+    };
+    let filter = live::bpf::servers_filter(&spec);
+    let cfg = live::RingConfig {
+        block_count: RING_MB,
+        ..live::RingConfig::new(&iface)
+    };
+    let mut ring = live::Ring::open(&cfg, &filter)
+        .with_context(|| format!("opening a capture on {iface} (needs CAP_NET_RAW)"))?;
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, Arc::clone(&stop)).context("installing signal handler")?;
+    }
+    let target_ep = match target {
+        Target::Tcp(a) => a
+            .to_socket_addrs()
+            .ok()
+            .and_then(|mut a| a.next())
+            .map(Endpoint::from),
+        Target::Unix(_) => None,
+    };
+    let side = LiveSide {
+        fp: Fingerprinter::from_args(&args.grouping),
+        agg: new_aggregator(),
+        live: Live::new(
+            &args.options(),
+            target,
+            TargetSink {
+                fp: Fingerprinter::from_args(&args.grouping),
+                agg: new_aggregator(),
+                clock: ServiceClock::default(),
+            },
+        ),
+        target: target_ep,
+        ignored: HashSet::new(),
+    };
+    let flow = flow::FlowConfig {
+        max_flows: flow::DEFAULT_MAX_FLOWS,
+        ..flow::FlowConfig::default()
+    };
+    let mut engine = Engine::new(&settings, flow, side);
+    let deadline = args.duration.map(|d| Instant::now() + d);
+    if !args.quiet {
+        eprintln!(
+            "dbtap: replay: mirroring {iface} onto {} (Ctrl-C to stop)",
+            args.target
+        );
+    }
+    let mut error = None;
+    while !stop.load(Ordering::Acquire) && deadline.is_none_or(|d| Instant::now() < d) {
+        match ring.poll(POLL, |p| {
+            engine.frame(LINKTYPE_RAW, p.data, p.ts_ns, &iface)
+        }) {
+            Ok(0) => engine.expire(unix_now()),
+            Ok(_) => {}
+            Err(e) => {
+                error = Some(e.to_string());
+                break;
+            }
+        }
+    }
+    let stats = ring.stats().unwrap_or_default();
+    let (side, mut health) = engine.finish(vec![iface.clone()], 0);
+    if let Some(e) = error {
+        health
+            .warnings
+            .push(format!("the capture on {iface} failed: {e}"));
+    }
+    if stats.drops > 0 {
+        health.warnings.push(format!(
+            "the kernel dropped {} packet(s) on {iface}: the mirror missed their requests",
+            stats.drops
+        ));
+    }
+    crate::warn(&health);
+    let (sink, fid) = side.live.finish();
+    super::report(args, &side.agg, &health, &sink.agg, fid)
+}
+
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
