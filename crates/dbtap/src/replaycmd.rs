@@ -88,6 +88,12 @@ pub struct ReplayArgs {
     /// Never show a progress bar.
     #[arg(long, short = 'q')]
     pub quiet: bool,
+    /// Replay only requests that cannot write (SELECT, SHOW, Redis reads, ...); transaction
+    /// and session-state commands are kept; what is left out is counted (`read_only`).
+    #[arg(long = "read-only")]
+    pub read_only: bool,
+    #[command(flatten)]
+    pub time: crate::cli::TimeArgs,
 }
 
 fn parse_factor(s: &str) -> Result<f64, String> {
@@ -117,12 +123,25 @@ struct CaptureConsumer {
     fp: Fingerprinter,
     agg: Aggregator,
     collector: Collector,
+    judge: judge::Judge,
 }
 
 impl Consumer for CaptureConsumer {
     fn event(&mut self, ev: QueryEvent) {
         self.collector.event(&ev);
-        self.fp.add_to(&mut self.agg, &ev);
+        if !self.judge.active {
+            self.fp.add_to(&mut self.agg, &ev);
+            return;
+        }
+        // The capture side counts what the filters let through, as the target should.
+        let v = self.judge.verdict(&mut self.fp, &ev);
+        self.collector.verdict(ev.conn, ev.start_ns, ev.command, v);
+        match v {
+            replay::filter::Verdict::Keep => {
+                self.fp.add_to(&mut self.agg, &ev);
+            }
+            _ => self.agg.filtered_out(),
+        }
     }
     fn close(&mut self, conn: u64, ts_ns: u64) {
         self.collector.close(conn, ts_ns);
@@ -212,17 +231,35 @@ impl ReplayArgs {
     }
 }
 
+mod judge;
 mod out;
 
 /// Runs `dbtap replay`.
 pub fn run(args: ReplayArgs) -> Result<()> {
     let target = args.target()?;
+    let sel = crate::selection::Selection::resolve(args.time.range(), &args.files)?;
+    let judge = judge::Judge {
+        read_only: args.read_only,
+        window: sel
+            .as_ref()
+            .map_or(crate::timespec::Window::ALL, |s| s.window),
+        active: args.read_only || !args.grouping.where_.is_empty() || sel.is_some(),
+    };
+    let mut collector = Collector::new(Limits {
+        max_bytes: args.read_ahead,
+    });
+    if judge.active {
+        collector.filter();
+    }
+    let filters = judge.describe(
+        &args.grouping.where_.join(" AND "),
+        sel.as_ref().map(crate::selection::Selection::describe),
+    );
     let consumer = CaptureConsumer {
         fp: Fingerprinter::from_args(&args.grouping),
         agg: new_aggregator(),
-        collector: Collector::new(Limits {
-            max_bytes: args.read_ahead,
-        }),
+        collector,
+        judge,
     };
     let (consumer, health) = pipeline::run(&args.files, &crate::settings(&args.input()), consumer)?;
     crate::warn(&health);
@@ -234,6 +271,7 @@ pub fn run(args: ReplayArgs) -> Result<()> {
     };
     let (sink, mut fid) = replay::run::replay(plans, &args.options(), &target, sink);
     fid.requests_captured = consumer.agg.totals().stats.count;
+    fid.filters = filters;
     if fid.target_connections == 0 && fid.requests_planned > 0 {
         eprintln!(
             "dbtap: warning: no connection to {} could be opened: nothing was replayed",

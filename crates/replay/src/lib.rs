@@ -3,12 +3,13 @@
 //! target connection per captured connection, each waiting for its own replies ([`run`]).
 //! The target's replies are read by the same protocol sessions as a capture, so both sides of
 //! the report come from the same code. Redis ([`redis`], [`resp`]), MySQL/MariaDB ([`mysql`]) and
-//! PostgreSQL ([`postgres`]).
+//! PostgreSQL ([`postgres`]). Filters (`--read-only`, `--where`, a time range) in [`filter`].
 
 #![forbid(unsafe_code)]
 
 pub mod capture;
 pub mod fidelity;
+pub mod filter;
 pub mod mysql;
 pub mod postgres;
 pub mod redis;
