@@ -94,6 +94,10 @@ pub struct ReplayArgs {
     pub read_only: bool,
     #[command(flatten)]
     pub time: crate::cli::TimeArgs,
+    /// The captured users' passwords, one `user:password` a line: each session logs in as
+    /// its captured user; a user not in the file logs in with --user/--password.
+    #[arg(long, value_name = "FILE")]
+    pub credentials: Option<PathBuf>,
 }
 
 fn parse_factor(s: &str) -> Result<f64, String> {
@@ -212,6 +216,7 @@ impl ReplayArgs {
             creds: replay::redis::Credentials {
                 user: self.user.clone(),
                 password: self.password.clone(),
+                users: Default::default(),
             },
             reply_timeout: self.reply_timeout,
             block_wait: self.block_wait,
@@ -231,12 +236,17 @@ impl ReplayArgs {
     }
 }
 
+mod credfile;
 mod judge;
 mod out;
 
 /// Runs `dbtap replay`.
 pub fn run(args: ReplayArgs) -> Result<()> {
     let target = args.target()?;
+    let mut opts = args.options();
+    if let Some(f) = &args.credentials {
+        opts.creds.users = std::sync::Arc::new(credfile::read(f)?);
+    }
     let sel = crate::selection::Selection::resolve(args.time.range(), &args.files)?;
     let judge = judge::Judge {
         read_only: args.read_only,
@@ -269,7 +279,10 @@ pub fn run(args: ReplayArgs) -> Result<()> {
         agg: new_aggregator(),
         clock: ServiceClock::default(),
     };
-    let (sink, mut fid) = replay::run::replay(plans, &args.options(), &target, sink);
+    if args.credentials.is_some() {
+        credfile::note_missing(&opts.creds, &plans);
+    }
+    let (sink, mut fid) = replay::run::replay(plans, &opts, &target, sink);
     fid.requests_captured = consumer.agg.totals().stats.count;
     fid.filters = filters;
     if fid.target_connections == 0 && fid.requests_planned > 0 {

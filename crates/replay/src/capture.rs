@@ -53,7 +53,8 @@ pub struct Plan {
     pub saw_open: bool,
     /// The first database its events name (for a connection begun before the capture).
     pub database: Option<Arc<str>>,
-    /// PostgreSQL: the user of the captured startup message.
+    /// The captured user: PostgreSQL's startup message, else the first its events name
+    /// (MySQL's login, Redis's AUTH); picks its password from `--credentials`.
     pub user: Option<Arc<str>>,
     pub batches: Vec<Batch>,
     /// When the connection ended in the capture (or the capture did): the replayed
@@ -82,6 +83,8 @@ struct ConnBuf {
     verdicts: Vec<crate::filter::Judged>,
     /// The time of the last client bytes held.
     last_held_ns: u64,
+    /// The first user its events name (MySQL's login, Redis's AUTH).
+    user: Option<Arc<str>>,
 }
 
 /// Collects the client bytes of every connection (see the module doc).
@@ -205,6 +208,9 @@ impl Collector {
         if c.database.is_none() {
             c.database = ev.database.clone();
         }
+        if c.user.is_none() {
+            c.user = ev.user.clone();
+        }
         if c.protocol.is_none() {
             c.protocol = Some(ev.protocol);
             if !supported(ev.protocol) {
@@ -234,7 +240,7 @@ impl Collector {
                 None => continue,
             }
             let protocol = c.protocol.unwrap_or(Protocol::Redis);
-            let mut user = None;
+            let mut user = c.user.clone();
             let mut database = c.database.clone();
             let batches = if protocol == Protocol::Postgres {
                 let f = crate::postgres::frame_conn(
@@ -243,7 +249,9 @@ impl Collector {
                     &mut self.skipped_bytes,
                     &mut self.skipped,
                 );
-                user = f.user.map(Arc::from);
+                if let Some(u) = f.user {
+                    user = Some(Arc::from(u));
+                }
                 if let Some(d) = f.database {
                     database = Some(Arc::from(d));
                 }

@@ -8,6 +8,7 @@
 #![forbid(unsafe_code)]
 
 pub mod capture;
+pub mod creds;
 pub mod fidelity;
 pub mod filter;
 pub mod mysql;
@@ -16,6 +17,7 @@ pub mod redis;
 pub mod resp;
 pub mod run;
 pub mod schedule;
+pub mod scram;
 
 pub use capture::{Collector, Limits, Plan};
 pub use fidelity::Fidelity;

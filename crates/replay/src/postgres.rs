@@ -259,6 +259,29 @@ pub fn message(t: u8, body: &[u8]) -> Vec<u8> {
     m
 }
 
+/// The SASLInitialResponse body choosing SCRAM-SHA-256 from the server's mechanism list
+/// `mechanisms` (NUL-terminated names), with the client-first message `first`.
+pub fn sasl_initial(mechanisms: &[u8], first: &str) -> Result<Vec<u8>, String> {
+    let offered = mechanisms
+        .split(|&b| b == 0)
+        .any(|m| m == crate::scram::MECHANISM.as_bytes());
+    if !offered {
+        return Err(format!(
+            "the target offers SASL mechanisms {:?}: only {} is supported",
+            String::from_utf8_lossy(mechanisms)
+                .replace('\0', " ")
+                .trim(),
+            crate::scram::MECHANISM
+        ));
+    }
+    let mut out = Vec::with_capacity(first.len() + 20);
+    out.extend_from_slice(crate::scram::MECHANISM.as_bytes());
+    out.push(0);
+    out.extend_from_slice(&(first.len() as u32).to_be_bytes());
+    out.extend_from_slice(first.as_bytes());
+    Ok(out)
+}
+
 /// The md5 password: "md5" + md5(md5(password + user) + salt), hex.
 pub fn md5_password(user: &str, password: &str, salt: &[u8]) -> Vec<u8> {
     let hex = |d: &[u8]| d.iter().map(|b| format!("{b:02x}")).collect::<String>();

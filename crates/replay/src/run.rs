@@ -387,6 +387,7 @@ fn run_session(ctx: &Ctx, plan: &Plan, offsets: &[u64]) -> Tally {
     }
     let mut t = Tally::default();
     let mut conn: Option<TargetConn> = None;
+    let creds = ctx.opts.creds.for_user(plan.user.as_deref());
     let mut db: Option<Vec<u8>> = plan
         .database
         .as_ref()
@@ -395,7 +396,7 @@ fn run_session(ctx: &Ctx, plan: &Plan, offsets: &[u64]) -> Tally {
     for (batch, &off) in plan.batches.iter().zip(offsets) {
         let late = ctx.wait_until(off);
         if conn.is_none() {
-            conn = TargetConn::open(ctx, db.as_deref(), &mut t);
+            conn = TargetConn::open(ctx, &creds, db.as_deref(), &mut t);
         }
         let Some(c) = conn.as_mut() else {
             t.skip("connect_failed", batch.requests.len() as u64);
@@ -405,7 +406,7 @@ fn run_session(ctx: &Ctx, plan: &Plan, offsets: &[u64]) -> Tally {
         let mut out = Vec::new();
         let (mut expect, mut blocking) = (0usize, false);
         for r in &batch.requests {
-            match redis::rewrite(r, &ctx.opts.creds) {
+            match redis::rewrite(r, &creds) {
                 Send::Bytes(b, n) => {
                     out.extend_from_slice(&b);
                     expect += n;

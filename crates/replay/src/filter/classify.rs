@@ -34,10 +34,13 @@ pub fn sets_state(p: Protocol, command: &str, text: Option<&str>) -> bool {
     match p {
         Protocol::Mysql => match command {
             "init_db" | "set_option" | "reset_connection" | "change_user" => true,
-            "query" => text.is_some_and(sql_sets_state),
+            // A prepared BEGIN/COMMIT (sysbench's) too, with its prepare.
+            "query" | "execute" | "prepare" => text.is_some_and(sql_sets_state),
             _ => false,
         },
-        Protocol::Postgres => command == "query" && text.is_some_and(sql_sets_state),
+        Protocol::Postgres => {
+            matches!(command, "query" | "execute" | "prepare") && text.is_some_and(sql_sets_state)
+        }
         Protocol::Redis => matches!(
             command,
             "select"

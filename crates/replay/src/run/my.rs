@@ -10,6 +10,7 @@ use super::{Ctx, Msg, Stream, is_timeout, new_session};
 use crate::capture::Plan;
 use crate::fidelity::Tally;
 use crate::mysql::{self, AuthReply, Send, Statements};
+use crate::redis::Credentials;
 
 /// Forwards the target session's events and counts them.
 struct Counting<'a> {
@@ -74,7 +75,7 @@ impl Conn {
 
     /// Connects and logs in (the exchange is fed to the session: it learns the capabilities
     /// and the database; the handshake emits no event).
-    fn open(ctx: &Ctx, db: Option<&[u8]>) -> Result<Conn, String> {
+    fn open(ctx: &Ctx, creds: &Credentials, db: Option<&[u8]>) -> Result<Conn, String> {
         let stream = Stream::connect(&ctx.target).map_err(|e| e.to_string())?;
         let id = ctx.ids.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let session = new_session(id, &stream, &ctx.opts.session, proto::Protocol::Mysql)
@@ -89,8 +90,8 @@ impl Conn {
         let g = c.packet(ctx, deadline)?;
         let g =
             mysql::parse_greeting(&g).ok_or("the target's greeting is not MySQL protocol 10")?;
-        let user = ctx.opts.creds.user.clone().unwrap_or_else(|| "root".into());
-        let pw = ctx.opts.creds.password.clone().unwrap_or_default();
+        let user = creds.user.clone().unwrap_or_else(|| "root".into());
+        let pw = creds.password.clone().unwrap_or_default();
         c.send(
             ctx,
             &mysql::packet(1, &mysql::login_response(&g, &user, &pw, db)),
@@ -198,12 +199,13 @@ pub(super) fn run_session(ctx: &Ctx, plan: &Plan, offsets: &[u64]) -> Tally {
     let mut t = Tally::default();
     let mut conn: Option<Conn> = None;
     let mut st = Statements::default();
+    let creds = ctx.opts.creds.for_user(plan.user.as_deref());
     let db = plan.database.as_ref().map(|d| d.as_bytes().to_vec());
     for (batch, &off) in plan.batches.iter().zip(offsets) {
         let late = ctx.wait_until(off);
         let n = batch.requests.len();
         let Some((c, opened)) = super::connected(&mut conn, &mut t, n, "mysql", || {
-            Conn::open(ctx, db.as_deref())
+            Conn::open(ctx, &creds, db.as_deref())
         }) else {
             continue;
         };

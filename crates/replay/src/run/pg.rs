@@ -11,6 +11,7 @@ use super::{Ctx, Msg, Stream, is_timeout, new_session};
 use crate::capture::Plan;
 use crate::fidelity::Tally;
 use crate::postgres::{self, server_message};
+use crate::scram::Scram;
 
 struct ChanSink<'a> {
     tx: &'a std::sync::mpsc::SyncSender<Msg>,
@@ -82,7 +83,7 @@ impl Conn {
         }
     }
 
-    fn open(ctx: &Ctx, user: &str, db: Option<&str>) -> Result<Conn, String> {
+    fn open(ctx: &Ctx, user: &str, pw: &str, db: Option<&str>) -> Result<Conn, String> {
         let stream = Stream::connect(&ctx.target).map_err(|e| e.to_string())?;
         let id = ctx.ids.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let session = new_session(id, &stream, &ctx.opts.session, proto::Protocol::Postgres)
@@ -97,7 +98,7 @@ impl Conn {
         let deadline = Instant::now() + ctx.opts.reply_timeout.max(Duration::from_secs(5));
         let lost = |_| "connection lost during login".to_string();
         c.send(ctx, &postgres::startup(user, db)).map_err(lost)?;
-        let pw = ctx.opts.creds.password.clone().unwrap_or_default();
+        let mut scram: Option<Scram> = None;
         loop {
             let (t, body) = c.next(ctx, deadline).map_err(lost)?;
             match t {
@@ -105,21 +106,33 @@ impl Conn {
                     let code = body
                         .get(..4)
                         .map_or(u32::MAX, |b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]));
+                    let data = body.get(4..).unwrap_or_default();
                     let reply = match code {
                         0 => continue,
                         3 => [pw.as_bytes(), b"\0"].concat(),
-                        5 => postgres::md5_password(user, &pw, body.get(4..8).unwrap_or_default()),
+                        5 => postgres::md5_password(user, pw, body.get(4..8).unwrap_or_default()),
                         10 => {
-                            return Err(
-                                "the target asks for SASL (SCRAM-SHA-256) authentication: \
-                                 not supported yet (trust, password, md5 are)"
-                                    .into(),
-                            );
+                            let s = Scram::new("", pw)?;
+                            let r = postgres::sasl_initial(data, &s.client_first())?;
+                            scram = Some(s);
+                            r
+                        }
+                        11 => scram
+                            .as_mut()
+                            .ok_or("SASL continue before SASL")?
+                            .client_final(data)?
+                            .into_bytes(),
+                        12 => {
+                            scram
+                                .as_ref()
+                                .ok_or("SASL final before SASL")?
+                                .verify(data)?;
+                            continue;
                         }
                         n => {
                             return Err(format!(
                                 "the target asks for authentication method {n}: not supported \
-                                 (trust, password, md5 are)"
+                                 (trust, password, md5, SCRAM-SHA-256 are)"
                             ));
                         }
                     };
@@ -203,9 +216,9 @@ fn error_text(body: &[u8]) -> String {
 pub(super) fn run_session(ctx: &Ctx, plan: &Plan, offsets: &[u64]) -> Tally {
     let mut t = Tally::default();
     let mut conn: Option<Conn> = None;
-    let user = ctx
-        .opts
-        .creds
+    let creds = ctx.opts.creds.for_user(plan.user.as_deref());
+    let pw = creds.password.clone().unwrap_or_default();
+    let user = creds
         .user
         .clone()
         .or_else(|| plan.user.as_deref().map(str::to_string))
@@ -230,7 +243,7 @@ pub(super) fn run_session(ctx: &Ctx, plan: &Plan, offsets: &[u64]) -> Tally {
         }
         let n = batch.requests.len();
         let Some((c, _)) = super::connected(&mut conn, &mut t, n, "postgres", || {
-            Conn::open(ctx, &user, db)
+            Conn::open(ctx, &user, &pw, db)
         }) else {
             continue;
         };

@@ -1,0 +1,353 @@
+"""dbtap replay's filters and options against real servers: `--read-only`, `--where`,
+`--since`/`--until`, `--credentials`, `--sessions`, `--rate`, `--skip-idle`. Workloads by real
+clients (redis-benchmark, redis-py, sysbench with prepared statements, pymysql, pgbench),
+captured with tcpdump on lo and replayed onto a second server. The truth is the target's own
+counters (INFO commandstats, Com_* deltas, pg_stat_statements calls) beside the source's over
+the capture window, and wall clocks; dbtap's report is only checked against those.
+
+Ports 38450-38474 only; server directories under tests/out/s21-replay.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+import harness  # noqa: E402
+import redis_harness as rh  # noqa: E402
+
+OUT = harness.REPO / "tests" / "out" / "s21-replay"
+R_A, R_B = 38450, 38451
+MY_A, MY_B = 38452, 38453
+PG_A, PG_B = 38454, 38455
+
+REDIS_WRITES = {"set", "incr", "incrby", "lpush", "rpush", "del", "hset", "sadd"}
+
+
+def rfc3339(t: float) -> str:
+    return datetime.datetime.fromtimestamp(t, datetime.timezone.utc).isoformat()
+
+
+def run_replay(pcap, port_a: int, port_b: int, *args) -> dict:
+    r = subprocess.run([str(harness.DBTAP), "replay", str(pcap), "--port", str(port_a),
+                        "--target", f"127.0.0.1:{port_b}", "--format", "json", *args],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    rep = json.loads(r.stdout)
+    rep["stderr"] = r.stderr
+    return rep
+
+
+# ------------------------------------------------------------------------------------------------
+# Redis
+
+
+@pytest.fixture(scope="module")
+def redises():
+    a = rh.RedisServer(R_A, OUT / "r-a")
+    b = rh.RedisServer(R_B, OUT / "r-b")
+    try:
+        a.start()
+        b.start()
+        yield a, b
+    finally:
+        a.stop()
+        b.stop()
+
+
+def r_capture(srv, name, work):
+    """Runs `work` under tcpdump; returns (pcap, A's per-command requests, work's result)."""
+    srv.reset_stats()
+    srv.socket_calls.clear()
+    cap = rh.Tcpdump(OUT / f"{name}.pcap", srv.port)
+    try:
+        cap.start()
+        before = srv.snapshot()
+        extra = work()
+    finally:
+        stats = cap.stop()
+    after = srv.snapshot()
+    rh.check_dropped(stats)
+    return cap.out, counts(rh.wire_requests(rh.stats_delta(before, after), srv.socket_calls)), extra
+
+
+def r_replay(pcap, b, *args):
+    """Replays onto B (flushed first); returns (B's per-command requests, the report)."""
+    b.admin().flushall()
+    b.reset_stats()
+    b.socket_calls.clear()
+    before = b.snapshot()
+    rep = run_replay(pcap, R_A, R_B, *args)
+    after = b.snapshot()
+    return counts(rh.wire_requests(rh.stats_delta(before, after), b.socket_calls)), rep
+
+
+def counts(per_cmd: dict) -> dict:
+    return {k: v["requests"] for k, v in per_cmd.items() if v["requests"]}
+
+
+def scripted(a):
+    """redis-py on db 3: SET/GET pairs, and MULTI/EXEC pipelines with INCR and GET."""
+    c = a.client(db=3)
+    for i in range(40):
+        c.set(f"k{i}", i)
+        c.get(f"k{i}")
+        if i % 10 == 0:
+            p = c.pipeline(transaction=True)
+            p.incr("ctr")
+            p.get("ctr")
+            p.execute()
+    c.close()
+
+
+@pytest.fixture(scope="module")
+def r_workload(redises):
+    a, _ = redises
+
+    def work():
+        rh.benchmark_run(a, "set,get,incr,lpush,lrange", 2000, pipeline=16, clients=2)
+        rh.benchmark_run(a, "set,get", 500, pipeline=1, clients=2)
+        scripted(a)
+
+    return r_capture(a, "r-workload", work)
+
+
+def test_redis_read_only_leaves_writes_at_zero(redises, r_workload):
+    _, b = redises
+    pcap, want, _ = r_workload
+    assert want.get("set", 0) > 1000 and want.get("get", 0) > 1000, want
+    got, rep = r_replay(pcap, b, "--read-only", "--max")
+    writes = {k: v for k, v in got.items() if k in REDIS_WRITES}
+    assert writes == {}, got
+    reads = {k: v for k, v in want.items() if k not in REDIS_WRITES}
+    assert got == reads
+    # MULTI/EXEC and SELECT kept around the reads.
+    assert got["multi"] == want["multi"] == 4 and got["select"] == want["select"], got
+    f = rep["fidelity"]
+    n_writes = sum(v for k, v in want.items() if k in REDIS_WRITES)
+    assert f["skipped_requests"].get("read_only") == n_writes, f
+    assert f["requests_sent"] == sum(reads.values()), f
+    assert "read-only" in f["filters"]
+
+
+def test_redis_where_command_keeps_session_state(redises, r_workload):
+    _, b = redises
+    pcap, want, _ = r_workload
+    got, rep = r_replay(pcap, b, "--where", "command=get", "--max")
+    # The GETs, and the scripted session's SELECT and MULTI/EXEC around its GETs.
+    assert got.get("get") == want["get"], got
+    assert got.get("select") == want["select"] and got.get("multi") == want["multi"], got
+    assert not set(got) & REDIS_WRITES, got
+    assert "lrange_100" not in got and "lrange" not in got, got
+    f = rep["fidelity"]
+    assert f["skipped_requests"].get("where", 0) > 0, f
+    # The report's sides hold the same groups, all GET.
+    for g in rep["groups"].values():
+        assert g["target"]["count"] == g["capture"]["count"], g
+        assert g["fingerprint"] == "GET", g
+
+
+def test_redis_time_range(redises):
+    a, b = redises
+
+    def work():
+        c = rh.RawConn(port=R_A)
+        c.send("SELECT", "2")
+        c.read()
+        for _ in range(5):
+            c.send("GET", "x")
+            c.read()
+        time.sleep(0.6)
+        t1 = time.time()
+        time.sleep(0.05)
+        for _ in range(7):
+            c.send("INCR", "x")
+            c.read()
+        time.sleep(0.6)
+        t2 = time.time()
+        time.sleep(0.05)
+        for _ in range(3):
+            c.send("GET", "x")
+            c.read()
+        c.close()
+        return t1, t2
+
+    pcap, want, (t1, t2) = r_capture(a, "r-time", work)
+    assert want == {"select": 1, "get": 8, "incr": 7}, want
+    t0 = time.monotonic()
+    got, rep = r_replay(pcap, b, "--since", rfc3339(t1), "--until", rfc3339(t2))
+    wall = time.monotonic() - t0
+    # The INCRs only, in db 2: the SELECT before the window was kept (and sent at the window's
+    # first request, not 0.6 s before it).
+    assert got == {"select": 1, "incr": 7}, got
+    assert b.admin().execute_command("SELECT", "2") and int(b.admin().get("x")) == 7
+    b.admin().execute_command("SELECT", "0")
+    assert rep["fidelity"]["skipped_requests"] == {"time_range": 8}, rep["fidelity"]
+    assert wall < 5, wall
+
+
+# ------------------------------------------------------------------------------------------------
+# MariaDB
+
+MY_WRITES = ["Com_insert", "Com_update", "Com_delete", "Com_replace"]
+SB_TABLE = 500
+
+
+@pytest.fixture(scope="module")
+def mariadbs():
+    a = harness.Server(MY_A, OUT / "my-a", tls=False)
+    b = harness.Server(MY_B, OUT / "my-b", tls=False)
+    try:
+        a.start()
+        b.start()
+        harness.sysbench_prepare(MY_A, SB_TABLE)
+        harness.sysbench_prepare(MY_B, SB_TABLE)
+        yield a, b
+    finally:
+        a.stop()
+        b.stop()
+
+
+def checksum(srv) -> tuple:
+    c = srv.connect(database="sbtest")
+    with c.cursor() as cur:
+        cur.execute("CHECKSUM TABLE sbtest1")
+        s = cur.fetchone()[1]
+        cur.execute("SELECT COUNT(*) FROM sbtest1")
+        n = cur.fetchone()[0]
+    c.close()
+    return s, n
+
+
+@pytest.fixture(scope="module")
+def my_capture(mariadbs):
+    a, _ = mariadbs
+    cap = harness.Tcpdump(OUT / "my.pcap", MY_A)
+    try:
+        cap.start()
+        before = a.status()
+        harness.sysbench_run(MY_A, 2, 2, SB_TABLE)
+        c = a.connect(database="sbtest")
+        with c.cursor() as cur:
+            cur.execute("USE sbtest")
+            cur.execute("INSERT INTO sbtest1 (k, c, pad) VALUES (1, 'x', 'y')")
+            cur.execute("UPDATE sbtest1 SET k = k + 1 WHERE id = 1")
+            cur.execute("SELECT COUNT(*) FROM sbtest1")
+        c.close()
+        after = a.status(threads=before["Threads_connected"])
+    finally:
+        stats = cap.stop()
+    assert stats.get("dropped") == 0, stats
+    return cap.out, harness.delta(before, after)
+
+
+def my_replay(pcap, b, *args):
+    before = b.status()
+    rep = run_replay(pcap, MY_A, MY_B, "--user", harness.USER, "--password", harness.PASSWORD,
+                     *args)
+    after = b.status(threads=before["Threads_connected"])
+    return harness.delta(before, after), rep
+
+
+def test_mysql_read_only_leaves_writes_at_zero(mariadbs, my_capture):
+    _, b = mariadbs
+    pcap, want = my_capture
+    assert all(want[k] > 0 for k in ["Com_insert", "Com_update", "Com_delete"]), \
+        {k: want[k] for k in MY_WRITES}
+    assert want["Com_stmt_execute"] > 100
+    sum_before = checksum(b)
+    got, rep = my_replay(pcap, b, "--read-only", "--max")
+    assert {k: got[k] for k in MY_WRITES} == {k: 0 for k in MY_WRITES}
+    # The reads, the transactions around them and the prepares as captured.
+    for k in ["Com_select", "Com_begin", "Com_commit", "Com_stmt_prepare", "Com_change_db"]:
+        assert got[k] == want[k], (k, got[k], want[k])
+    assert checksum(b) == sum_before
+    f = rep["fidelity"]
+    n_writes = sum(want[k] for k in MY_WRITES)
+    assert f["skipped_requests"].get("read_only") == n_writes, f
+    assert f["requests_sent"] == f["requests_planned"], f
+
+
+def test_mysql_where_fingerprint(mariadbs, my_capture):
+    _, b = mariadbs
+    pcap, want = my_capture
+    got, rep = my_replay(pcap, b, "--where", "fingerprint~^select c from sbtest. where id=",
+                         "--max")
+    # sysbench's point selects only (10 per transaction), none of its range selects.
+    f = rep["fidelity"]
+    # Its prepare, execute and close groups; nothing else, the same on both sides.
+    groups = [g for g in rep["groups"].values() if g["capture"]["count"]]
+    assert {g["fingerprint"] for g in groups} == {"select c from sbtest? where id=?"}, groups
+    assert all(g["capture"]["count"] == g["target"]["count"] for g in groups), groups
+    n = max(g["capture"]["count"] for g in groups)
+    assert n > 100, groups
+    # sysbench's BEGIN and COMMIT are prepared statements too.
+    assert got["Com_stmt_execute"] == n + got["Com_begin"] + got["Com_commit"], groups
+    assert got["Com_select"] == n, (got["Com_select"], n)
+    assert {k: got[k] for k in MY_WRITES} == {k: 0 for k in MY_WRITES}
+    # Transactions around them kept (BEGIN/COMMIT set the session's state).
+    assert (got["Com_begin"], got["Com_commit"]) == (want["Com_begin"], want["Com_commit"])
+    assert f["skipped_requests"].get("where", 0) > 0, f
+
+
+# ------------------------------------------------------------------------------------------------
+# PostgreSQL
+
+
+@pytest.fixture(scope="module")
+def pgs():
+    import pg_harness as ph
+    a = ph.PgServer(PG_A, OUT / "pg-a")
+    b = ph.PgServer(PG_B, OUT / "pg-b")
+    try:
+        a.start()
+        b.start()
+        ph.pgbench_init(a)
+        ph.pgbench_init(b)
+        yield a, b
+    finally:
+        a.stop()
+        b.stop()
+
+
+@pytest.fixture(scope="module")
+def pg_capture(pgs):
+    import pg_harness as ph
+    a, _ = pgs
+    a.pgss_reset()
+    cap = ph.Tcpdump(OUT / "pg.pcap", PG_A)
+    try:
+        cap.start()
+        for m in ("simple", "prepared"):
+            ph.pgbench_run(a, m, 2, seconds=1)
+        a.wait_idle()
+    finally:
+        stats = cap.stop()
+    ph.check_dropped(stats)
+    return cap.out, {q: e["calls"] for q, e in a.pgss().items()}
+
+
+def is_pg_write(q: str) -> bool:
+    return q.split()[0].upper() in {"INSERT", "UPDATE", "DELETE"}
+
+
+def test_postgres_read_only_leaves_writes_at_zero(pgs, pg_capture):
+    _, b = pgs
+    pcap, want = pg_capture
+    assert sum(n for q, n in want.items() if is_pg_write(q)) > 100, want
+    b.pgss_reset()
+    rep = run_replay(pcap, PG_A, PG_B, "--read-only", "--max")
+    b.wait_idle()
+    got = {q: e["calls"] for q, e in b.pgss().items()}
+    assert [q for q in got if is_pg_write(q)] == [], got
+    assert got == {q: n for q, n in want.items() if not is_pg_write(q)}
+    f = rep["fidelity"]
+    assert f["skipped_requests"].get("read_only", 0) > 0, f
