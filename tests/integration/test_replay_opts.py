@@ -351,3 +351,104 @@ def test_postgres_read_only_leaves_writes_at_zero(pgs, pg_capture):
     assert got == {q: n for q, n in want.items() if not is_pg_write(q)}
     f = rep["fidelity"]
     assert f["skipped_requests"].get("read_only", 0) > 0, f
+
+
+# ------------------------------------------------------------------------------------------------
+# PostgreSQL logins: SCRAM-SHA-256, md5 and cleartext on B, each session as its captured user
+# (--credentials), a user missing from the file logging in with the default.
+
+PG_USERS = {"alice": ("scram-sha-256", "a-pw:1"), "bob": ("scram-sha-256", "b pw"),
+            "carol": ("md5", "c-pw"), "dave": ("password", "d-pw")}
+PG_QUERIES = {"alice": 3, "bob": 4, "carol": 5, "dave": 6}
+
+
+def pg_hba(srv, lines: list[str]) -> None:
+    (srv.datadir / "pg_hba.conf").write_text("\n".join(lines) + "\n")
+    srv.sql("SELECT pg_reload_conf()")
+    time.sleep(0.3)
+
+
+@pytest.fixture(scope="module")
+def pg_logins(pgs):
+    import pg_harness as ph
+    import psycopg2
+    a, b = pgs
+    for srv in (a, b):
+        for u, (method, pw) in PG_USERS.items():
+            enc = "md5" if method == "md5" else "scram-sha-256"
+            srv.sql(f"SET password_encryption = '{enc}'")
+            srv.sql(f"CREATE ROLE {u} LOGIN PASSWORD '{pw}'")
+    a.pgss_reset()
+    cap = ph.Tcpdump(OUT / "pg-logins.pcap", PG_A)
+    try:
+        cap.start()
+        for u, n in PG_QUERIES.items():
+            c = psycopg2.connect(a.dsn(user=u))
+            c.autocommit = True
+            with c.cursor() as cur:
+                for i in range(n):
+                    cur.execute("SELECT count(*) FROM pg_class WHERE relname = %s", (f"x{i}",))
+            c.close()
+        a.wait_idle()
+    finally:
+        stats = cap.stop()
+    ph.check_dropped(stats)
+    want = {u: a.pgss_user(u) for u in PG_USERS}
+    pg_hba(b, ["local all all trust"] +
+           [f"host all {u} 127.0.0.1/32 {m}" for u, (m, _) in PG_USERS.items()])
+    try:
+        yield cap.out, want
+    finally:
+        pg_hba(b, ["local all all trust", "host all all 127.0.0.1/32 trust"])
+
+
+def pg_login_replay(pcap, b, *args):
+    b.pgss_reset()
+    rep = run_replay(pcap, PG_A, PG_B, "--max", *args)
+    b.wait_idle()
+    return {u: b.pgss_user(u) for u in PG_USERS}, rep
+
+
+def test_postgres_scram_md5_cleartext_per_user_credentials(pgs, pg_logins, tmp_path):
+    _, b = pgs
+    pcap, want = pg_logins
+    assert [sum(want[u].values()) for u in PG_QUERIES] == list(PG_QUERIES.values()), want
+    f = tmp_path / "creds"
+    f.write_text("# the captured users\n" +
+                 "".join(f"{u}:{pw}\n" for u, (_, pw) in PG_USERS.items()))
+    f.chmod(0o600)
+    got, rep = pg_login_replay(pcap, b, "--credentials", str(f))
+    assert got == want
+    assert rep["fidelity"]["skipped_requests"] == {}, rep["fidelity"]
+    assert "warning" not in rep["stderr"], rep["stderr"]
+
+
+def test_postgres_credentials_missing_user_uses_default(pgs, pg_logins, tmp_path):
+    _, b = pgs
+    pcap, want = pg_logins
+    f = tmp_path / "creds"
+    f.write_text("".join(f"{u}:{PG_USERS[u][1]}\n" for u in ("alice", "carol", "dave")))
+    f.chmod(0o644)
+    got, rep = pg_login_replay(pcap, b, "--credentials", str(f), "--user", "alice",
+                               "--password", PG_USERS["alice"][1])
+    # bob's session ran as alice (the default): alice's statements count twice over.
+    q = "SELECT count(*) FROM pg_class WHERE relname = $1"
+    assert got["bob"] == {} and got["alice"] == {q: PG_QUERIES["alice"] + PG_QUERIES["bob"]}, got
+    assert (got["carol"], got["dave"]) == (want["carol"], want["dave"])
+    assert "bob (1)" in rep["stderr"] and "readable by others" in rep["stderr"], rep["stderr"]
+
+
+def test_postgres_wrong_scram_password_is_refused(pgs, pg_logins, tmp_path):
+    _, b = pgs
+    pcap, _ = pg_logins
+    f = tmp_path / "creds"
+    f.write_text("alice:wrong\n")
+    f.chmod(0o600)
+    r = subprocess.run([str(harness.DBTAP), "replay", str(pcap), "--port", str(PG_A),
+                        "--target", f"127.0.0.1:{PG_B}", "--max", "--credentials", str(f),
+                        "--where", "user=alice", "--format", "json"],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "password authentication failed" in r.stderr, r.stderr
+    rep = json.loads(r.stdout)
+    assert rep["fidelity"]["requests_sent"] == 0, rep["fidelity"]

@@ -227,8 +227,12 @@ pub(super) fn run_session(ctx: &Ctx, plan: &Plan, offsets: &[u64]) -> Tally {
     for (batch, &off) in plan.batches.iter().zip(offsets) {
         let late = ctx.wait_until(off);
         if batch.requests.first().and_then(|r| r.bytes.first()) == Some(&b'X') {
-            t.sent += 1;
+            if conn.is_none() {
+                // Nothing to end: the session never got a connection (counted as not sent).
+                t.skip("connect_failed", 1);
+            }
             if let Some(mut c) = conn.take() {
+                t.sent += 1;
                 let _ = c.send(
                     ctx,
                     &batch
