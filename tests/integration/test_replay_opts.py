@@ -394,7 +394,7 @@ def pg_logins(pgs):
         stats = cap.stop()
     ph.check_dropped(stats)
     want = {u: a.pgss_user(u) for u in PG_USERS}
-    pg_hba(b, ["local all all trust"] +
+    pg_hba(b, ["local all all trust", "host all postgres 127.0.0.1/32 trust"] +
            [f"host all {u} 127.0.0.1/32 {m}" for u, (m, _) in PG_USERS.items()])
     try:
         yield cap.out, want
@@ -452,3 +452,58 @@ def test_postgres_wrong_scram_password_is_refused(pgs, pg_logins, tmp_path):
     assert "password authentication failed" in r.stderr, r.stderr
     rep = json.loads(r.stdout)
     assert rep["fidelity"]["requests_sent"] == 0, rep["fidelity"]
+
+
+def test_postgres_copy_from_stdin_data_is_resent(pgs, tmp_path):
+    """psycopg2's copy_expert and psql's \\copy (one CopyData a line) load rows on A; the
+    replay re-sends the COPY data and B holds the same rows."""
+    import io
+
+    import pg_harness as ph
+    import psycopg2
+    a, b = pgs
+    def sql(srv, q):
+        c = srv.admin_conn(ph.DB)
+        try:
+            with c.cursor() as cur:
+                cur.execute(q)
+                return cur.fetchall() if cur.description else []
+        finally:
+            c.close()
+
+    for srv in (a, b):
+        sql(srv, "CREATE TABLE t_copy (a int, b text)")
+    rows = "".join(f"{i}\trow {i}\n" for i in range(3000))
+    f = tmp_path / "rows.tsv"
+    f.write_text("".join(f"{i}\tpsql {i}\n" for i in range(100000, 100500)))
+    cap = ph.Tcpdump(OUT / "pg-copy.pcap", PG_A)
+    try:
+        cap.start()
+        c = psycopg2.connect(a.dsn())
+        with c.cursor() as cur:
+            cur.copy_expert("COPY t_copy FROM STDIN", io.StringIO(rows))
+            cur.execute("SELECT count(*) FROM t_copy")
+        c.commit()
+        c.close()
+        r = subprocess.run([str(ph.PGBIN / "psql"), "-X", "-c", f"\\copy t_copy FROM '{f}'"],
+                           env=a.env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           text=True, timeout=60)
+        assert r.returncode == 0 and "COPY 500" in r.stdout, r.stdout
+        a.wait_idle()
+    finally:
+        stats = cap.stop()
+    ph.check_dropped(stats)
+    q = "SELECT count(*), sum(a), md5(string_agg(b, ',' ORDER BY a)) FROM t_copy"
+    want = sql(a, q)
+    assert want[0][0] == 3500, want
+    rep = run_replay(cap.out, PG_A, PG_B, "--max")
+    assert sql(b, q) == want
+    f = rep["fidelity"]
+    assert not any("copy" in k for k in f["skipped_requests"]), f
+    # --read-only: a COPY FROM writes; neither it nor its data is sent.
+    sql(b, "TRUNCATE t_copy")
+    rep = run_replay(cap.out, PG_A, PG_B, "--max", "--read-only")
+    assert sql(b, "SELECT count(*) FROM t_copy") == [(0,)]
+    # The two COPYs and their data messages, all counted as read_only.
+    sk = rep["fidelity"]["skipped_requests"]
+    assert list(sk) == ["read_only"] and sk["read_only"] >= 6, rep["fidelity"]

@@ -46,6 +46,9 @@ pub enum Verdict {
     State(Why),
     /// Left out.
     Drop(Why),
+    /// The end of the connection (PostgreSQL Terminate, MySQL COM_QUIT, Redis QUIT): kept
+    /// when the session has requests that are kept, else left out with them.
+    End,
 }
 
 /// One judged event: when its request started (packet time) and its command kind.
@@ -68,15 +71,17 @@ fn skip(s: &mut Skips, why: Why, n: u64) {
 /// The verdict of the requests that started at one packet time, when events and requests
 /// cannot be paired one to one: any drop drops them all (a write is never sent by mistake).
 fn combined(vs: &[Judged]) -> Verdict {
-    let mut out = Verdict::Keep;
-    for j in vs {
-        match (j.verdict, out) {
-            (Verdict::Drop(w), _) => return Verdict::Drop(w),
-            (Verdict::State(w), Verdict::Keep) => out = Verdict::State(w),
-            _ => {}
-        }
-    }
-    out
+    // Drop over Keep over State over End.
+    let rank = |v: &Verdict| match v {
+        Verdict::Drop(_) => 3,
+        Verdict::Keep => 2,
+        Verdict::State(_) => 1,
+        Verdict::End => 0,
+    };
+    vs.iter()
+        .map(|j| j.verdict)
+        .max_by_key(rank)
+        .unwrap_or(Verdict::Keep)
 }
 
 /// The command kind a request's bytes name, where it can be told cheaply (to check that
@@ -141,7 +146,16 @@ pub fn apply(
                     last = Some(r.ts_ns);
                 }
             }
-            judged.push(vec![combined(&vs); b.requests.len()]);
+            // COPY data goes with the COPY before it.
+            let copy_data = b
+                .requests
+                .first()
+                .is_some_and(|r| matches!(r.bytes.first(), Some(b'd' | b'c' | b'f')));
+            let v = match judged.last().and_then(|p: &Vec<Verdict>| p.first()) {
+                Some(prev) if copy_data => *prev,
+                _ => combined(&vs),
+            };
+            judged.push(vec![v; b.requests.len()]);
         }
     } else {
         // Requests grouped by packet time, across batches (a pipeline's requests share one).
@@ -172,10 +186,16 @@ pub fn apply(
 fn keep_judged(batches: Vec<Batch>, judged: Vec<Vec<Verdict>>, skipped: &mut Skips) -> Vec<Batch> {
     let kept_any = judged.iter().flatten().any(|v| *v == Verdict::Keep);
     if !kept_any {
+        let first_why = judged.iter().flatten().find_map(|v| match v {
+            Verdict::State(w) | Verdict::Drop(w) => Some(*w),
+            _ => None,
+        });
         for v in judged.iter().flatten() {
-            match v {
-                Verdict::State(w) | Verdict::Drop(w) => skip(skipped, *w, 1),
-                Verdict::Keep => {}
+            match (*v, first_why) {
+                (Verdict::State(w) | Verdict::Drop(w), _) | (Verdict::End, Some(w)) => {
+                    skip(skipped, w, 1)
+                }
+                _ => {}
             }
         }
         return Vec::new();
@@ -194,7 +214,7 @@ fn keep_judged(batches: Vec<Batch>, judged: Vec<Vec<Verdict>>, skipped: &mut Ski
         let mut reqs = Vec::with_capacity(b.requests.len());
         for (r, v) in b.requests.into_iter().zip(vs) {
             match v {
-                Verdict::Keep => reqs.push(r),
+                Verdict::Keep | Verdict::End => reqs.push(r),
                 Verdict::State(Why::TimeRange) if i > last_keep => skip(skipped, Why::TimeRange, 1),
                 Verdict::State(_) => reqs.push(r),
                 Verdict::Drop(w) => skip(skipped, w, 1),

@@ -34,6 +34,7 @@ impl Judge {
             None
         };
         match why {
+            None if matches!(ev.command, "terminate" | "quit") => Verdict::End,
             None => Verdict::Keep,
             Some(w) if !is_write && sets_state(ev.protocol, ev.command, text) => Verdict::State(w),
             Some(w) => Verdict::Drop(w),

@@ -233,7 +233,7 @@ fn state_is_kept_only_with_kept_requests() {
         .iter()
         .map(|x| Judged {
             verdict: match x.verdict {
-                Verdict::Keep | Verdict::Drop(_) => Verdict::Drop(Why::Where),
+                Verdict::Keep | Verdict::Drop(_) | Verdict::End => Verdict::Drop(Why::Where),
                 Verdict::State(_) => Verdict::State(Why::Where),
             },
             ..*x
@@ -268,6 +268,61 @@ fn postgres_batches_go_whole() {
     assert_eq!(out.len(), 1);
     assert_eq!(out.first().map(|b| b.requests.len()), Some(4));
     assert_eq!(sk.get("read_only"), Some(&4));
+}
+
+#[test]
+fn a_session_with_only_its_end_kept_is_left_out() {
+    let b = vec![
+        Batch {
+            ts_ns: 1,
+            requests: vec![redis_req(1, &["SET", "k", "v"])],
+        },
+        Batch {
+            ts_ns: 2,
+            requests: vec![redis_req(2, &["QUIT"])],
+        },
+    ];
+    let v = [
+        j(1, "set", Verdict::Drop(Why::ReadOnly)),
+        j(2, "quit", Verdict::End),
+    ];
+    let mut sk = Skips::new();
+    assert!(apply(Protocol::Redis, b.clone(), &v, &mut sk).is_empty());
+    assert_eq!(sk.get("read_only"), Some(&2));
+    let v = [j(1, "set", Verdict::Keep), j(2, "quit", Verdict::End)];
+    let mut sk = Skips::new();
+    assert_eq!(apply(Protocol::Redis, b, &v, &mut sk).len(), 2);
+}
+
+#[test]
+fn copy_data_goes_with_its_copy() {
+    let msg = |ts, t: u8| Request {
+        ts_ns: ts,
+        bytes: vec![t, 0, 0, 0, 4],
+        args: Vec::new(),
+        prepared_id: None,
+    };
+    let one = |ts, ts2| {
+        vec![
+            Batch {
+                ts_ns: ts,
+                requests: vec![msg(ts, b'Q')],
+            },
+            Batch {
+                ts_ns: ts2,
+                requests: vec![msg(ts2, b'd'), msg(ts2, b'c')],
+            },
+        ]
+    };
+    let b = [one(1, 2), one(3, 4)].concat();
+    let v = [
+        j(1, "query", Verdict::Drop(Why::ReadOnly)),
+        j(3, "query", Verdict::Keep),
+    ];
+    let mut sk = Skips::new();
+    let out = apply(Protocol::Postgres, b, &v, &mut sk);
+    assert_eq!(out.iter().map(|b| b.ts_ns).collect::<Vec<_>>(), vec![3, 4]);
+    assert_eq!(sk.get("read_only"), Some(&3));
 }
 
 proptest! {

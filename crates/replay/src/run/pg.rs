@@ -148,7 +148,16 @@ impl Conn {
 
     /// Sends one batch and reads until `expect` ReadyForQuery came; false when the
     /// connection is unusable.
-    fn exchange(&mut self, ctx: &Ctx, out: &[u8], expect: usize, t: &mut Tally) -> bool {
+    /// `copy`: the COPY FROM STDIN data (CopyData..CopyDone) sent when the target asks for
+    /// it; `None` when the batch carries its own.
+    fn exchange(
+        &mut self,
+        ctx: &Ctx,
+        out: &[u8],
+        expect: usize,
+        copy: Option<&[u8]>,
+        t: &mut Tally,
+    ) -> bool {
         if self.send(ctx, out).is_err() {
             t.skip("connection_lost", 1);
             return false;
@@ -159,10 +168,18 @@ impl Conn {
             match self.next(ctx, deadline) {
                 Ok((b'Z', _)) => got += 1,
                 Ok((b'G', _)) => {
-                    // COPY FROM STDIN: its data is not replayed; the COPY is failed.
-                    t.skip("copy_from_stdin_not_replayed", 1);
-                    let m = postgres::message(b'f', b"dbtap replay: COPY data not replayed\0");
-                    if self.send(ctx, &m).is_err() {
+                    // COPY FROM STDIN: its captured data, or (none captured) a CopyFail.
+                    let fail;
+                    let m = match copy {
+                        None => continue,
+                        Some(c) if !c.is_empty() => c,
+                        Some(_) => {
+                            t.skip("copy_from_stdin_not_replayed", 1);
+                            fail = postgres::message(b'f', b"dbtap replay: no COPY data\0");
+                            &fail
+                        }
+                    };
+                    if self.send(ctx, m).is_err() {
                         return false;
                     }
                 }
@@ -224,7 +241,16 @@ pub(super) fn run_session(ctx: &Ctx, plan: &Plan, offsets: &[u64]) -> Tally {
         .or_else(|| plan.user.as_deref().map(str::to_string))
         .unwrap_or_else(|| "postgres".into());
     let db = plan.database.as_deref();
-    for (batch, &off) in plan.batches.iter().zip(offsets) {
+    // Batches up to this index went out as COPY data of an earlier batch.
+    let mut consumed = 0;
+    for (i, (batch, &off)) in plan.batches.iter().zip(offsets).enumerate() {
+        if i < consumed {
+            continue;
+        }
+        if is_copy_data(batch) {
+            t.skip("copy_data_without_copy", batch.requests.len() as u64);
+            continue;
+        }
         let late = ctx.wait_until(off);
         if batch.requests.first().and_then(|r| r.bytes.first()) == Some(&b'X') {
             if conn.is_none() {
@@ -260,7 +286,22 @@ pub(super) fn run_session(ctx: &Ctx, plan: &Plan, offsets: &[u64]) -> Tally {
             t.sent += 1;
         }
         t.batches += 1;
-        if !c.exchange(ctx, &out, expect, &mut t)
+        // The COPY data that followed this batch in the capture; a batch with its own
+        // CopyDone/CopyFail carries it.
+        let rest = plan.batches.get(i + 1..).unwrap_or_default();
+        let n_copy = rest.iter().take_while(|b| is_copy_data(b)).count();
+        consumed = i + 1 + n_copy;
+        let mut copy = Vec::new();
+        for r in rest.iter().take(n_copy).flat_map(|b| &b.requests) {
+            copy.extend_from_slice(&r.bytes);
+            t.sent += 1;
+        }
+        let inline = batch
+            .requests
+            .iter()
+            .any(|r| matches!(r.bytes.first(), Some(b'c' | b'f')));
+        let copy = (!inline).then_some(&copy[..]);
+        if !c.exchange(ctx, &out, expect, copy, &mut t)
             && let Some(c) = conn.take()
         {
             c.close(ctx);
@@ -270,4 +311,11 @@ pub(super) fn run_session(ctx: &Ctx, plan: &Plan, offsets: &[u64]) -> Tally {
         c.close(ctx);
     }
     t
+}
+
+/// A batch of COPY FROM STDIN data (CopyData, CopyDone, CopyFail).
+fn is_copy_data(b: &crate::capture::Batch) -> bool {
+    b.requests
+        .first()
+        .is_some_and(|r| matches!(r.bytes.first(), Some(b'd' | b'c' | b'f')))
 }
