@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime
 import json
 import subprocess
+import threading
 import sys
 import time
 from pathlib import Path
@@ -507,3 +508,99 @@ def test_postgres_copy_from_stdin_data_is_resent(pgs, tmp_path):
     # The two COPYs and their data messages, all counted as read_only.
     sk = rep["fidelity"]["skipped_requests"]
     assert list(sk) == ["read_only"] and sk["read_only"] >= 6, rep["fidelity"]
+
+
+# ------------------------------------------------------------------------------------------------
+# --sessions, --rate, --skip-idle (Redis; B's key values, INFO commandstats and MONITOR times)
+
+
+def test_sessions_sample_replays_whole_sessions(redises):
+    a, b = redises
+
+    def work():
+        for i in range(20):
+            c = rh.RawConn(port=R_A)
+            for _ in range(i + 1):
+                c.send("INCR", f"sess:{i}")
+                c.read()
+            c.close()
+
+    pcap, want, _ = r_capture(a, "r-sessions", work)
+    assert want == {"incr": 210}, want
+    got, rep = r_replay(pcap, b, "--sessions", "40%", "--max")
+    keys = {int(k.decode().split(":")[1]): int(b.admin().get(k))
+            for k in b.admin().keys("sess:*")}
+    # Every sampled session whole (key i holds i + 1), about 40 % of them.
+    assert all(v == i + 1 for i, v in keys.items()), keys
+    assert 3 <= len(keys) <= 14, keys
+    assert got == {"incr": sum(keys.values())}, (got, keys)
+    f = rep["fidelity"]
+    assert f["sessions_replayed"] == len(keys) and f["sessions_captured"] == 20, f
+    assert f["skipped_requests"] == {"session_not_sampled": 210 - sum(keys.values())}, f
+    # The sample is deterministic.
+    _, rep2 = r_replay(pcap, b, "--sessions", "40%", "--max")
+    assert rep2["fidelity"]["sessions_replayed"] == len(keys)
+
+
+def monitored(b, replay_args, pcap):
+    """Replays with B's MONITOR on; B's server times of SET pace:* by client."""
+    from test_replay import monitor_times
+    stop = threading.Event()
+    box: dict = {}
+    m = threading.Thread(target=lambda: box.update(monitor_times(b, 60, stop)))
+    m.start()
+    time.sleep(0.3)
+    got, rep = r_replay(pcap, b, *replay_args)
+    time.sleep(0.3)
+    stop.set()
+    m.join()
+    return got, rep, box
+
+
+def test_rate_sets_the_request_rate(redises):
+    a, b = redises
+
+    def work():
+        c = rh.RawConn(port=R_A)
+        for i in range(150):
+            c.send("SET", "pace:r", str(i))
+            c.read()
+        c.close()
+
+    pcap, want, _ = r_capture(a, "r-rate", work)
+    assert want == {"set": 150}, want
+    got, rep, box = monitored(b, ["--rate", "100"], pcap)
+    assert got == {"set": 150}, got
+    (times,) = box.values()
+    assert len(times) == 150
+    span = times[-1] - times[0]
+    assert abs(span - 1.49) <= 0.05 * 1.49, span
+
+
+def test_skip_idle_shortens_long_gaps(redises):
+    a, b = redises
+
+    def work():
+        c = rh.RawConn(port=R_A)
+        for i in range(4):
+            c.send("SET", "pace:i", str(i))
+            c.read()
+            c.send("SET", "pace:i", "again")
+            c.read()
+            if i < 3:
+                time.sleep(1.2)
+        c.close()
+
+    pcap, want, _ = r_capture(a, "r-idle", work)
+    assert want == {"set": 8}, want
+    t0 = time.monotonic()
+    got, rep, box = monitored(b, ["--skip-idle", "0.2s"], pcap)
+    wall = time.monotonic() - t0
+    assert got == {"set": 8}, got
+    (times,) = box.values()
+    gaps = [y - x for x, y in zip(times, times[1:])]
+    # The three 1.2 s pauses became 0.2 s; the short gaps stayed short.
+    long_gaps = sorted(gaps)[-3:]
+    assert all(abs(g - 0.2) <= 0.03 for g in long_gaps), gaps
+    assert all(g < 0.05 for g in sorted(gaps)[:-3]), gaps
+    assert wall < 3.6, wall
