@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import shutil
 import subprocess
 import threading
 import sys
@@ -604,3 +605,83 @@ def test_skip_idle_shortens_long_gaps(redises):
     assert all(abs(g - 0.2) <= 0.03 for g in long_gaps), gaps
     assert all(g < 0.05 for g in sorted(gaps)[:-3]), gaps
     assert wall < 3.6, wall
+
+
+# ------------------------------------------------------------------------------------------------
+# --target-tls: TLS targets made as test_ebpf.py makes them (ebpf_harness: a CA and a server
+# certificate for 127.0.0.1); the sources are the plaintext A servers above.
+
+R_TLS, R_TLS_PORT, MY_TLS, PG_TLS = 38456, 38457, 38458, 38459
+
+
+@pytest.fixture(scope="module")
+def tls_targets():
+    import ebpf_harness as eh
+    import pg_harness as ph
+    r = eh.Redis(port=R_TLS, tls_port=R_TLS_PORT, workdir=OUT / "r-tls")
+    m = eh.Maria(port=MY_TLS, workdir=OUT / "my-tls")
+    certs = eh.make_certs(OUT / "pg-tls-certs")
+    for f in certs.values():
+        shutil.chown(f, "postgres", "postgres")
+    certs["key"].chmod(0o600)
+    p = ph.PgServer(PG_TLS, OUT / "pg-tls", extra=[
+        "ssl=on", f"ssl_cert_file={certs['cert']}", f"ssl_key_file={certs['key']}"])
+    try:
+        r.start()
+        m.start()
+        harness.sysbench_prepare(MY_TLS, SB_TABLE)
+        p.start()
+        ph.pgbench_init(p)
+        # TCP only with TLS: a plaintext replay would be refused.
+        pg_hba(p, ["local all all trust", "hostssl all all 127.0.0.1/32 trust",
+                   "host all all 127.0.0.1/32 reject"])
+        yield r, m, p, certs["ca"]
+    finally:
+        for s in (r, m, p):
+            s.stop()
+
+
+def test_tls_redis(redises, r_workload, tls_targets):
+    r, _, _, _ = tls_targets
+    pcap, want, _ = r_workload
+    r.reset_stats()
+    r.socket_calls.clear()
+    before = r.snapshot()
+    rep = run_replay(pcap, R_A, R_TLS_PORT, "--max", "--target-tls", "--target-ca",
+                     str(r.certs["ca"]))
+    got = counts(rh.wire_requests(rh.stats_delta(before, r.snapshot()), r.socket_calls))
+    assert got == want
+    assert rep["fidelity"]["skipped_requests"] == {}, rep["fidelity"]
+    # The certificate is checked: another name fails every connection.
+    rep = run_replay(pcap, R_A, R_TLS_PORT, "--max", "--target-tls", "--target-ca",
+                     str(r.certs["ca"]), "--target-server-name", "db.example.com")
+    assert rep["fidelity"]["target_connections"] == 0, rep["fidelity"]
+    assert "nothing was replayed" in rep["stderr"], rep["stderr"]
+
+
+def test_tls_mariadb(mariadbs, my_capture, tls_targets):
+    import ebpf_harness as eh
+    _, m, _, _ = tls_targets
+    pcap, want = my_capture
+    before = m.status()
+    # tap_tls is REQUIRE SSL: its logins succeed only over TLS.
+    rep = run_replay(pcap, MY_A, MY_TLS, "--max", "--user", eh.TLS_USER, "--password",
+                     eh.TLS_PASSWORD, "--target-tls", "--target-ca", str(m.certs["ca"]))
+    got = harness.delta(before, m.status(threads=before["Threads_connected"]))
+    for k in ["Com_select", "Com_stmt_execute", "Com_stmt_prepare", "Com_insert", "Com_update"]:
+        assert got[k] == want[k], (k, got[k], want[k])
+    assert got["Ssl_accepts"] == rep["fidelity"]["target_connections"] > 0, got["Ssl_accepts"]
+    assert rep["fidelity"]["skipped_requests"] == {}, rep["fidelity"]
+
+
+def test_tls_postgres(pgs, pg_capture, tls_targets):
+    _, _, p, ca = tls_targets
+    pcap, want = pg_capture
+    p.pgss_reset()
+    rep = run_replay(pcap, PG_A, PG_TLS, "--max", "--target-tls", "--target-ca", str(ca))
+    p.wait_idle()
+    assert {q: e["calls"] for q, e in p.pgss().items()} == want
+    assert rep["fidelity"]["skipped_requests"] == {}, rep["fidelity"]
+    # Without --target-tls the target refuses the replay (hostssl only).
+    rep = run_replay(pcap, PG_A, PG_TLS, "--max")
+    assert rep["fidelity"]["target_connections"] == 0, rep["fidelity"]

@@ -98,6 +98,27 @@ pub struct ReplayArgs {
     /// its captured user; a user not in the file logs in with --user/--password.
     #[arg(long, value_name = "FILE")]
     pub credentials: Option<PathBuf>,
+    /// Connect to the target over TLS (Redis from the first byte, MySQL and PostgreSQL after
+    /// their SSLRequest), verifying its certificate against --target-ca or the system's roots.
+    #[arg(long = "target-tls")]
+    pub target_tls: bool,
+    /// PEM file of the certificate authorities the target's certificate must chain to.
+    #[arg(long = "target-ca", value_name = "FILE", requires = "target_tls")]
+    pub target_ca: Option<PathBuf>,
+    /// Do not verify the target's certificate (its handshake signatures still are).
+    #[arg(
+        long = "target-insecure",
+        requires = "target_tls",
+        conflicts_with = "target_ca"
+    )]
+    pub target_insecure: bool,
+    /// The name the target's certificate must hold (default: the host of --target).
+    #[arg(
+        long = "target-server-name",
+        value_name = "NAME",
+        requires = "target_tls"
+    )]
+    pub target_server_name: Option<String>,
 }
 
 fn parse_factor(s: &str) -> Result<f64, String> {
@@ -221,7 +242,27 @@ impl ReplayArgs {
             reply_timeout: self.reply_timeout,
             block_wait: self.block_wait,
             session: proto::SessionConfig::default(),
+            tls: None,
         }
+    }
+
+    /// The TLS client of `--target-tls` (`None` without it).
+    fn tls(&self) -> Result<Option<replay::tls::Tls>> {
+        if !self.target_tls {
+            return Ok(None);
+        }
+        let host = match self.target.rsplit_once(':') {
+            Some((h, _)) if !self.target.starts_with('/') => h,
+            _ => bail!("--target-tls needs a HOST:PORT target, not a Unix socket"),
+        };
+        let o = replay::tls::TlsOptions {
+            ca: self.target_ca.clone(),
+            insecure: self.target_insecure,
+            server_name: self.target_server_name.clone(),
+        };
+        Ok(Some(
+            replay::tls::Tls::new(&o, host).map_err(anyhow::Error::msg)?,
+        ))
     }
 
     fn target(&self) -> Result<Target> {
@@ -247,6 +288,7 @@ pub fn run(args: ReplayArgs) -> Result<()> {
     if let Some(f) = &args.credentials {
         opts.creds.users = std::sync::Arc::new(credfile::read(f)?);
     }
+    opts.tls = args.tls()?;
     let sel = crate::selection::Selection::resolve(args.time.range(), &args.files)?;
     let judge = judge::Judge {
         read_only: args.read_only,

@@ -18,6 +18,7 @@ pub mod resp;
 pub mod run;
 pub mod schedule;
 pub mod scram;
+pub mod tls;
 
 pub use capture::{Collector, Limits, Plan};
 pub use fidelity::Fidelity;

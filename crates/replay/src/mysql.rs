@@ -327,6 +327,16 @@ pub fn login_response(g: &Greeting, user: &str, password: &str, db: Option<&[u8]
     p
 }
 
+/// `login` (a [`login_response`]) asking for TLS (CLIENT_SSL): its first 32 bytes are the
+/// SSL request.
+pub fn with_ssl(mut login: Vec<u8>) -> Vec<u8> {
+    const CLIENT_SSL: u8 = 0x08; // 0x800, in the second byte
+    if let Some(b) = login.get_mut(1) {
+        *b |= CLIENT_SSL;
+    }
+    login
+}
+
 /// What the server said after the login response.
 #[derive(Debug, PartialEq, Eq)]
 pub enum AuthReply {

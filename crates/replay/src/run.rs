@@ -41,6 +41,8 @@ pub struct Options {
     /// Longest wait for a blocking command's reply (then the connection is replaced).
     pub block_wait: Duration,
     pub session: SessionConfig,
+    /// `--target-tls`: TLS to the target.
+    pub tls: Option<crate::tls::Tls>,
 }
 
 /// Receives the target's events (on the collector thread).
@@ -253,6 +255,7 @@ fn release(ctx: &Ctx) {
 enum Stream {
     Tcp(TcpStream),
     Unix(UnixStream),
+    Tls(Box<crate::tls::TlsStream>),
 }
 
 impl Stream {
@@ -272,6 +275,25 @@ impl Stream {
         match self {
             Stream::Tcp(s) => s.set_read_timeout(d),
             Stream::Unix(s) => s.set_read_timeout(d),
+            Stream::Tls(s) => s.sock.set_read_timeout(d),
+        }
+    }
+
+    /// [`upgrade`](Stream::upgrade) in place (a connection already wrapped in a session).
+    fn upgrade_in_place(&mut self, tls: &crate::tls::Tls) -> std::io::Result<()> {
+        let Stream::Tcp(s) = self else {
+            return Err(std::io::Error::other("TLS needs a TCP target"));
+        };
+        let tcp = s.try_clone()?;
+        *self = Stream::Tls(Box::new(tls.connect(tcp)?));
+        Ok(())
+    }
+
+    /// The TLS handshake over this TCP connection (`--target-tls`).
+    fn upgrade(self, tls: &crate::tls::Tls) -> std::io::Result<Stream> {
+        match self {
+            Stream::Tcp(s) => Ok(Stream::Tls(Box::new(tls.connect(s)?))),
+            _ => Err(std::io::Error::other("TLS needs a TCP target")),
         }
     }
 
@@ -281,6 +303,14 @@ impl Stream {
             Stream::Tcp(s) => (
                 s.local_addr().map_or_else(|_| unknown(), Endpoint::from),
                 s.peer_addr().map_or_else(|_| unknown(), Endpoint::from),
+            ),
+            Stream::Tls(s) => (
+                s.sock
+                    .local_addr()
+                    .map_or_else(|_| unknown(), Endpoint::from),
+                s.sock
+                    .peer_addr()
+                    .map_or_else(|_| unknown(), Endpoint::from),
             ),
             Stream::Unix(s) => (
                 unknown(),
@@ -301,6 +331,7 @@ impl Read for Stream {
         match self {
             Stream::Tcp(s) => s.read(b),
             Stream::Unix(s) => s.read(b),
+            Stream::Tls(s) => s.read(b),
         }
     }
 }
@@ -310,12 +341,14 @@ impl Write for Stream {
         match self {
             Stream::Tcp(s) => s.write(b),
             Stream::Unix(s) => s.write(b),
+            Stream::Tls(s) => s.write(b),
         }
     }
     fn flush(&mut self) -> std::io::Result<()> {
         match self {
             Stream::Tcp(s) => s.flush(),
             Stream::Unix(s) => s.flush(),
+            Stream::Tls(s) => s.flush(),
         }
     }
 }

@@ -28,7 +28,11 @@ impl TargetConn {
         db: Option<&[u8]>,
         t: &mut Tally,
     ) -> Option<TargetConn> {
-        let stream = Stream::connect(&ctx.target).ok()?;
+        let mut stream = Stream::connect(&ctx.target).ok()?;
+        if let Some(tls) = &ctx.opts.tls {
+            // Redis speaks TLS from the first byte.
+            stream = stream.upgrade(tls).ok()?;
+        }
         let id = ctx.ids.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let session = new_session(id, &stream, &ctx.opts.session, proto::Protocol::Redis)?;
         t.connections += 1;

@@ -92,17 +92,27 @@ impl Conn {
             mysql::parse_greeting(&g).ok_or("the target's greeting is not MySQL protocol 10")?;
         let user = creds.user.clone().unwrap_or_else(|| "root".into());
         let pw = creds.password.clone().unwrap_or_default();
-        c.send(
-            ctx,
-            &mysql::packet(1, &mysql::login_response(&g, &user, &pw, db)),
-        )?;
+        let mut login = mysql::login_response(&g, &user, &pw, db);
+        let mut seq = 1;
+        if let Some(tls) = &ctx.opts.tls {
+            // The SSL request (the login's first 32 bytes with CLIENT_SSL), then TLS; the
+            // session is told, and reads the login that follows inside TLS.
+            login = mysql::with_ssl(login);
+            c.send(ctx, &mysql::packet(1, login.get(..32).unwrap_or_default()))?;
+            c.session.start_tls();
+            c.stream
+                .upgrade_in_place(tls)
+                .map_err(|e| format!("TLS: {e}"))?;
+            seq = 2;
+        }
+        c.send(ctx, &mysql::packet(seq, &login))?;
         match mysql::auth_reply(&c.packet(ctx, deadline)?) {
             AuthReply::Ok => Ok(c),
             AuthReply::Err(m) => Err(format!("login refused: {m}")),
             AuthReply::Switch(p, salt) if p == mysql::NATIVE => {
                 c.send(
                     ctx,
-                    &mysql::packet(3, &mysql::native_scramble(pw.as_bytes(), &salt)),
+                    &mysql::packet(seq + 2, &mysql::native_scramble(pw.as_bytes(), &salt)),
                 )?;
                 match mysql::auth_reply(&c.packet(ctx, deadline)?) {
                     AuthReply::Ok => Ok(c),

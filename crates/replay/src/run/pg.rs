@@ -84,7 +84,10 @@ impl Conn {
     }
 
     fn open(ctx: &Ctx, user: &str, pw: &str, db: Option<&str>) -> Result<Conn, String> {
-        let stream = Stream::connect(&ctx.target).map_err(|e| e.to_string())?;
+        let mut stream = Stream::connect(&ctx.target).map_err(|e| e.to_string())?;
+        if let Some(tls) = &ctx.opts.tls {
+            stream = ssl_request(stream, tls)?;
+        }
         let id = ctx.ids.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let session = new_session(id, &stream, &ctx.opts.session, proto::Protocol::Postgres)
             .ok_or("no postgres session")?;
@@ -318,4 +321,19 @@ fn is_copy_data(b: &crate::capture::Batch) -> bool {
     b.requests
         .first()
         .is_some_and(|r| matches!(r.bytes.first(), Some(b'd' | b'c' | b'f')))
+}
+
+/// PostgreSQL's SSLRequest, then the TLS handshake (`--target-tls`); not fed to the session
+/// (it would take the request for a startup message).
+fn ssl_request(mut s: Stream, tls: &crate::tls::Tls) -> Result<Stream, String> {
+    const SSL_REQUEST: [u8; 8] = [0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f];
+    s.set_timeout(Duration::from_secs(10))
+        .map_err(|e| e.to_string())?;
+    s.write_all(&SSL_REQUEST).map_err(|e| e.to_string())?;
+    let mut answer = [0u8; 1];
+    s.read_exact(&mut answer).map_err(|e| e.to_string())?;
+    if answer[0] != b'S' {
+        return Err("the target does not accept TLS (it answered the SSLRequest with N)".into());
+    }
+    s.upgrade(tls).map_err(|e| format!("TLS: {e}"))
 }
