@@ -14,7 +14,7 @@ use clap::Args;
 use diff::Side;
 use proto::{ConnMeta, QueryEvent};
 use replay::run::EventSink;
-use replay::{Collector, Fidelity, Limits, Options, Target, Timing};
+use replay::{Collector, Fidelity, Options, Target, Timing};
 use serde::Serialize;
 
 use crate::cli::{
@@ -289,30 +289,7 @@ pub fn run(args: ReplayArgs) -> Result<()> {
         opts.creds.users = std::sync::Arc::new(credfile::read(f)?);
     }
     opts.tls = args.tls()?;
-    let sel = crate::selection::Selection::resolve(args.time.range(), &args.files)?;
-    let judge = judge::Judge {
-        read_only: args.read_only,
-        window: sel
-            .as_ref()
-            .map_or(crate::timespec::Window::ALL, |s| s.window),
-        active: args.read_only || !args.grouping.where_.is_empty() || sel.is_some(),
-    };
-    let mut collector = Collector::new(Limits {
-        max_bytes: args.read_ahead,
-    });
-    if judge.active {
-        collector.filter();
-    }
-    let filters = judge.describe(
-        &args.grouping.where_.join(" AND "),
-        sel.as_ref().map(crate::selection::Selection::describe),
-    );
-    let consumer = CaptureConsumer {
-        fp: Fingerprinter::from_args(&args.grouping),
-        agg: new_aggregator(),
-        collector,
-        judge,
-    };
+    let (consumer, filters) = judge::consumer(&args)?;
     let (consumer, health) = pipeline::run(&args.files, &crate::settings(&args.input()), consumer)?;
     crate::warn(&health);
     let (plans, skipped, skipped_bytes) = consumer.collector.finish();

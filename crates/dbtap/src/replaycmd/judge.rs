@@ -55,6 +55,35 @@ impl Judge {
     }
 }
 
+/// The capture consumer with the filters of `args`, and the filters in words.
+pub(super) fn consumer(
+    args: &super::ReplayArgs,
+) -> anyhow::Result<(super::CaptureConsumer, Option<String>)> {
+    let sel = crate::selection::Selection::resolve(args.time.range(), &args.files)?;
+    let judge = Judge {
+        read_only: args.read_only,
+        window: sel.as_ref().map_or(Window::ALL, |s| s.window),
+        active: args.read_only || !args.grouping.where_.is_empty() || sel.is_some(),
+    };
+    let mut collector = replay::Collector::new(replay::Limits {
+        max_bytes: args.read_ahead,
+    });
+    if judge.active {
+        collector.filter();
+    }
+    let filters = judge.describe(
+        &args.grouping.where_.join(" AND "),
+        sel.as_ref().map(crate::selection::Selection::describe),
+    );
+    let consumer = super::CaptureConsumer {
+        fp: Fingerprinter::from_args(&args.grouping),
+        agg: super::new_aggregator(),
+        collector,
+        judge,
+    };
+    Ok((consumer, filters))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
