@@ -300,6 +300,24 @@ def test_mysql_where_fingerprint(mariadbs, my_capture):
     assert f["skipped_requests"].get("where", 0) > 0, f
 
 
+def test_mysql_credentials_per_captured_user(mariadbs, my_capture, tmp_path):
+    """The captured user (tap, from the captured login) gets its password from the file; the
+    default login (--user nobody) would be refused."""
+    _, b = mariadbs
+    pcap, want = my_capture
+    f = tmp_path / "creds"
+    f.write_text(f"{harness.USER}:{harness.PASSWORD}\n")
+    f.chmod(0o600)
+    before = b.status()
+    rep = run_replay(pcap, MY_A, MY_B, "--max", "--read-only", "--credentials", str(f),
+                     "--user", "nobody", "--password", "nope")
+    got = harness.delta(before, b.status(threads=before["Threads_connected"]))
+    assert (got["Com_select"], got["Com_stmt_prepare"]) == \
+        (want["Com_select"], want["Com_stmt_prepare"])
+    assert got["Access_denied_errors"] == 0, got["Access_denied_errors"]
+    assert "note" not in rep["stderr"], rep["stderr"]
+
+
 # ------------------------------------------------------------------------------------------------
 # PostgreSQL
 
