@@ -318,6 +318,27 @@ def test_mysql_credentials_per_captured_user(mariadbs, my_capture, tmp_path):
     assert "note" not in rep["stderr"], rep["stderr"]
 
 
+def test_mysql_ed25519_login(mariadbs, my_capture):
+    """MariaDB's ed25519 plugin on B: the replay answers its challenge (a wrong password is
+    refused with one line)."""
+    _, b = mariadbs
+    pcap, want = my_capture
+    with b.root() as c, c.cursor() as cur:
+        cur.execute("INSTALL SONAME 'auth_ed25519'")
+        cur.execute("CREATE USER 'ed'@'127.0.0.1' IDENTIFIED VIA ed25519 USING PASSWORD('ed-pw:1')")
+        cur.execute("GRANT ALL ON *.* TO 'ed'@'127.0.0.1'")
+    before = b.status()
+    rep = run_replay(pcap, MY_A, MY_B, "--max", "--read-only", "--user", "ed", "--password",
+                     "ed-pw:1")
+    got = harness.delta(before, b.status(threads=before["Threads_connected"]))
+    assert (got["Com_select"], got["Com_stmt_prepare"]) == \
+        (want["Com_select"], want["Com_stmt_prepare"])
+    assert got["Access_denied_errors"] == 0 and rep["fidelity"]["target_connections"] > 0
+    rep = run_replay(pcap, MY_A, MY_B, "--max", "--user", "ed", "--password", "wrong")
+    assert "login refused" in rep["stderr"] and "Access denied" in rep["stderr"], rep["stderr"]
+    assert rep["fidelity"]["requests_sent"] == 0, rep["fidelity"]
+
+
 # ------------------------------------------------------------------------------------------------
 # PostgreSQL
 

@@ -246,6 +246,8 @@ pub(super) fn run_session(ctx: &Ctx, plan: &Plan, offsets: &[u64]) -> Tally {
     let db = plan.database.as_deref();
     // Batches up to this index went out as COPY data of an earlier batch.
     let mut consumed = 0;
+    // A refused login is not tried again for every batch of the session.
+    let mut refused = false;
     for (i, (batch, &off)) in plan.batches.iter().zip(offsets).enumerate() {
         if i < consumed {
             continue;
@@ -275,8 +277,14 @@ pub(super) fn run_session(ctx: &Ctx, plan: &Plan, offsets: &[u64]) -> Tally {
             continue;
         }
         let n = batch.requests.len();
+        if refused {
+            t.skip("connect_failed", n as u64);
+            continue;
+        }
         let Some((c, _)) = super::connected(&mut conn, &mut t, n, "postgres", || {
-            Conn::open(ctx, &user, &pw, db)
+            let r = Conn::open(ctx, &user, &pw, db);
+            refused = r.as_ref().is_err_and(|e| e.starts_with("login refused"));
+            r
         }) else {
             continue;
         };
