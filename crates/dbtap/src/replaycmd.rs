@@ -14,7 +14,7 @@ use clap::Args;
 use diff::Side;
 use proto::{ConnMeta, QueryEvent};
 use replay::run::EventSink;
-use replay::{Collector, Fidelity, Limits, Options, Target, Timing};
+use replay::{Collector, Fidelity, Options, Target, Timing};
 use serde::Serialize;
 
 use crate::cli::{
@@ -98,6 +98,37 @@ pub struct ReplayArgs {
     /// Never show a progress bar.
     #[arg(long, short = 'q')]
     pub quiet: bool,
+    /// Replay only requests that cannot write (SELECT, SHOW, Redis reads, ...); transaction
+    /// and session-state commands are kept; what is left out is counted (`read_only`).
+    #[arg(long = "read-only")]
+    pub read_only: bool,
+    #[command(flatten)]
+    pub time: crate::cli::TimeArgs,
+    /// The captured users' passwords, one `user:password` a line: each session logs in as
+    /// its captured user; a user not in the file logs in with --user/--password.
+    #[arg(long, value_name = "FILE")]
+    pub credentials: Option<PathBuf>,
+    /// Connect to the target over TLS (Redis from the first byte, MySQL and PostgreSQL after
+    /// their SSLRequest), verifying its certificate against --target-ca or the system's roots.
+    #[arg(long = "target-tls")]
+    pub target_tls: bool,
+    /// PEM file of the certificate authorities the target's certificate must chain to.
+    #[arg(long = "target-ca", value_name = "FILE", requires = "target_tls")]
+    pub target_ca: Option<PathBuf>,
+    /// Do not verify the target's certificate (its handshake signatures still are).
+    #[arg(
+        long = "target-insecure",
+        requires = "target_tls",
+        conflicts_with = "target_ca"
+    )]
+    pub target_insecure: bool,
+    /// The name the target's certificate must hold (default: the host of --target).
+    #[arg(
+        long = "target-server-name",
+        value_name = "NAME",
+        requires = "target_tls"
+    )]
+    pub target_server_name: Option<String>,
 }
 
 fn parse_factor(s: &str) -> Result<f64, String> {
@@ -127,12 +158,25 @@ struct CaptureConsumer {
     fp: Fingerprinter,
     agg: Aggregator,
     collector: Collector,
+    judge: judge::Judge,
 }
 
 impl Consumer for CaptureConsumer {
     fn event(&mut self, ev: QueryEvent) {
         self.collector.event(&ev);
-        self.fp.add_to(&mut self.agg, &ev);
+        if !self.judge.active {
+            self.fp.add_to(&mut self.agg, &ev);
+            return;
+        }
+        // The capture side counts what the filters let through, as the target should.
+        let v = self.judge.verdict(&mut self.fp, &ev);
+        self.collector.verdict(ev.conn, ev.start_ns, ev.command, v);
+        match v {
+            replay::filter::Verdict::Keep => {
+                self.fp.add_to(&mut self.agg, &ev);
+            }
+            _ => self.agg.filtered_out(),
+        }
     }
     fn close(&mut self, conn: u64, ts_ns: u64) {
         self.collector.close(conn, ts_ns);
@@ -203,11 +247,32 @@ impl ReplayArgs {
             creds: replay::redis::Credentials {
                 user: self.user.clone(),
                 password: self.password.clone(),
+                users: Default::default(),
             },
             reply_timeout: self.reply_timeout,
             block_wait: self.block_wait,
             session: proto::SessionConfig::default(),
+            tls: None,
         }
+    }
+
+    /// The TLS client of `--target-tls` (`None` without it).
+    fn tls(&self) -> Result<Option<replay::tls::Tls>> {
+        if !self.target_tls {
+            return Ok(None);
+        }
+        let host = match self.target.rsplit_once(':') {
+            Some((h, _)) if !self.target.starts_with('/') => h,
+            _ => bail!("--target-tls needs a HOST:PORT target, not a Unix socket"),
+        };
+        let o = replay::tls::TlsOptions {
+            ca: self.target_ca.clone(),
+            insecure: self.target_insecure,
+            server_name: self.target_server_name.clone(),
+        };
+        Ok(Some(
+            replay::tls::Tls::new(&o, host).map_err(anyhow::Error::msg)?,
+        ))
     }
 
     fn target(&self) -> Result<Target> {
@@ -222,22 +287,32 @@ impl ReplayArgs {
     }
 }
 
+mod credfile;
+mod judge;
 mod live;
 mod out;
 
 /// Runs `dbtap replay`.
 pub fn run(args: ReplayArgs) -> Result<()> {
     let target = args.target()?;
-    if args.live {
-        return live::run(&args, &target);
+    let mut opts = args.options();
+    if let Some(f) = &args.credentials {
+        opts.creds.users = std::sync::Arc::new(credfile::read(f)?);
     }
-    let consumer = CaptureConsumer {
-        fp: Fingerprinter::from_args(&args.grouping),
-        agg: new_aggregator(),
-        collector: Collector::new(Limits {
-            max_bytes: args.read_ahead,
-        }),
-    };
+    opts.tls = args.tls()?;
+    if args.live {
+        if args.read_only
+            || !args.grouping.where_.is_empty()
+            || args.time.since.is_some()
+            || args.time.until.is_some()
+        {
+            anyhow::bail!(
+                "--live does not filter yet: --read-only, --where, --since and --until work on capture files only"
+            );
+        }
+        return live::run(&args, &target, &opts);
+    }
+    let (consumer, filters) = judge::consumer(&args)?;
     let (consumer, health) = pipeline::run(&args.files, &crate::settings(&args.input()), consumer)?;
     crate::warn(&health);
     let (plans, skipped, skipped_bytes) = consumer.collector.finish();
@@ -246,7 +321,11 @@ pub fn run(args: ReplayArgs) -> Result<()> {
         agg: new_aggregator(),
         clock: ServiceClock::default(),
     };
-    let (sink, mut fid) = replay::run::replay(plans, &args.options(), &target, sink);
+    if args.credentials.is_some() {
+        credfile::note_missing(&opts.creds, &plans);
+    }
+    let (sink, mut fid) = replay::run::replay(plans, &opts, &target, sink);
+    fid.filters = filters;
     for (k, v) in skipped {
         *fid.skipped_requests.entry(k).or_default() += v;
     }

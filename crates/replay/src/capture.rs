@@ -53,7 +53,8 @@ pub struct Plan {
     pub saw_open: bool,
     /// The first database its events name (for a connection begun before the capture).
     pub database: Option<Arc<str>>,
-    /// PostgreSQL: the user of the captured startup message.
+    /// The captured user: PostgreSQL's startup message, else the first its events name
+    /// (MySQL's login, Redis's AUTH); picks its password from `--credentials`.
     pub user: Option<Arc<str>>,
     pub batches: Vec<Batch>,
     /// When the connection ended in the capture (or the capture did): the replayed
@@ -85,6 +86,12 @@ struct ConnBuf {
     closed_ns: u64,
     /// MongoDB: the captured replies, scanned for the cursors they name.
     mongo: Option<Box<crate::mongo::ReplyScan>>,
+    /// The filters' verdicts on this connection's events (only when filtering).
+    verdicts: Vec<crate::filter::Judged>,
+    /// The time of the last client bytes held.
+    last_held_ns: u64,
+    /// The first user its events name (MySQL's login, Redis's AUTH).
+    user: Option<Arc<str>>,
 }
 
 /// Collects the client bytes of every connection (see the module doc).
@@ -96,6 +103,8 @@ pub struct Collector {
     pub skipped: BTreeMap<String, u64>,
     /// Skipped bytes by reason (bytes that framed no request).
     pub skipped_bytes: BTreeMap<String, u64>,
+    /// Filters are on: requests are kept or left out by [`Collector::verdict`].
+    filtering: bool,
 }
 
 impl Collector {
@@ -106,7 +115,41 @@ impl Collector {
             held: 0,
             skipped: BTreeMap::new(),
             skipped_bytes: BTreeMap::new(),
+            filtering: false,
         }
+    }
+
+    /// Turns the filters on: each event's request is then kept or left out by its
+    /// [`verdict`](Collector::verdict) (see [`crate::filter`]).
+    pub fn filter(&mut self) {
+        self.filtering = true;
+    }
+
+    /// The filters' verdict on an event of `conn` whose request started at `start_ns` (the
+    /// packet time of its first byte). Held only for requests whose bytes are held, and
+    /// counted against the read-ahead.
+    pub fn verdict(
+        &mut self,
+        conn: u64,
+        start_ns: u64,
+        command: &'static str,
+        v: crate::filter::Verdict,
+    ) {
+        if !self.filtering {
+            return;
+        }
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        if c.chunks.is_empty() || start_ns > c.last_held_ns {
+            return;
+        }
+        self.held += std::mem::size_of::<crate::filter::Judged>();
+        c.verdicts.push(crate::filter::Judged {
+            start_ns,
+            command,
+            verdict: v,
+        });
     }
 
     /// A connection opened (`saw_open`: its start was captured).
@@ -138,6 +181,7 @@ impl Collector {
             return;
         }
         self.held += data.len();
+        c.last_held_ns = ts_ns;
         c.chunks.push(Chunk::Client(ts_ns, data.to_vec()));
     }
 
@@ -166,6 +210,9 @@ impl Collector {
         c.events += 1;
         if c.database.is_none() {
             c.database = ev.database.clone();
+        }
+        if c.user.is_none() {
+            c.user = ev.user.clone();
         }
         if c.protocol.is_none() {
             c.protocol = Some(ev.protocol);
@@ -208,13 +255,27 @@ impl Collector {
                 &mut self.skipped_bytes,
                 &mut self.skipped,
             );
-            let user = f.user.map(Arc::from);
+            // The login's user from the framing (PostgreSQL's startup), else from the events
+            // (MySQL's login, Redis's AUTH).
+            let user = f.user.map(Arc::from).or_else(|| c.user.clone());
             let database = f.database.map(Arc::from).or_else(|| c.database.clone());
             let batches = f.batches;
+            let framed_last = batches.last().map_or(0, |b| b.ts_ns);
+            let batches = if self.filtering {
+                crate::filter::apply(protocol, batches, &c.verdicts, &mut self.skipped)
+            } else {
+                batches
+            };
             let last = batches.last().map_or(0, |b| b.ts_ns);
+            // Requests after the last one kept are not waited for.
+            let closed_ns = if last < framed_last {
+                last
+            } else {
+                c.closed_ns
+            };
             if !batches.is_empty() {
                 plans.push(Plan {
-                    end_ns: c.closed_ns.max(last),
+                    end_ns: closed_ns.max(last),
                     conn: id,
                     protocol,
                     saw_open: c.saw_open,

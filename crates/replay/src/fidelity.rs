@@ -64,6 +64,12 @@ pub struct Fidelity {
     /// Capture span of the replayed requests (first to last request), seconds.
     pub capture_span_s: f64,
     pub wall_s: f64,
+    /// The filters the replay ran with (`--read-only`, `--where`, `--since`/`--until`), in
+    /// words; absent when none. `requests_captured` and `requests_framed` then count what
+    /// they let through; what they left out is in `skipped_requests` (`read_only`, `where`,
+    /// `time_range`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub filters: Option<String>,
 }
 
 impl Fidelity {

@@ -327,6 +327,31 @@ pub fn login_response(g: &Greeting, user: &str, password: &str, db: Option<&[u8]
     p
 }
 
+/// `login` (a [`login_response`]) asking for TLS (CLIENT_SSL): its first 32 bytes are the
+/// SSL request.
+pub fn with_ssl(mut login: Vec<u8>) -> Vec<u8> {
+    const CLIENT_SSL: u8 = 0x08; // 0x800, in the second byte
+    if let Some(b) = login.get_mut(1) {
+        *b |= CLIENT_SSL;
+    }
+    login
+}
+
+/// MariaDB's ed25519 authentication plugin, as the client side names it.
+pub const ED25519: &str = "client_ed25519";
+
+/// The answer to MariaDB's `client_ed25519` challenge: the Ed25519 signature of the 32-byte
+/// `nonce` by the key whose expanded secret is SHA-512(password) (MariaDB's `crypto_sign`
+/// with the password in place of a seed), by RustCrypto/dalek's `ed25519-dalek` hazmat API.
+pub fn ed25519_signature(password: &[u8], nonce: &[u8]) -> Vec<u8> {
+    use ed25519_dalek::hazmat::{ExpandedSecretKey, raw_sign};
+    use sha2::{Digest, Sha512};
+    let az: [u8; 64] = Sha512::digest(password).into();
+    let esk = ExpandedSecretKey::from_bytes(&az);
+    let vk = ed25519_dalek::VerifyingKey::from(&esk);
+    raw_sign::<Sha512>(&esk, nonce, &vk).to_bytes().to_vec()
+}
+
 /// What the server said after the login response.
 #[derive(Debug, PartialEq, Eq)]
 pub enum AuthReply {

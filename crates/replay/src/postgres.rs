@@ -188,11 +188,6 @@ impl Framer {
 
     fn message(&mut self, t: u8, m: Vec<u8>, skipped: &mut BTreeMap<String, u64>) {
         match t {
-            b'd' | b'c' | b'f' => {
-                // COPY FROM STDIN data: not re-sent (the replay fails the COPY instead).
-                count(skipped, "copy_from_stdin_not_replayed", 1);
-                return;
-            }
             b'P' => {
                 let (name, _) = cstr(m.get(5..).unwrap_or_default());
                 self.parsed.insert(name.to_vec());
@@ -206,7 +201,9 @@ impl Framer {
             }
             _ => {}
         }
-        let ends = matches!(t, b'S' | b'H' | b'Q' | b'X');
+        // COPY FROM STDIN data ends at CopyDone or CopyFail: a batch of its own after its
+        // Query, sent when the target asks for it (see `run::pg`).
+        let ends = matches!(t, b'S' | b'H' | b'Q' | b'X' | b'c' | b'f');
         if self.skipping {
             if matches!(t, b'S' | b'Q' | b'X') {
                 self.skipping = false;
@@ -257,6 +254,29 @@ pub fn message(t: u8, body: &[u8]) -> Vec<u8> {
     m.extend_from_slice(&((body.len() + 4) as u32).to_be_bytes());
     m.extend_from_slice(body);
     m
+}
+
+/// The SASLInitialResponse body choosing SCRAM-SHA-256 from the server's mechanism list
+/// `mechanisms` (NUL-terminated names), with the client-first message `first`.
+pub fn sasl_initial(mechanisms: &[u8], first: &str) -> Result<Vec<u8>, String> {
+    let offered = mechanisms
+        .split(|&b| b == 0)
+        .any(|m| m == crate::scram::MECHANISM.as_bytes());
+    if !offered {
+        return Err(format!(
+            "the target offers SASL mechanisms {:?}: only {} is supported",
+            String::from_utf8_lossy(mechanisms)
+                .replace('\0', " ")
+                .trim(),
+            crate::scram::MECHANISM
+        ));
+    }
+    let mut out = Vec::with_capacity(first.len() + 20);
+    out.extend_from_slice(crate::scram::MECHANISM.as_bytes());
+    out.push(0);
+    out.extend_from_slice(&(first.len() as u32).to_be_bytes());
+    out.extend_from_slice(first.as_bytes());
+    Ok(out)
 }
 
 /// The md5 password: "md5" + md5(md5(password + user) + salt), hex.
@@ -331,5 +351,39 @@ mod tests {
         );
         assert_eq!(f.batches.len(), 1);
         assert_eq!(sb.get("midstream_prefix"), Some(&2));
+    }
+
+    #[test]
+    fn copy_data_is_a_batch_after_its_query() {
+        let mut bytes = message(b'Q', b"COPY t FROM STDIN\0");
+        let mut data = message(b'd', b"1\ta\n");
+        data.extend(message(b'd', b"2\tb\n"));
+        data.extend(message(b'c', b""));
+        data.extend(message(b'Q', b"select 1\0"));
+        bytes.extend(&data);
+        let (mut sb, mut s) = (BTreeMap::new(), BTreeMap::new());
+        let f = frame_conn(
+            true,
+            [
+                ChunkView::Client(1, &bytes[..23]),
+                ChunkView::Reply(b"G"),
+                ChunkView::Client(2, &bytes[23..]),
+            ]
+            .into_iter(),
+            &mut sb,
+            &mut s,
+        );
+        let kinds: Vec<Vec<u8>> = f
+            .batches
+            .iter()
+            .map(|b| {
+                b.requests
+                    .iter()
+                    .filter_map(|r| r.bytes.first().copied())
+                    .collect()
+            })
+            .collect();
+        assert_eq!(kinds, vec![b"Q".to_vec(), b"ddc".to_vec(), b"Q".to_vec()]);
+        assert!(s.is_empty(), "{s:?}");
     }
 }

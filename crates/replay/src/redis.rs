@@ -9,6 +9,8 @@ use crate::resp;
 pub struct Credentials {
     pub user: Option<String>,
     pub password: Option<String>,
+    /// `--credentials FILE`: each captured user's password (see [`crate::creds`]).
+    pub users: std::sync::Arc<std::collections::BTreeMap<String, String>>,
 }
 
 /// A request as it is sent to the target.
@@ -131,6 +133,7 @@ mod tests {
         let c = Credentials {
             user: None,
             password: Some("pw".into()),
+            ..Credentials::default()
         };
         assert_eq!(
             rewrite(&r, &c),

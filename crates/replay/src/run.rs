@@ -41,6 +41,8 @@ pub struct Options {
     /// Longest wait for a blocking command's reply (then the connection is replaced).
     pub block_wait: Duration,
     pub session: SessionConfig,
+    /// `--target-tls`: TLS to the target.
+    pub tls: Option<crate::tls::Tls>,
 }
 
 /// Receives the target's events (on the collector thread).
@@ -268,6 +270,7 @@ fn release(ctx: &Ctx) {
 enum Stream {
     Tcp(TcpStream),
     Unix(UnixStream),
+    Tls(Box<crate::tls::TlsStream>),
 }
 
 impl Stream {
@@ -287,6 +290,25 @@ impl Stream {
         match self {
             Stream::Tcp(s) => s.set_read_timeout(d),
             Stream::Unix(s) => s.set_read_timeout(d),
+            Stream::Tls(s) => s.sock.set_read_timeout(d),
+        }
+    }
+
+    /// [`upgrade`](Stream::upgrade) in place (a connection already wrapped in a session).
+    fn upgrade_in_place(&mut self, tls: &crate::tls::Tls) -> std::io::Result<()> {
+        let Stream::Tcp(s) = self else {
+            return Err(std::io::Error::other("TLS needs a TCP target"));
+        };
+        let tcp = s.try_clone()?;
+        *self = Stream::Tls(Box::new(tls.connect(tcp)?));
+        Ok(())
+    }
+
+    /// The TLS handshake over this TCP connection (`--target-tls`).
+    fn upgrade(self, tls: &crate::tls::Tls) -> std::io::Result<Stream> {
+        match self {
+            Stream::Tcp(s) => Ok(Stream::Tls(Box::new(tls.connect(s)?))),
+            _ => Err(std::io::Error::other("TLS needs a TCP target")),
         }
     }
 
@@ -296,6 +318,14 @@ impl Stream {
             Stream::Tcp(s) => (
                 s.local_addr().map_or_else(|_| unknown(), Endpoint::from),
                 s.peer_addr().map_or_else(|_| unknown(), Endpoint::from),
+            ),
+            Stream::Tls(s) => (
+                s.sock
+                    .local_addr()
+                    .map_or_else(|_| unknown(), Endpoint::from),
+                s.sock
+                    .peer_addr()
+                    .map_or_else(|_| unknown(), Endpoint::from),
             ),
             Stream::Unix(s) => (
                 unknown(),
@@ -316,6 +346,7 @@ impl Read for Stream {
         match self {
             Stream::Tcp(s) => s.read(b),
             Stream::Unix(s) => s.read(b),
+            Stream::Tls(s) => s.read(b),
         }
     }
 }
@@ -325,12 +356,14 @@ impl Write for Stream {
         match self {
             Stream::Tcp(s) => s.write(b),
             Stream::Unix(s) => s.write(b),
+            Stream::Tls(s) => s.write(b),
         }
     }
     fn flush(&mut self) -> std::io::Result<()> {
         match self {
             Stream::Tcp(s) => s.flush(),
             Stream::Unix(s) => s.flush(),
+            Stream::Tls(s) => s.flush(),
         }
     }
 }
@@ -433,6 +466,7 @@ fn run_session(ctx: &Ctx, plan: &Plan, offsets: &[u64]) -> Tally {
     }
     let mut t = Tally::default();
     let mut conn: Option<TargetConn> = None;
+    let creds = ctx.opts.creds.for_user(plan.user.as_deref());
     let mut db: Option<Vec<u8>> = plan
         .database
         .as_ref()
@@ -441,7 +475,7 @@ fn run_session(ctx: &Ctx, plan: &Plan, offsets: &[u64]) -> Tally {
     for (batch, off) in batches(ctx, plan, offsets) {
         let late = ctx.wait_until(off);
         if conn.is_none() {
-            conn = TargetConn::open(ctx, db.as_deref(), &mut t);
+            conn = TargetConn::open(ctx, &creds, db.as_deref(), &mut t);
         }
         let Some(c) = conn.as_mut() else {
             t.skip("connect_failed", batch.requests.len() as u64);
@@ -451,7 +485,7 @@ fn run_session(ctx: &Ctx, plan: &Plan, offsets: &[u64]) -> Tally {
         let mut out = Vec::new();
         let (mut expect, mut blocking) = (0usize, false);
         for r in &batch.requests {
-            match redis::rewrite(r, &ctx.opts.creds) {
+            match redis::rewrite(r, &creds) {
                 Send::Bytes(b, n) => {
                     out.extend_from_slice(&b);
                     expect += n;

@@ -74,7 +74,7 @@ impl Consumer for LiveSide {
 }
 
 /// Runs the live mirror (see the module doc).
-pub(super) fn run(args: &ReplayArgs, target: &Target) -> Result<()> {
+pub(super) fn run(args: &ReplayArgs, target: &Target, opts: &replay::Options) -> Result<()> {
     let iface = args.interface.clone().context("--live needs -i IFACE")?;
     let settings = crate::settings(&args.input());
     let spec = live::bpf::FilterSpec {
@@ -106,7 +106,7 @@ pub(super) fn run(args: &ReplayArgs, target: &Target) -> Result<()> {
         fp: Fingerprinter::from_args(&args.grouping),
         agg: new_aggregator(),
         live: Live::new(
-            &args.options(),
+            opts,
             target,
             TargetSink {
                 fp: Fingerprinter::from_args(&args.grouping),

@@ -91,6 +91,9 @@ pub fn group_rows(capture: &Aggregator, target: &Aggregator) -> BTreeMap<String,
 pub fn fidelity_text(f: &Fidelity, w: &mut impl Write) -> io::Result<()> {
     let ms = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.2}"));
     writeln!(w, "# Replay fidelity")?;
+    if let Some(fl) = &f.filters {
+        writeln!(w, "# filters: {fl}")?;
+    }
     writeln!(
         w,
         "# requests: captured {}, framed {}, planned {}, sent {} (in {} batches), replies {}",

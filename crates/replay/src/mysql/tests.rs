@@ -112,3 +112,20 @@ fn compressed_connections_are_not_framed() {
     assert!(got.is_empty());
     assert_eq!(s.get("compressed_protocol"), Some(&1));
 }
+
+#[test]
+fn ed25519_signature_verifies() {
+    use sha2::{Digest, Sha512};
+    let nonce = [7u8; 32];
+    let sig = ed25519_signature(b"secret", &nonce);
+    assert_eq!(sig.len(), 64);
+    // The public key MariaDB stores for the password: the base point times the clamped
+    // first half of SHA-512(password).
+    let az: [u8; 64] = Sha512::digest(b"secret").into();
+    let esk = ed25519_dalek::hazmat::ExpandedSecretKey::from_bytes(&az);
+    let vk = ed25519_dalek::VerifyingKey::from(&esk);
+    let s = ed25519_dalek::Signature::from_slice(&sig).unwrap();
+    assert!(vk.verify_strict(&nonce, &s).is_ok());
+    assert!(vk.verify_strict(&[8u8; 32], &s).is_err());
+    assert_ne!(ed25519_signature(b"other", &nonce), sig);
+}

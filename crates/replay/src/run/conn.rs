@@ -22,14 +22,23 @@ pub(super) struct TargetConn {
 
 impl TargetConn {
     /// Connects, logs in with the given credentials and selects `db`; `None` when it fails.
-    pub(super) fn open(ctx: &Ctx, db: Option<&[u8]>, t: &mut Tally) -> Option<TargetConn> {
-        let stream = Stream::connect(&ctx.target).ok()?;
+    pub(super) fn open(
+        ctx: &Ctx,
+        creds: &redis::Credentials,
+        db: Option<&[u8]>,
+        t: &mut Tally,
+    ) -> Option<TargetConn> {
+        let mut stream = Stream::connect(&ctx.target).ok()?;
+        if let Some(tls) = &ctx.opts.tls {
+            // Redis speaks TLS from the first byte.
+            stream = stream.upgrade(tls).ok()?;
+        }
         let id = ctx.ids.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let session = new_session(id, &stream, &ctx.opts.session, proto::Protocol::Redis)?;
         t.connections += 1;
         let mut setup = Vec::new();
         let mut n = 0;
-        if let Some(a) = redis::auth_args(&ctx.opts.creds) {
+        if let Some(a) = redis::auth_args(creds) {
             let mut all: Vec<&[u8]> = vec![b"AUTH"];
             all.extend(a.iter().map(|s| s.as_bytes()));
             setup.extend(resp::encode(&all));

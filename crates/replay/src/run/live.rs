@@ -390,6 +390,7 @@ mod tests {
             reply_timeout: std::time::Duration::from_secs(5),
             block_wait: std::time::Duration::from_secs(1),
             session: SessionConfig::default(),
+            tls: None,
         };
         let mut live = Live::new(&opts, &Target::Tcp(addr), Count(0));
         let set = resp::encode(&[b"SET", b"k", b"v"]);

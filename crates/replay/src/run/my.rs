@@ -10,6 +10,7 @@ use super::{Ctx, Msg, Stream, is_timeout, new_session};
 use crate::capture::Plan;
 use crate::fidelity::Tally;
 use crate::mysql::{self, AuthReply, Send, Statements};
+use crate::redis::Credentials;
 
 /// Forwards the target session's events and counts them.
 struct Counting<'a> {
@@ -74,7 +75,7 @@ impl Conn {
 
     /// Connects and logs in (the exchange is fed to the session: it learns the capabilities
     /// and the database; the handshake emits no event).
-    fn open(ctx: &Ctx, db: Option<&[u8]>) -> Result<Conn, String> {
+    fn open(ctx: &Ctx, creds: &Credentials, db: Option<&[u8]>) -> Result<Conn, String> {
         let stream = Stream::connect(&ctx.target).map_err(|e| e.to_string())?;
         let id = ctx.ids.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let session = new_session(id, &stream, &ctx.opts.session, proto::Protocol::Mysql)
@@ -89,19 +90,29 @@ impl Conn {
         let g = c.packet(ctx, deadline)?;
         let g =
             mysql::parse_greeting(&g).ok_or("the target's greeting is not MySQL protocol 10")?;
-        let user = ctx.opts.creds.user.clone().unwrap_or_else(|| "root".into());
-        let pw = ctx.opts.creds.password.clone().unwrap_or_default();
-        c.send(
-            ctx,
-            &mysql::packet(1, &mysql::login_response(&g, &user, &pw, db)),
-        )?;
+        let user = creds.user.clone().unwrap_or_else(|| "root".into());
+        let pw = creds.password.clone().unwrap_or_default();
+        let mut login = mysql::login_response(&g, &user, &pw, db);
+        let mut seq = 1;
+        if let Some(tls) = &ctx.opts.tls {
+            // The SSL request (the login's first 32 bytes with CLIENT_SSL), then TLS; the
+            // session is told, and reads the login that follows inside TLS.
+            login = mysql::with_ssl(login);
+            c.send(ctx, &mysql::packet(1, login.get(..32).unwrap_or_default()))?;
+            c.session.start_tls();
+            c.stream
+                .upgrade_in_place(tls)
+                .map_err(|e| format!("TLS: {e}"))?;
+            seq = 2;
+        }
+        c.send(ctx, &mysql::packet(seq, &login))?;
         match mysql::auth_reply(&c.packet(ctx, deadline)?) {
             AuthReply::Ok => Ok(c),
             AuthReply::Err(m) => Err(format!("login refused: {m}")),
             AuthReply::Switch(p, salt) if p == mysql::NATIVE => {
                 c.send(
                     ctx,
-                    &mysql::packet(3, &mysql::native_scramble(pw.as_bytes(), &salt)),
+                    &mysql::packet(seq + 2, &mysql::native_scramble(pw.as_bytes(), &salt)),
                 )?;
                 match mysql::auth_reply(&c.packet(ctx, deadline)?) {
                     AuthReply::Ok => Ok(c),
@@ -109,12 +120,26 @@ impl Conn {
                     _ => Err("unexpected reply to the mysql_native_password login".into()),
                 }
             }
+            AuthReply::Switch(p, mut nonce) if p == mysql::ED25519 => {
+                // The 32-byte nonce lost a final zero byte to the switch request's parsing.
+                if nonce.len() == 31 {
+                    nonce.push(0);
+                }
+                let sig = mysql::ed25519_signature(pw.as_bytes(), &nonce);
+                c.send(ctx, &mysql::packet(seq + 2, &sig))?;
+                match mysql::auth_reply(&c.packet(ctx, deadline)?) {
+                    AuthReply::Ok => Ok(c),
+                    AuthReply::Err(m) => Err(format!("login refused: {m}")),
+                    _ => Err("unexpected reply to the ed25519 login".into()),
+                }
+            }
             AuthReply::Switch(p, _) => Err(format!(
-                "the target asks for auth plugin {p}: not supported (only mysql_native_password)"
+                "the target asks for auth plugin {p}: not supported (mysql_native_password and \
+                 client_ed25519 are)"
             )),
             AuthReply::Other(b) => Err(format!(
                 "the target answered the login with packet 0x{b:02x}: auth plugin not supported \
-                 (only mysql_native_password)"
+                 (mysql_native_password and client_ed25519 are)"
             )),
         }
     }
@@ -198,12 +223,21 @@ pub(super) fn run_session(ctx: &Ctx, plan: &Plan, offsets: &[u64]) -> Tally {
     let mut t = Tally::default();
     let mut conn: Option<Conn> = None;
     let mut st = Statements::default();
+    let creds = ctx.opts.creds.for_user(plan.user.as_deref());
     let db = plan.database.as_ref().map(|d| d.as_bytes().to_vec());
+    // A refused login is not tried again for every batch of the session.
+    let mut refused = false;
     for (batch, off) in super::batches(ctx, plan, offsets) {
-        let late = ctx.wait_until(off);
         let n = batch.requests.len();
+        if refused {
+            t.skip("connect_failed", n as u64);
+            continue;
+        }
+        let late = ctx.wait_until(off);
         let Some((c, opened)) = super::connected(&mut conn, &mut t, n, "mysql", || {
-            Conn::open(ctx, db.as_deref())
+            let r = Conn::open(ctx, &creds, db.as_deref());
+            refused = r.as_ref().is_err_and(|e| e.starts_with("login refused"));
+            r
         }) else {
             continue;
         };

@@ -11,6 +11,7 @@ use super::{Ctx, Msg, Stream, is_timeout, new_session};
 use crate::capture::Plan;
 use crate::fidelity::Tally;
 use crate::postgres::{self, server_message};
+use crate::scram::Scram;
 
 struct ChanSink<'a> {
     tx: &'a std::sync::mpsc::SyncSender<Msg>,
@@ -82,8 +83,11 @@ impl Conn {
         }
     }
 
-    fn open(ctx: &Ctx, user: &str, db: Option<&str>) -> Result<Conn, String> {
-        let stream = Stream::connect(&ctx.target).map_err(|e| e.to_string())?;
+    fn open(ctx: &Ctx, user: &str, pw: &str, db: Option<&str>) -> Result<Conn, String> {
+        let mut stream = Stream::connect(&ctx.target).map_err(|e| e.to_string())?;
+        if let Some(tls) = &ctx.opts.tls {
+            stream = ssl_request(stream, tls)?;
+        }
         let id = ctx.ids.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let session = new_session(id, &stream, &ctx.opts.session, proto::Protocol::Postgres)
             .ok_or("no postgres session")?;
@@ -97,7 +101,7 @@ impl Conn {
         let deadline = Instant::now() + ctx.opts.reply_timeout.max(Duration::from_secs(5));
         let lost = |_| "connection lost during login".to_string();
         c.send(ctx, &postgres::startup(user, db)).map_err(lost)?;
-        let pw = ctx.opts.creds.password.clone().unwrap_or_default();
+        let mut scram: Option<Scram> = None;
         loop {
             let (t, body) = c.next(ctx, deadline).map_err(lost)?;
             match t {
@@ -105,21 +109,33 @@ impl Conn {
                     let code = body
                         .get(..4)
                         .map_or(u32::MAX, |b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]));
+                    let data = body.get(4..).unwrap_or_default();
                     let reply = match code {
                         0 => continue,
                         3 => [pw.as_bytes(), b"\0"].concat(),
-                        5 => postgres::md5_password(user, &pw, body.get(4..8).unwrap_or_default()),
+                        5 => postgres::md5_password(user, pw, body.get(4..8).unwrap_or_default()),
                         10 => {
-                            return Err(
-                                "the target asks for SASL (SCRAM-SHA-256) authentication: \
-                                 not supported yet (trust, password, md5 are)"
-                                    .into(),
-                            );
+                            let s = Scram::new("", pw)?;
+                            let r = postgres::sasl_initial(data, &s.client_first())?;
+                            scram = Some(s);
+                            r
+                        }
+                        11 => scram
+                            .as_mut()
+                            .ok_or("SASL continue before SASL")?
+                            .client_final(data)?
+                            .into_bytes(),
+                        12 => {
+                            scram
+                                .as_ref()
+                                .ok_or("SASL final before SASL")?
+                                .verify(data)?;
+                            continue;
                         }
                         n => {
                             return Err(format!(
                                 "the target asks for authentication method {n}: not supported \
-                                 (trust, password, md5 are)"
+                                 (trust, password, md5, SCRAM-SHA-256 are)"
                             ));
                         }
                     };
@@ -135,7 +151,16 @@ impl Conn {
 
     /// Sends one batch and reads until `expect` ReadyForQuery came; false when the
     /// connection is unusable.
-    fn exchange(&mut self, ctx: &Ctx, out: &[u8], expect: usize, t: &mut Tally) -> bool {
+    /// `copy`: the COPY FROM STDIN data (CopyData..CopyDone) sent when the target asks for
+    /// it; `None` when the batch carries its own.
+    fn exchange(
+        &mut self,
+        ctx: &Ctx,
+        out: &[u8],
+        expect: usize,
+        copy: Option<&[u8]>,
+        t: &mut Tally,
+    ) -> bool {
         if self.send(ctx, out).is_err() {
             t.skip("connection_lost", 1);
             return false;
@@ -146,10 +171,18 @@ impl Conn {
             match self.next(ctx, deadline) {
                 Ok((b'Z', _)) => got += 1,
                 Ok((b'G', _)) => {
-                    // COPY FROM STDIN: its data is not replayed; the COPY is failed.
-                    t.skip("copy_from_stdin_not_replayed", 1);
-                    let m = postgres::message(b'f', b"dbtap replay: COPY data not replayed\0");
-                    if self.send(ctx, &m).is_err() {
+                    // COPY FROM STDIN: its captured data, or (none captured) a CopyFail.
+                    let fail;
+                    let m = match copy {
+                        None => continue,
+                        Some(c) if !c.is_empty() => c,
+                        Some(_) => {
+                            t.skip("copy_from_stdin_not_replayed", 1);
+                            fail = postgres::message(b'f', b"dbtap replay: no COPY data\0");
+                            &fail
+                        }
+                    };
+                    if self.send(ctx, m).is_err() {
                         return false;
                     }
                 }
@@ -203,19 +236,31 @@ fn error_text(body: &[u8]) -> String {
 pub(super) fn run_session(ctx: &Ctx, plan: &Plan, offsets: &[u64]) -> Tally {
     let mut t = Tally::default();
     let mut conn: Option<Conn> = None;
-    let user = ctx
-        .opts
-        .creds
+    let creds = ctx.opts.creds.for_user(plan.user.as_deref());
+    let pw = creds.password.clone().unwrap_or_default();
+    let user = creds
         .user
         .clone()
         .or_else(|| plan.user.as_deref().map(str::to_string))
         .unwrap_or_else(|| "postgres".into());
     let db = plan.database.as_deref();
-    for (batch, off) in super::batches(ctx, plan, offsets) {
+    // A refused login is not tried again for every batch of the session.
+    let mut refused = false;
+    let mut feed = super::batches(ctx, plan, offsets).peekable();
+    while let Some((batch, off)) = feed.next() {
+        if is_copy_data(&batch) {
+            // Not taken by a COPY before it (see copy_after).
+            t.skip("copy_data_without_copy", batch.requests.len() as u64);
+            continue;
+        }
         let late = ctx.wait_until(off);
         if batch.requests.first().and_then(|r| r.bytes.first()) == Some(&b'X') {
-            t.sent += 1;
+            if conn.is_none() {
+                // Nothing to end: the session never got a connection (counted as not sent).
+                t.skip("connect_failed", 1);
+            }
             if let Some(mut c) = conn.take() {
+                t.sent += 1;
                 let _ = c.send(
                     ctx,
                     &batch
@@ -229,8 +274,14 @@ pub(super) fn run_session(ctx: &Ctx, plan: &Plan, offsets: &[u64]) -> Tally {
             continue;
         }
         let n = batch.requests.len();
+        if refused {
+            t.skip("connect_failed", n as u64);
+            continue;
+        }
         let Some((c, _)) = super::connected(&mut conn, &mut t, n, "postgres", || {
-            Conn::open(ctx, &user, db)
+            let r = Conn::open(ctx, &user, &pw, db);
+            refused = r.as_ref().is_err_and(|e| e.starts_with("login refused"));
+            r
         }) else {
             continue;
         };
@@ -243,7 +294,13 @@ pub(super) fn run_session(ctx: &Ctx, plan: &Plan, offsets: &[u64]) -> Tally {
             t.sent += 1;
         }
         t.batches += 1;
-        if !c.exchange(ctx, &out, expect, &mut t)
+        let copy = copy_after(&batch, &mut feed, &mut t);
+        let inline = batch
+            .requests
+            .iter()
+            .any(|r| matches!(r.bytes.first(), Some(b'c' | b'f')));
+        let copy = (!inline).then_some(&copy[..]);
+        if !c.exchange(ctx, &out, expect, copy, &mut t)
             && let Some(c) = conn.take()
         {
             c.close(ctx);
@@ -253,4 +310,53 @@ pub(super) fn run_session(ctx: &Ctx, plan: &Plan, offsets: &[u64]) -> Tally {
         c.close(ctx);
     }
     t
+}
+
+/// A batch of COPY FROM STDIN data (CopyData, CopyDone, CopyFail).
+/// The COPY data that followed `batch` in the capture (a batch with its own CopyDone/CopyFail
+/// carries it), taken from the feed. Looked for only after a batch that may start a COPY: on a
+/// live feed, looking ahead waits for the session's next batch.
+fn copy_after<'a>(
+    batch: &crate::capture::Batch,
+    feed: &mut std::iter::Peekable<
+        impl Iterator<Item = (std::borrow::Cow<'a, crate::capture::Batch>, u64)>,
+    >,
+    t: &mut Tally,
+) -> Vec<u8> {
+    let mut copy = Vec::new();
+    let may_copy = batch
+        .requests
+        .iter()
+        .any(|r| r.bytes.windows(4).any(|w| w.eq_ignore_ascii_case(b"copy")));
+    if !may_copy {
+        return copy;
+    }
+    while let Some((b, _)) = feed.next_if(|(b, _)| is_copy_data(b)) {
+        for r in &b.requests {
+            copy.extend_from_slice(&r.bytes);
+            t.sent += 1;
+        }
+    }
+    copy
+}
+
+fn is_copy_data(b: &crate::capture::Batch) -> bool {
+    b.requests
+        .first()
+        .is_some_and(|r| matches!(r.bytes.first(), Some(b'd' | b'c' | b'f')))
+}
+
+/// PostgreSQL's SSLRequest, then the TLS handshake (`--target-tls`); not fed to the session
+/// (it would take the request for a startup message).
+fn ssl_request(mut s: Stream, tls: &crate::tls::Tls) -> Result<Stream, String> {
+    const SSL_REQUEST: [u8; 8] = [0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f];
+    s.set_timeout(Duration::from_secs(10))
+        .map_err(|e| e.to_string())?;
+    s.write_all(&SSL_REQUEST).map_err(|e| e.to_string())?;
+    let mut answer = [0u8; 1];
+    s.read_exact(&mut answer).map_err(|e| e.to_string())?;
+    if answer[0] != b'S' {
+        return Err("the target does not accept TLS (it answered the SSLRequest with N)".into());
+    }
+    s.upgrade(tls).map_err(|e| format!("TLS: {e}"))
 }
