@@ -5,6 +5,7 @@
 //! one in RowBinary in the column order of [`crate::schema::COLUMNS`].
 
 use aggregate::{Aggregator, Group, Latency};
+use store::DimText;
 
 use crate::rowbinary::{ReadError, Reader, Writer};
 
@@ -97,11 +98,7 @@ impl Dist {
 }
 
 /// FNV-1a of the fingerprint text: the history store's fingerprint hash (stable across builds).
-pub fn fp_hash(text: &str) -> u64 {
-    text.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
-    })
-}
+pub use store::fp_hash;
 
 fn sat(v: u128) -> u64 {
     u64::try_from(v).unwrap_or(u64::MAX)
@@ -110,7 +107,12 @@ fn sat(v: u128) -> u64 {
 impl Row {
     /// The row of one group of a minute (`ts`: its start, unix seconds).
     pub fn of(ts: u32, id: &Identity, g: &Group) -> Row {
-        let d = g.dims.as_deref();
+        let DimText {
+            server,
+            client,
+            db,
+            user,
+        } = DimText::of(g);
         let s = &g.stats;
         let (error_codes, error_counts) = error_pairs(g);
         Row {
@@ -121,19 +123,10 @@ impl Row {
             query_id: g.id.clone(),
             fp_hash: fp_hash(&g.fingerprint),
             fingerprint: g.fingerprint.clone(),
-            server: d
-                .and_then(|d| d.server.as_ref())
-                .map(|s| s.to_string())
-                .unwrap_or_default(),
-            client: d
-                .and_then(|d| d.client)
-                .map(|c| c.to_string())
-                .unwrap_or_default(),
-            db: d
-                .and_then(|d| d.database.as_deref())
-                .unwrap_or("")
-                .to_string(),
-            user: d.and_then(|d| d.user.as_deref()).unwrap_or("").to_string(),
+            server,
+            client,
+            db,
+            user,
             count: s.count,
             ok: s.ok,
             errors: s.errors,

@@ -11,6 +11,7 @@ mod answer;
 mod codec;
 mod group;
 mod import;
+mod key;
 mod plan;
 mod read;
 mod retain;
@@ -34,6 +35,7 @@ pub use answer::{
 };
 pub use codec::{CodecError, decode_errors, decode_latency, encode_errors, encode_latency};
 pub use import::ImportRow;
+pub use key::{DimText, fp_hash};
 
 /// The dimensions the groups handed to [`Store::write_minute`] are keyed by (protocol and
 /// command are part of every group key).

@@ -9,35 +9,29 @@ use rusqlite::{OptionalExtension, Transaction, params};
 
 use crate::row::{COLUMNS, Row};
 use crate::schema::Marks;
-use crate::{Error, SeriesKey, Store, StoreConfig, WriteStats, retain, rollup};
+use crate::{DimText, Error, SeriesKey, Store, StoreConfig, WriteStats, retain, rollup};
 
-/// FNV-1a of the fingerprint text: the stored fingerprint hash (stable across builds).
+/// The stored fingerprint hash: [`crate::fp_hash`] as SQLite's signed integer.
 pub(crate) fn fp_hash(text: &str) -> i64 {
-    text.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
-    }) as i64
+    crate::key::fp_hash(text) as i64
 }
 
 pub(crate) fn series_key(g: &Group) -> SeriesKey {
-    let d = g.dims.as_deref();
+    let DimText {
+        server,
+        client,
+        db,
+        user,
+    } = DimText::of(g);
     SeriesKey {
         protocol: g.key.protocol.name().to_string(),
         command: g.key.command.to_string(),
         qid: g.id.clone(),
         fp_hash: fp_hash(&g.fingerprint),
-        server: d
-            .and_then(|d| d.server.as_ref())
-            .map(|s| s.to_string())
-            .unwrap_or_default(),
-        client: d
-            .and_then(|d| d.client)
-            .map(|c| c.to_string())
-            .unwrap_or_default(),
-        db: d
-            .and_then(|d| d.database.as_deref())
-            .unwrap_or("")
-            .to_string(),
-        user: d.and_then(|d| d.user.as_deref()).unwrap_or("").to_string(),
+        server,
+        client,
+        db,
+        user,
     }
 }
 

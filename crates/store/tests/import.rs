@@ -12,21 +12,15 @@ const T0: i64 = 1_700_006_400;
 fn rows_of(agg: &aggregate::Aggregator) -> Vec<ImportRow> {
     agg.groups()
         .map(|g| {
-            let d = g.dims.as_deref();
+            let d = store::DimText::of(g);
             let s = &g.stats;
             ImportRow {
                 protocol: g.key.protocol.name().to_string(),
                 command: g.key.command.to_string(),
                 qid: g.id.clone(),
                 fingerprint: g.fingerprint.clone(),
-                server: d
-                    .and_then(|d| d.server.as_ref())
-                    .map(|s| s.to_string())
-                    .unwrap_or_default(),
-                client: d
-                    .and_then(|d| d.client)
-                    .map(|c| c.to_string())
-                    .unwrap_or_default(),
+                server: d.server,
+                client: d.client,
                 db: String::new(),
                 user: String::new(),
                 count: s.count,
