@@ -44,6 +44,47 @@ pub struct Batch {
     pub requests: Vec<Request>,
 }
 
+/// The batches of one connection being framed: requests sent back to back before any reply
+/// go in one batch.
+#[derive(Debug)]
+pub(crate) struct Batcher {
+    reply_since: bool,
+    batches: Vec<Batch>,
+}
+
+impl Default for Batcher {
+    fn default() -> Batcher {
+        Batcher {
+            reply_since: true,
+            batches: Vec::new(),
+        }
+    }
+}
+
+impl Batcher {
+    /// A reply was seen: the next request starts a new batch.
+    pub(crate) fn reply(&mut self) {
+        self.reply_since = true;
+    }
+
+    /// Adds a request to the open batch, or opens one after a reply.
+    pub(crate) fn push(&mut self, r: Request) {
+        match self.batches.last_mut() {
+            Some(b) if !self.reply_since => b.requests.push(r),
+            _ => self.batches.push(Batch {
+                ts_ns: r.ts_ns,
+                requests: vec![r],
+            }),
+        }
+        self.reply_since = false;
+    }
+
+    /// The batches framed.
+    pub(crate) fn finish(self) -> Vec<Batch> {
+        self.batches
+    }
+}
+
 /// One captured connection, ready to replay.
 #[derive(Clone, Debug)]
 pub struct Plan {
@@ -388,13 +429,12 @@ fn frame_conn<'a>(
         pend: Vec::new(),
         pend_ts: 0,
         synced: saw_open,
-        reply_since: true,
-        batches: Vec::new(),
+        out: Batcher::default(),
     };
     for chunk in chunks {
         match chunk {
             ChunkView::Client(ts, data) => f.client(ts, data, skipped),
-            ChunkView::Reply(..) => f.reply_since = true,
+            ChunkView::Reply(..) => f.out.reply(),
             ChunkView::Gap => {
                 f.pend.clear();
                 f.synced = false;
@@ -404,15 +444,14 @@ fn frame_conn<'a>(
     if !f.pend.is_empty() {
         *skipped.entry("incomplete_at_end".into()).or_default() += f.pend.len() as u64;
     }
-    f.batches
+    f.out.finish()
 }
 
 struct Framer {
     pend: Vec<u8>,
     pend_ts: u64,
     synced: bool,
-    reply_since: bool,
-    batches: Vec<Batch>,
+    out: Batcher,
 }
 
 impl Framer {
@@ -437,7 +476,7 @@ impl Framer {
             match resp::request(&self.pend) {
                 Frame::Whole(len, args) => {
                     let bytes: Vec<u8> = self.pend.drain(..len).collect();
-                    self.push(Request {
+                    self.out.push(Request {
                         ts_ns: self.pend_ts,
                         bytes,
                         args,
@@ -458,17 +497,6 @@ impl Framer {
                 }
             }
         }
-    }
-
-    fn push(&mut self, r: Request) {
-        match self.batches.last_mut() {
-            Some(b) if !self.reply_since => b.requests.push(r),
-            _ => self.batches.push(Batch {
-                ts_ns: r.ts_ns,
-                requests: vec![r],
-            }),
-        }
-        self.reply_since = false;
     }
 }
 

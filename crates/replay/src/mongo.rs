@@ -13,7 +13,7 @@ use proto::mongodb::wire::{
     HEADER_LEN, Header, Inflater, MAX_MESSAGE_LEN, Plausible, op, plausible_start, put_message,
 };
 
-use crate::capture::{Batch, ChunkView, Request};
+use crate::capture::{Batch, Batcher, ChunkView, Request};
 
 /// A captured reply longer than this is not scanned for its cursor (counted).
 const MAX_SCANNED_REPLY: usize = 16 << 20;
@@ -213,13 +213,12 @@ pub(crate) fn frame_conn<'a>(
 ) -> Vec<Batch> {
     let mut f = Framer {
         synced: saw_open,
-        reply_since: true,
         ..Framer::default()
     };
     for c in chunks {
         match c {
             ChunkView::Client(ts, data) => f.client(ts, data, skipped_bytes),
-            ChunkView::Reply(_) => f.reply_since = true,
+            ChunkView::Reply(_) => f.out.reply(),
             ChunkView::Gap => {
                 f.pend.clear();
                 f.synced = false;
@@ -229,7 +228,7 @@ pub(crate) fn frame_conn<'a>(
     if !f.pend.is_empty() {
         count(skipped_bytes, "incomplete_at_end", f.pend.len() as u64);
     }
-    f.batches
+    f.out.finish()
 }
 
 #[derive(Default)]
@@ -237,8 +236,7 @@ struct Framer {
     pend: Vec<u8>,
     pend_ts: u64,
     synced: bool,
-    reply_since: bool,
-    batches: Vec<Batch>,
+    out: Batcher,
 }
 
 impl Framer {
@@ -273,7 +271,7 @@ impl Framer {
                 return;
             }
             let bytes: Vec<u8> = self.pend.drain(..len).collect();
-            self.push(Request {
+            self.out.push(Request {
                 ts_ns: self.pend_ts,
                 bytes,
                 args: Vec::new(),
@@ -284,17 +282,6 @@ impl Framer {
                 return;
             }
         }
-    }
-
-    fn push(&mut self, r: Request) {
-        match self.batches.last_mut() {
-            Some(b) if !self.reply_since => b.requests.push(r),
-            _ => self.batches.push(Batch {
-                ts_ns: r.ts_ns,
-                requests: vec![r],
-            }),
-        }
-        self.reply_since = false;
     }
 }
 
