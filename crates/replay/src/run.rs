@@ -570,3 +570,15 @@ fn feed(s: &mut dyn Session, dir: Direction, b: &[u8], ts: u64, tx: &mpsc::SyncS
     };
     s.feed(dir, b, ts, &mut sink);
 }
+
+/// Closes a target session (its unanswered requests become events) and tells the collector
+/// that connection `id` ended.
+fn close_session(s: &mut dyn Session, id: u64, ctx: &Ctx) {
+    let ts = ctx.now_ns();
+    let mut sink = ChanSink {
+        tx: &ctx.tx,
+        health: Health::default(),
+    };
+    s.close(ts, &mut sink);
+    let _ = ctx.tx.send(Msg::Close(id, ts));
+}

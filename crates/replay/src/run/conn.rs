@@ -4,9 +4,9 @@
 use std::io::{Read, Write};
 use std::time::Instant;
 
-use proto::{Direction, Health, Session};
+use proto::{Direction, Session};
 
-use super::{ChanSink, Ctx, Msg, Stream, count_replies, feed, is_timeout, new_session};
+use super::{Ctx, Stream, count_replies, feed, is_timeout, new_session};
 use crate::fidelity::Tally;
 use crate::redis;
 use crate::resp;
@@ -189,12 +189,6 @@ impl TargetConn {
 
     /// Closes the target session (its unanswered requests become events) and the connection.
     pub(super) fn close(mut self, ctx: &Ctx) {
-        let ts = ctx.now_ns();
-        let mut sink = ChanSink {
-            tx: &ctx.tx,
-            health: Health::default(),
-        };
-        self.session.close(ts, &mut sink);
-        let _ = ctx.tx.send(Msg::Close(self.id, ts));
+        super::close_session(self.session.as_mut(), self.id, ctx);
     }
 }

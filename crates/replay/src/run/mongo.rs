@@ -13,9 +13,9 @@ use std::time::{Duration, Instant};
 
 use proto::mongodb::bson::build::Doc;
 use proto::mongodb::wire::{HEADER_LEN, Header, op, put_message};
-use proto::{Direction, Health, Session};
+use proto::{Direction, Session};
 
-use super::{ChanSink, Ctx, Msg, Stream, feed, is_timeout, new_session};
+use super::{Ctx, Stream, feed, is_timeout, new_session};
 use crate::capture::Plan;
 use crate::fidelity::Tally;
 use crate::mongo::doc;
@@ -266,13 +266,7 @@ impl Conn {
     }
 
     fn close(mut self, ctx: &Ctx) {
-        let ts = ctx.now_ns();
-        let mut sink = ChanSink {
-            tx: &ctx.tx,
-            health: Health::default(),
-        };
-        self.session.close(ts, &mut sink);
-        let _ = ctx.tx.send(Msg::Close(self.id, ts));
+        super::close_session(self.session.as_mut(), self.id, ctx);
     }
 }
 

@@ -206,13 +206,7 @@ impl Conn {
     }
 
     fn close(mut self, ctx: &Ctx) {
-        let ts = ctx.now_ns();
-        let mut s = ChanSink {
-            tx: &ctx.tx,
-            health: Health::default(),
-        };
-        self.session.close(ts, &mut s);
-        let _ = ctx.tx.send(Msg::Close(self.id, ts));
+        super::close_session(self.session.as_mut(), self.id, ctx);
     }
 }
 
