@@ -23,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 import harness  # noqa: E402
 import redis_harness as rh  # noqa: E402
+import replay_harness as rph  # noqa: E402
 
 PORT_A, PORT_B = 38400, 38401
 OUT = harness.REPO / "tests" / "out" / "replay"
@@ -32,29 +33,13 @@ OUT = harness.REPO / "tests" / "out" / "replay"
 def servers():
     a = rh.RedisServer(PORT_A, OUT / "a")
     b = rh.RedisServer(PORT_B, OUT / "b")
-    try:
-        a.start()
-        b.start()
-        yield a, b
-    finally:
-        a.stop()
-        b.stop()
+    with rph.started_pair(a, b) as p:
+        yield p
 
 
 def capture(srv, name, work):
     """Runs `work` under tcpdump; returns (pcap, A's per-command requests over the window)."""
-    srv.reset_stats()
-    srv.socket_calls.clear()
-    cap = rh.Tcpdump(OUT / f"{name}.pcap", srv.port)
-    try:
-        cap.start()
-        before = srv.snapshot()
-        extra = work()
-    finally:
-        stats = cap.stop()
-    after = srv.snapshot()
-    rh.check_dropped(stats)
-    return cap.out, rh.wire_requests(rh.stats_delta(before, after), srv.socket_calls), extra
+    return rph.redis_capture(srv, OUT / f"{name}.pcap", work)
 
 
 def replay(pcap, b, *args, prepare=None):
@@ -350,15 +335,10 @@ def sb(port: int, *extra: str) -> None:
 def mariadbs():
     a = harness.Server(MY_A, OUT / "my-a", tls=False)
     b = harness.Server(MY_B, OUT / "my-b", tls=False)
-    try:
-        a.start()
-        b.start()
+    with rph.started_pair(a, b) as p:
         sb(MY_A, "prepare")
         sb(MY_B, "prepare")
-        yield a, b
-    finally:
-        a.stop()
-        b.stop()
+        yield p
 
 
 @pytest.fixture(scope="module")
@@ -521,15 +501,10 @@ def pgs():
     import pg_harness as ph
     a = ph.PgServer(PG_A, OUT / "pg-a")
     b = ph.PgServer(PG_B, OUT / "pg-b")
-    try:
-        a.start()
-        b.start()
+    with rph.started_pair(a, b) as p:
         ph.pgbench_init(a)
         ph.pgbench_init(b)
-        yield a, b
-    finally:
-        a.stop()
-        b.stop()
+        yield p
 
 
 def pg_calls(srv) -> dict:

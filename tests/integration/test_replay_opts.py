@@ -25,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 import harness  # noqa: E402
 import redis_harness as rh  # noqa: E402
+import replay_harness as rph  # noqa: E402
 
 OUT = harness.REPO / "tests" / "out" / "s21-replay"
 R_A, R_B = 38450, 38451
@@ -56,29 +57,14 @@ def run_replay(pcap, port_a: int, port_b: int, *args) -> dict:
 def redises():
     a = rh.RedisServer(R_A, OUT / "r-a")
     b = rh.RedisServer(R_B, OUT / "r-b")
-    try:
-        a.start()
-        b.start()
-        yield a, b
-    finally:
-        a.stop()
-        b.stop()
+    with rph.started_pair(a, b) as p:
+        yield p
 
 
 def r_capture(srv, name, work):
     """Runs `work` under tcpdump; returns (pcap, A's per-command requests, work's result)."""
-    srv.reset_stats()
-    srv.socket_calls.clear()
-    cap = rh.Tcpdump(OUT / f"{name}.pcap", srv.port)
-    try:
-        cap.start()
-        before = srv.snapshot()
-        extra = work()
-    finally:
-        stats = cap.stop()
-    after = srv.snapshot()
-    rh.check_dropped(stats)
-    return cap.out, counts(rh.wire_requests(rh.stats_delta(before, after), srv.socket_calls)), extra
+    pcap, per_cmd, extra = rph.redis_capture(srv, OUT / f"{name}.pcap", work)
+    return pcap, counts(per_cmd), extra
 
 
 def r_replay(pcap, b, *args):
@@ -207,15 +193,10 @@ SB_TABLE = 500
 def mariadbs():
     a = harness.Server(MY_A, OUT / "my-a", tls=False)
     b = harness.Server(MY_B, OUT / "my-b", tls=False)
-    try:
-        a.start()
-        b.start()
+    with rph.started_pair(a, b) as p:
         harness.sysbench_prepare(MY_A, SB_TABLE)
         harness.sysbench_prepare(MY_B, SB_TABLE)
-        yield a, b
-    finally:
-        a.stop()
-        b.stop()
+        yield p
 
 
 def checksum(srv) -> tuple:
@@ -348,15 +329,10 @@ def pgs():
     import pg_harness as ph
     a = ph.PgServer(PG_A, OUT / "pg-a")
     b = ph.PgServer(PG_B, OUT / "pg-b")
-    try:
-        a.start()
-        b.start()
+    with rph.started_pair(a, b) as p:
         ph.pgbench_init(a)
         ph.pgbench_init(b)
-        yield a, b
-    finally:
-        a.stop()
-        b.stop()
+        yield p
 
 
 @pytest.fixture(scope="module")
