@@ -15,6 +15,8 @@
 //! group.
 
 use std::collections::BTreeMap;
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use aggregate::{AggConfig, Aggregator, GroupKey};
 use proto::QueryEvent;
@@ -155,6 +157,40 @@ impl Pending {
     pub fn drain(&mut self) -> Vec<(i64, Aggregator)> {
         std::mem::take(&mut self.bins).into_iter().collect()
     }
+}
+
+/// The live feeders' loop (the history store's writer, the ClickHouse sink's feeder): receives
+/// minute bins, merges them ([`Pending`]) and hands what it holds to `flush` as soon as it holds
+/// a minute that has ended (wall clock), and every `every` otherwise; once the senders are gone,
+/// hands over the rest and returns.
+pub fn feed_minutes(
+    rx: &Receiver<Vec<(i64, Aggregator)>>,
+    every: Duration,
+    mut flush: impl FnMut(Vec<(i64, Aggregator)>),
+) {
+    let mut pending = Pending::default();
+    let mut flushed = Instant::now();
+    loop {
+        match rx.recv_timeout(Duration::from_millis(500)) {
+            Ok(m) => pending.add(m),
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => {
+                flush(pending.drain());
+                return;
+            }
+        }
+        let ended = pending.oldest().is_some_and(|m| m + 60 <= now_s());
+        if ended || flushed.elapsed() >= every {
+            flush(pending.drain());
+            flushed = Instant::now();
+        }
+    }
+}
+
+fn now_s() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
 }
 
 /// `digest --store` (and `ui CAPTURE...`): the bins and the store they are written to. A

@@ -7,16 +7,15 @@
 //! `--clickhouse-wait` or left in the spool.
 
 use std::sync::Arc;
-use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::mpsc::Receiver;
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use aggregate::Aggregator;
 use anyhow::{Context, Result};
 
 use super::history::MinutesTx;
 use crate::fleet::{ClickHouseArgs, Fleet};
-use crate::storefeed::Pending;
+use crate::storefeed::feed_minutes;
 
 /// The running feeder.
 struct FleetThread {
@@ -53,31 +52,10 @@ fn spawn(args: &ClickHouseArgs, sample: u64) -> Result<Option<FleetThread>> {
     Ok(Some(FleetThread { tx, handle, stats }))
 }
 
-fn now_s() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as i64)
-}
-
 fn feeder(rx: &Receiver<Vec<(i64, Aggregator)>>, mut fleet: Fleet) {
-    let mut pending = Pending::default();
-    let mut flushed = Instant::now();
-    loop {
-        match rx.recv_timeout(Duration::from_millis(500)) {
-            Ok(m) => pending.add(m),
-            Err(RecvTimeoutError::Timeout) => {}
-            Err(RecvTimeoutError::Disconnected) => {
-                fleet.send(pending.drain());
-                fleet.finish();
-                return;
-            }
-        }
-        let ended = pending.oldest().is_some_and(|m| m + 60 <= now_s());
-        if ended || flushed.elapsed() >= fleet.interval {
-            fleet.send(pending.drain());
-            flushed = Instant::now();
-        }
-    }
+    let every = fleet.interval;
+    feed_minutes(rx, every, |minutes| fleet.send(minutes));
+    fleet.finish();
 }
 
 /// The sink's counters in the Prometheus text format (appended to `/metrics`).

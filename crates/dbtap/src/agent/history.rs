@@ -7,15 +7,15 @@
 //! so writing a minute in parts gives the same rows as writing it once. A SIGKILL loses what is
 //! not written: events of the current minute's last [`FLUSH`], and of the last `--interval`.
 
-use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use aggregate::Aggregator;
 use anyhow::{Context, Result};
 
-use crate::storefeed::Pending;
+use crate::storefeed::feed_minutes;
 
 /// How often what the writer holds is written.
 pub const FLUSH: Duration = Duration::from_secs(5);
@@ -67,33 +67,13 @@ pub(super) fn spawn(store: SharedStore, sample: u64) -> Result<(MinutesTx, JoinH
     Ok((tx, handle))
 }
 
-fn now_s() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as i64)
-}
-
 fn writer(rx: &Receiver<Vec<(i64, Aggregator)>>, store: &SharedStore, sample: u64) {
-    let mut pending = Pending::default();
     let mut failed = false;
-    let mut flushed = Instant::now();
-    loop {
-        match rx.recv_timeout(Duration::from_millis(500)) {
-            Ok(m) => pending.add(m),
-            Err(RecvTimeoutError::Timeout) => {}
-            Err(RecvTimeoutError::Disconnected) => {
-                write(store, pending.drain(), sample, &mut failed);
-                if !failed && let Err(e) = lock(store).finish() {
-                    eprintln!("dbtap: error: {e}");
-                }
-                return;
-            }
-        }
-        let ended = pending.oldest().is_some_and(|m| m + 60 <= now_s());
-        if ended || flushed.elapsed() >= FLUSH {
-            write(store, pending.drain(), sample, &mut failed);
-            flushed = Instant::now();
-        }
+    feed_minutes(rx, FLUSH, |minutes| {
+        write(store, minutes, sample, &mut failed)
+    });
+    if !failed && let Err(e) = lock(store).finish() {
+        eprintln!("dbtap: error: {e}");
     }
 }
 
