@@ -75,6 +75,12 @@ pub struct RingStats {
     /// ready, and skipped ahead to the oldest ready block (see [`Ring::poll`]). The kernel
     /// fills blocks in order, so this should stay 0; it is counted so that it would show.
     pub resyncs: u64,
+    /// The longest a block full of packets waited in the ring before the reader read it, in
+    /// nanoseconds (the reader's pauses: processing, descheduling, a stopped process). The
+    /// kernel drops packets when this exceeds how long the ring lasts at the traffic's rate.
+    pub pause_max_ns: u64,
+    /// The ring's size in bytes (blocks times block size).
+    pub ring_bytes: u64,
 }
 
 /// A TPACKET_V3 receive ring on one AF_PACKET socket.
@@ -87,6 +93,10 @@ pub struct Ring {
     /// The block the reader waits on next (crate-visible for the tests).
     pub(crate) cur: usize,
     stats: RingStats,
+    /// The longest block wait since [`Ring::take_interval_pause`] was last called.
+    interval_pause_ns: u64,
+    /// Blocks read since the ring was opened (the rate the ring fills at, for growing it).
+    pub(crate) blocks_read: u64,
     ifindex: i32,
 }
 
@@ -244,6 +254,8 @@ impl Ring {
             block_count,
             cur: 0,
             stats: RingStats::default(),
+            interval_pause_ns: 0,
+            blocks_read: 0,
             ifindex,
         })
     }
@@ -337,12 +349,31 @@ impl Ring {
             if self.map.block_status(off) & libc::TP_STATUS_USER == 0 {
                 break;
             }
+            let wait = block_wait_ns(self.map.block(off, self.block_size), realtime_ns());
+            self.note_wait(wait);
             handed += walk_block(self.map.block(off, self.block_size), &mut *f);
             self.map.release(off);
             self.cur = (self.cur + 1) % self.block_count;
             blocks += 1;
+            self.blocks_read += 1;
         }
         (blocks > 0).then_some(handed)
+    }
+
+    fn note_wait(&mut self, ns: u64) {
+        self.stats.pause_max_ns = self.stats.pause_max_ns.max(ns);
+        self.interval_pause_ns = self.interval_pause_ns.max(ns);
+    }
+
+    /// The longest a block waited to be read since the last call (or since the ring opened),
+    /// in nanoseconds; starts the next period at 0.
+    pub fn take_interval_pause(&mut self) -> u64 {
+        std::mem::take(&mut self.interval_pause_ns)
+    }
+
+    /// The ring's size in bytes.
+    pub fn size_bytes(&self) -> usize {
+        self.block_size * self.block_count
     }
 
     /// Kernel counters accumulated since the ring was opened (the kernel resets its own on
@@ -355,6 +386,7 @@ impl Ring {
         self.stats.packets += u64::from(s.tp_packets);
         self.stats.drops += u64::from(s.tp_drops);
         self.stats.freeze_q += u64::from(s.tp_freeze_q_cnt);
+        self.stats.ring_bytes = self.size_bytes() as u64;
         Ok(self.stats)
     }
 }
@@ -401,6 +433,30 @@ fn u32_at(b: &[u8], off: usize) -> Option<u32> {
     Some(u32::from_ne_bytes(
         b.get(off..off.checked_add(4)?)?.try_into().ok()?,
     ))
+}
+
+/// The wall clock in nanoseconds since the epoch (the clock of the kernel's packet times).
+pub(crate) fn realtime_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
+/// How long a retired block has waited to be read at `now_ns` (realtime): from the timestamp
+/// of its last packet (`ts_last_pkt` of `tpacket_hdr_v1`, at 40: seconds then nanoseconds),
+/// which is when the kernel closed a full block. A block retired by the timeout also counts
+/// the time to the timeout (`retire_ms`). 0 for an empty or unreadable block, or a clock
+/// that went back.
+pub fn block_wait_ns(block: &[u8], now_ns: u64) -> u64 {
+    let (Some(num), Some(sec), Some(nsec)) =
+        (u32_at(block, 12), u32_at(block, 40), u32_at(block, 44))
+    else {
+        return 0;
+    };
+    if num == 0 {
+        return 0;
+    }
+    now_ns.saturating_sub(u64::from(sec) * 1_000_000_000 + u64::from(nsec))
 }
 
 /// Hands every packet of one TPACKET_V3 block to `f`; returns how many it handed.
