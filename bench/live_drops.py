@@ -51,12 +51,13 @@ def one_run(a, srv: Server, work: Path, i: int) -> dict:
     d = delta(before, after)
     expect = d["Questions"] + d["Com_stmt_prepare"] + d["Com_stmt_close"] + d["Com_stmt_reset"]
     start_line = next((l.strip() for l in cap.stderr if "capturing on" in l), "")
+    grown = [l.strip() for l in cap.stderr if "capture ring" in l]
     return {"run": i, "qps": sb["qps"], "queries": sb["queries"], "drops": h["kernel_drops"],
             "pause_ms": h.get("reader_pause_max_ms"), "ring_mb": h.get("ring_mb"),
             "packets": h["packets"], "dbtap_requests": j["totals"]["queries"],
             "server_requests": expect, "counts_equal": j["totals"]["queries"] == expect,
             "cpu_s": cpu, "load": loadavg(), "start_line": start_line,
-            "warnings": h.get("warnings", [])}
+            "warnings": h.get("warnings", []), "ring_events": grown}
 
 
 def main() -> int:
@@ -84,13 +85,15 @@ def main() -> int:
         if r.returncode != 0:
             die(f"sysbench prepare failed:\n{r.stdout}")
         lo.run_sysbench(a, 3)  # warm-up, not counted
-        print(f"{'run':>3} {'qps':>8} {'drops':>7} {'pause_ms':>8} {'ring_mb':>7} {'counts':>7}  load",
+        print(f"{'run':>3} {'qps':>8} {'drops':>7} {'pause_ms':>8} {'ring_mb':>7} {'counts':>7}  load; ring growth",
               flush=True)
         for i in range(1, a.runs + 1):
             x = one_run(a, srv, work, i)
             runs.append(x)
             print(f"{i:>3} {x['qps']:>8.0f} {x['drops']:>7} {x['pause_ms']!s:>8} {x['ring_mb']!s:>7} "
-                  f"{'equal' if x['counts_equal'] else 'DIFFER':>7}  {x['load']}", flush=True)
+                  f"{'equal' if x['counts_equal'] else 'DIFFER':>7}  {x['load']}; "
+                  f"{' / '.join(e.removeprefix('dbtap: ') for e in x['ring_events']) or '-'}",
+                  flush=True)
     finally:
         srv.stop()
     dropped = [x for x in runs if x["drops"] > 0]

@@ -76,10 +76,13 @@ pub struct GrowingRing {
     closed: RingStats,
     /// Packets stamped at or before this are skipped (they came from the previous ring).
     skip_le_ns: u64,
-    opening: Option<(Receiver<Result<Ring, LiveError>>, u64)>,
+    /// The bigger ring being opened on its thread, the fill rate that asked for it, its size.
+    opening: Option<(Receiver<Result<Ring, LiveError>>, u64, u64)>,
     handover: Option<Handover>,
     window_start: Instant,
     window_blocks: u64,
+    /// The latest packet time read when the window started.
+    window_ts_ns: u64,
     events: Vec<GrowthEvent>,
 }
 
@@ -104,6 +107,7 @@ impl GrowingRing {
             opening: None,
             handover: None,
             window_start: Instant::now(),
+            window_ts_ns: 0,
             events: Vec::new(),
         }
     }
@@ -148,20 +152,24 @@ impl GrowingRing {
     /// Measures the fill rate over the last window and starts opening a bigger ring when the
     /// current one would last less than asked.
     fn watch_rate(&mut self) {
-        let el = self.window_start.elapsed();
-        if el < RATE_WINDOW {
+        if self.window_start.elapsed() < RATE_WINDOW {
             return;
         }
         let blocks = self.ring.blocks_read - self.window_blocks;
+        let (t0, t1) = (self.window_ts_ns, self.ring.last_block_ts_ns);
         self.window_start = Instant::now();
         self.window_blocks = self.ring.blocks_read;
+        self.window_ts_ns = t1;
         let Some(g) = &self.growth else { return };
-        if self.opening.is_some() {
+        // The rate in the kernel's time (the packets' stamps), not in the reader's: blocks
+        // read in a burst after a pause filled over the whole pause.
+        if self.opening.is_some() || self.handover.is_some() || t0 == 0 || t1 <= t0 || blocks < 2 {
             return;
         }
-        let rate = (blocks * self.cfg.block_size as u64) as f64 / el.as_secs_f64();
+        let span = (t1 - t0) as f64 / 1e9;
+        let rate = (blocks * u64::from(self.cfg.block_size)) as f64 / span.max(0.02);
         let size = self.ring.size_bytes() as u64;
-        if rate <= 0.0 || size as f64 / rate >= g.seconds {
+        if size as f64 / rate >= g.seconds {
             return;
         }
         let Some(want) = grown_size(size, rate, g, u64::from(self.cfg.block_size)) else {
@@ -177,16 +185,16 @@ impl GrowingRing {
                 let _ = tx.send(Ring::open(&cfg, &filter));
             });
         if spawned.is_ok() {
-            self.opening = Some((rx, rate as u64));
+            self.opening = Some((rx, rate as u64, want));
         }
     }
 
     /// Takes the bigger ring when its thread has opened it.
     fn check_opening(&mut self) {
-        let Some((rx, rate)) = &self.opening else {
+        let Some((rx, rate, want)) = &self.opening else {
             return;
         };
-        let rate = *rate;
+        let (rate, to_bytes) = (*rate, *want);
         let opened = match rx.try_recv() {
             Err(TryRecvError::Empty) => return,
             Ok(r) => r,
@@ -194,6 +202,7 @@ impl GrowingRing {
                 Err(LiveError::Config("the ring thread died".into()))
             }
         };
+        self.opening = None;
         match opened {
             Ok(new) => {
                 self.handover = Some(Handover {
@@ -205,14 +214,12 @@ impl GrowingRing {
                 });
             }
             Err(e) => {
-                let to_bytes = self.growth.as_ref().map_or(0, |g| g.max_bytes);
                 self.events.push(GrowthEvent::Failed {
                     to_bytes,
                     error: e.to_string(),
                 });
                 // Do not try again.
                 self.growth = None;
-                self.opening = None;
             }
         }
     }
@@ -222,7 +229,6 @@ impl GrowingRing {
         let Some(h) = self.handover.take() else {
             return;
         };
-        self.opening = None;
         let old_stats = self.ring.stats().unwrap_or_default();
         self.closed = add_stats(&self.closed, &old_stats);
         let old = std::mem::replace(&mut self.ring, h.new);
@@ -230,6 +236,7 @@ impl GrowingRing {
         self.skip_le_ns = h.cut_ns;
         self.window_start = Instant::now();
         self.window_blocks = self.ring.blocks_read;
+        self.window_ts_ns = 0;
         self.cfg.block_count = (self.ring.size_bytes() / self.cfg.block_size as usize) as u32;
         self.events.push(GrowthEvent::Grown {
             from_bytes: h.from_bytes,
@@ -299,7 +306,10 @@ mod tests {
     #[test]
     fn grows_to_hold_two_seconds_in_multiples_of_the_ring() {
         // 66 MB/s (530 Mbit/s) on a 32 MiB ring: 132 MB (126 MiB) needed, 128 MiB given.
-        assert_eq!(grown_size(32 * MIB, 66e6, &g(256), MIB / 4), Some(128 * MIB));
+        assert_eq!(
+            grown_size(32 * MIB, 66e6, &g(256), MIB / 4),
+            Some(128 * MIB)
+        );
         // A little short: at least twice.
         assert_eq!(grown_size(32 * MIB, 17e6, &g(256), MIB / 4), Some(64 * MIB));
         // Bounded.

@@ -97,6 +97,8 @@ pub struct Ring {
     interval_pause_ns: u64,
     /// Blocks read since the ring was opened (the rate the ring fills at, for growing it).
     pub(crate) blocks_read: u64,
+    /// The latest packet time of the blocks read (ns since the epoch).
+    pub(crate) last_block_ts_ns: u64,
     ifindex: i32,
 }
 
@@ -202,6 +204,11 @@ impl Ring {
         };
         sock.set_rx_ring(&req)
             .map_err(io_err("setsockopt(PACKET_RX_RING)"))?;
+        // Packets stamped once, when the kernel receives them, rather than by each socket as it
+        // is handed the packet: two rings then give the same packet the same time, which the
+        // switch to a bigger ring cuts by (grow.rs).
+        sock.set_int(libc::SOL_SOCKET, libc::SO_TIMESTAMP, 1)
+            .map_err(io_err("setsockopt(SO_TIMESTAMP)"))?;
         let block_size = cfg.block_size as usize;
         let block_count = cfg.block_count as usize;
         let map = sock
@@ -256,6 +263,7 @@ impl Ring {
             stats: RingStats::default(),
             interval_pause_ns: 0,
             blocks_read: 0,
+            last_block_ts_ns: 0,
             ifindex,
         })
     }
@@ -349,8 +357,10 @@ impl Ring {
             if self.map.block_status(off) & libc::TP_STATUS_USER == 0 {
                 break;
             }
-            let wait = block_wait_ns(self.map.block(off, self.block_size), realtime_ns());
-            self.note_wait(wait);
+            if let Some(ts) = block_last_ts_ns(self.map.block(off, self.block_size)) {
+                self.note_wait(realtime_ns().saturating_sub(ts));
+                self.last_block_ts_ns = self.last_block_ts_ns.max(ts);
+            }
             handed += walk_block(self.map.block(off, self.block_size), &mut *f);
             self.map.release(off);
             self.cur = (self.cur + 1) % self.block_count;
@@ -448,15 +458,14 @@ pub(crate) fn realtime_ns() -> u64 {
 /// the time to the timeout (`retire_ms`). 0 for an empty or unreadable block, or a clock
 /// that went back.
 pub fn block_wait_ns(block: &[u8], now_ns: u64) -> u64 {
-    let (Some(num), Some(sec), Some(nsec)) =
-        (u32_at(block, 12), u32_at(block, 40), u32_at(block, 44))
-    else {
-        return 0;
-    };
-    if num == 0 {
-        return 0;
-    }
-    now_ns.saturating_sub(u64::from(sec) * 1_000_000_000 + u64::from(nsec))
+    block_last_ts_ns(block).map_or(0, |t| now_ns.saturating_sub(t))
+}
+
+/// The timestamp of a block's last packet (ns since the epoch); None when the block is empty
+/// or too short.
+pub(crate) fn block_last_ts_ns(block: &[u8]) -> Option<u64> {
+    let (num, sec, nsec) = (u32_at(block, 12)?, u32_at(block, 40)?, u32_at(block, 44)?);
+    (num > 0).then(|| u64::from(sec) * 1_000_000_000 + u64::from(nsec))
 }
 
 /// Hands every packet of one TPACKET_V3 block to `f`; returns how many it handed.
