@@ -56,6 +56,15 @@ pub enum GrowthEvent {
     Failed { to_bytes: u64, error: String },
 }
 
+/// The bigger ring being opened on its own thread.
+struct Opening {
+    rx: Receiver<Result<Ring, LiveError>>,
+    /// The fill rate that asked for it, bytes/s.
+    rate: u64,
+    /// Its size, bytes.
+    to_bytes: u64,
+}
+
 /// The switch from the old ring to the new one.
 struct Handover {
     new: Ring,
@@ -76,8 +85,7 @@ pub struct GrowingRing {
     closed: RingStats,
     /// Packets stamped at or before this are skipped (they came from the previous ring).
     skip_le_ns: u64,
-    /// The bigger ring being opened on its thread, the fill rate that asked for it, its size.
-    opening: Option<(Receiver<Result<Ring, LiveError>>, u64, u64)>,
+    opening: Option<Opening>,
     handover: Option<Handover>,
     window_start: Instant,
     window_blocks: u64,
@@ -185,17 +193,21 @@ impl GrowingRing {
                 let _ = tx.send(Ring::open(&cfg, &filter));
             });
         if spawned.is_ok() {
-            self.opening = Some((rx, rate as u64, want));
+            self.opening = Some(Opening {
+                rx,
+                rate: rate as u64,
+                to_bytes: want,
+            });
         }
     }
 
     /// Takes the bigger ring when its thread has opened it.
     fn check_opening(&mut self) {
-        let Some((rx, rate, want)) = &self.opening else {
+        let Some(o) = &self.opening else {
             return;
         };
-        let (rate, to_bytes) = (*rate, *want);
-        let opened = match rx.try_recv() {
+        let (rate, to_bytes) = (o.rate, o.to_bytes);
+        let opened = match o.rx.try_recv() {
             Err(TryRecvError::Empty) => return,
             Ok(r) => r,
             Err(TryRecvError::Disconnected) => {

@@ -35,7 +35,7 @@ pub(super) fn open_rings(
     };
     let growth = growth(c, threads);
     let rings = live::open_group(&cfg, filter, threads)?;
-    let size_mb = u64::from(cfg.block_count) * u64::from(BLOCK_SIZE) >> 20;
+    let size_mb = (u64::from(cfg.block_count) * u64::from(BLOCK_SIZE)) >> 20;
     let desc = match &growth {
         Some(g) => format!(
             "ring {size_mb} MiB growing with the traffic up to {} MiB",
