@@ -164,9 +164,10 @@ pub struct LiveArgs {
 
     /// Columns of the interval lines, comma separated, from: time, server, count, qps, avg,
     /// p50, p95, p99, max, svc_avg, svc_p50, svc_p95, svc_p99, svc_max, errors, pkts_in,
-    /// pkts_out, mbps_in, mbps_out, drops, conns. avg..max are response times as the client saw
-    /// them; svc_avg..svc_max are service times (without queueing behind earlier requests on
-    /// the same connection, as the digest ranks by).
+    /// pkts_out, mbps_in, mbps_out, drops, conns, pause_ms. avg..max are response times as the
+    /// client saw them; svc_avg..svc_max are service times (without queueing behind earlier
+    /// requests on the same connection, as the digest ranks by); pause_ms is the longest a
+    /// block of the capture ring waited to be read in the interval.
     #[arg(
         long,
         value_delimiter = ',',
