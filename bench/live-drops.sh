@@ -13,7 +13,8 @@
 # of the ring), capture.reader_pause_max_ms (the longest a ring block waited to be read),
 # capture.ring_mb (the ring's final size); and whether dbtap's request count equals the server's
 # (Questions + Com_stmt_prepare + Com_stmt_close + Com_stmt_reset deltas). Then a summary line
-# with the load average before and after (the machine is measured as it is).
+# with the load average before and after (the machine is measured as it is). rq_wait_s: how long
+# the capture thread was runnable but not running (the kernel's schedstat): a starved reader.
 # Output: printed, and the runs as JSON in bench/out/work-live-drops/runs.json. Exit status 1 when
 # any run dropped a packet (or counted differently from the server without a drop). Needs root
 # and tests/setup.sh's packages (sysbench, mariadb-server, pymysql).

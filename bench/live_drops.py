@@ -26,6 +26,19 @@ def loadavg() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
+def reader_schedstat(pid: int) -> tuple[float, float]:
+    """The capture thread's CPU time and run-queue wait (time runnable but not running), s,
+    from /proc/PID/task/TID/schedstat: the kernel's own account of a starved reader."""
+    for t in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            if (t / "comm").read_text().strip() == "dbtap-capture-0":
+                run_ns, wait_ns, _ = (t / "schedstat").read_text().split()
+                return int(run_ns) / 1e9, int(wait_ns) / 1e9
+        except (OSError, ValueError):
+            continue
+    return float("nan"), float("nan")
+
+
 def one_run(a, srv: Server, work: Path, i: int) -> dict:
     out_path = work / "dbtap.json"
     args = [a.dbtap, "live", "--source", "packet", "-i", "lo", "--port", str(a.port),
@@ -41,6 +54,7 @@ def one_run(a, srv: Server, work: Path, i: int) -> dict:
             after = srv.status(threads=before["Threads_connected"])
             time.sleep(0.3)  # the ring's last block retires (20 ms)
             cpu = lo.cpu_seconds(cap.proc.pid)
+            run_s, wait_s = reader_schedstat(cap.proc.pid)
         finally:
             rc = cap.stop()
     text = out_path.read_text()
@@ -56,7 +70,7 @@ def one_run(a, srv: Server, work: Path, i: int) -> dict:
             "pause_ms": h.get("reader_pause_max_ms"), "ring_mb": h.get("ring_mb"),
             "packets": h["packets"], "dbtap_requests": j["totals"]["queries"],
             "server_requests": expect, "counts_equal": j["totals"]["queries"] == expect,
-            "cpu_s": cpu, "load": loadavg(), "start_line": start_line,
+            "cpu_s": cpu, "reader_run_s": run_s, "reader_wait_s": wait_s, "load": loadavg(), "start_line": start_line,
             "warnings": h.get("warnings", []), "ring_events": grown}
 
 
@@ -85,13 +99,13 @@ def main() -> int:
         if r.returncode != 0:
             die(f"sysbench prepare failed:\n{r.stdout}")
         lo.run_sysbench(a, 3)  # warm-up, not counted
-        print(f"{'run':>3} {'qps':>8} {'drops':>7} {'pause_ms':>8} {'ring_mb':>7} {'counts':>7}  load; ring growth",
+        print(f"{'run':>3} {'qps':>8} {'drops':>7} {'pause_ms':>8} {'ring_mb':>7} {'counts':>7} {'rq_wait_s':>9}  load; ring growth",
               flush=True)
         for i in range(1, a.runs + 1):
             x = one_run(a, srv, work, i)
             runs.append(x)
             print(f"{i:>3} {x['qps']:>8.0f} {x['drops']:>7} {x['pause_ms']!s:>8} {x['ring_mb']!s:>7} "
-                  f"{'equal' if x['counts_equal'] else 'DIFFER':>7}  {x['load']}; "
+                  f"{'equal' if x['counts_equal'] else 'DIFFER':>7} {x['reader_wait_s']:>9.3f}  {x['load']}; "
                   f"{' / '.join(e.removeprefix('dbtap: ') for e in x['ring_events']) or '-'}",
                   flush=True)
     finally:
