@@ -122,6 +122,14 @@ fn io_err(what: &'static str) -> impl FnOnce(io::Error) -> LiveError {
     move |source| LiveError::Io { what, source }
 }
 
+/// Gives the calling thread (a ring's reader) the nice value `nice`. A reader that waits for a
+/// CPU while the database and its clients keep every core busy lets the ring fill: a negative
+/// value makes the scheduler run it first when it wakes. It uses little CPU (a few percent of a
+/// core at 25k requests/s), so it takes little from the others.
+pub fn set_reader_nice(nice: i32) -> Result<(), LiveError> {
+    sys::set_thread_nice(nice).map_err(io_err("setpriority"))
+}
+
 /// The ifindex of `name`; "any" is 0 (every interface).
 pub fn interface_index(name: &str) -> Result<i32, LiveError> {
     if name == "any" {

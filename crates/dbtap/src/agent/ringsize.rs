@@ -6,6 +6,9 @@ use anyhow::Result;
 
 use crate::cli::CaptureArgs;
 
+/// The capture threads' nice value: they run first when they wake, so a host whose cores the
+/// database and its clients keep busy does not starve them (the ring would fill).
+pub(super) const READER_NICE: i32 = -10;
 /// The ring a run starts with when `--ring-mb` is not given, MiB.
 pub(super) const DEFAULT_MB: u32 = 32;
 /// Growth keeps this many seconds of the observed peak rate in the ring.

@@ -293,6 +293,12 @@ fn worker(
     tx: Sender<WorkerReport>,
     name: String,
 ) {
+    if let Err(e) = live::set_reader_nice(super::ringsize::READER_NICE) {
+        eprintln!(
+            "dbtap: capture thread {idx} keeps the default priority ({e}): a busy host can \
+             starve it (see reader_pause_max_ms)"
+        );
+    }
     let mut seen_epoch = ctl.epoch.load(Ordering::Acquire);
     let mut idle_since = Instant::now();
     let mut writer = Writer {
