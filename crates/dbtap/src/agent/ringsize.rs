@@ -38,6 +38,7 @@ pub(super) fn open_rings(
     };
     let growth = growth(c, threads);
     let rings = live::open_group(&cfg, filter, threads)?;
+    raise_autogroup();
     let size_mb = (u64::from(cfg.block_count) * u64::from(BLOCK_SIZE)) >> 20;
     let desc = match &growth {
         Some(g) => format!(
@@ -56,6 +57,18 @@ pub(super) fn open_rings(
         })
         .collect();
     Ok((rings, desc))
+}
+
+/// With the scheduler's autogroups (`kernel.sched_autogroup_enabled=1`), a thread's nice value
+/// only orders it among the threads of its own session: the capture threads' [`READER_NICE`]
+/// would do nothing against the database's and its clients' sessions (measured: a capture thread
+/// runnable but not run for the whole of an 8 s sysbench run). So the process's autogroup gets
+/// the same nice value. Where there is no autogroup (or no CAP_SYS_NICE) nothing changes.
+fn raise_autogroup() {
+    let path = "/proc/self/autogroup";
+    if std::path::Path::new(path).exists() {
+        let _ = std::fs::write(path, READER_NICE.to_string());
+    }
 }
 
 /// Growth, unless `--ring-mb` fixed the size or several threads share a fanout group.
