@@ -63,12 +63,26 @@ pub(super) fn open_rings(
 /// only orders it among the threads of its own session: the capture threads' [`READER_NICE`]
 /// would do nothing against the database's and its clients' sessions (measured: a capture thread
 /// runnable but not run for the whole of an 8 s sysbench run). So the process's autogroup gets
-/// the same nice value. Where there is no autogroup (or no CAP_SYS_NICE) nothing changes.
+/// the same nice value, but only when dbtap leads its session (a service, `setsid`): the
+/// autogroup is the session's, and an interactive shell's must not change. Where there is no
+/// autogroup (or no CAP_SYS_NICE) nothing changes.
 fn raise_autogroup() {
     let path = "/proc/self/autogroup";
-    if std::path::Path::new(path).exists() {
+    if std::path::Path::new(path).exists() && leads_session() {
         let _ = std::fs::write(path, READER_NICE.to_string());
     }
+}
+
+/// Whether this process is its session's leader (field 6 of /proc/self/stat is the pid).
+fn leads_session() -> bool {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return false;
+    };
+    let Some(rest) = stat.rfind(')').and_then(|i| stat.get(i + 2..)) else {
+        return false;
+    };
+    // state ppid pgrp session ...
+    rest.split_whitespace().nth(3) == Some(std::process::id().to_string().as_str())
 }
 
 /// Growth, unless `--ring-mb` fixed the size or several threads share a fanout group.
