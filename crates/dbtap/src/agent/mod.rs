@@ -28,6 +28,7 @@ mod history;
 mod http;
 pub(crate) mod lines;
 mod merge;
+mod ringsize;
 mod setup;
 mod source;
 mod webview;
