@@ -75,34 +75,83 @@ pub const DIM_SHOW: usize = 16;
 
 /// Bounded exact counts per value. The first [`DIM_CAP`] distinct values are counted exactly;
 /// events with a value first seen after that are counted in [`TopCounter::other`].
-#[derive(Clone, Debug, PartialEq, Eq)]
+///
+/// Consecutive events of a group mostly carry the same value (one client host, one user): the
+/// value counted last and its slot are remembered, so a repeat costs a comparison instead of
+/// hashing the value and probing the map.
+#[derive(Clone, Debug)]
 pub struct TopCounter<K: Hash + Eq> {
-    map: HashMap<K, u64, foldhash::fast::RandomState>,
+    /// Each value's slot in `counts`.
+    map: HashMap<K, usize, foldhash::fast::RandomState>,
+    counts: Vec<u64>,
     other: u64,
+    /// The value counted last and its slot (`None`: it went to `other`).
+    last: Option<(K, Option<usize>)>,
 }
 
 impl<K: Hash + Eq> Default for TopCounter<K> {
     fn default() -> Self {
         TopCounter {
             map: HashMap::default(),
+            counts: Vec::new(),
             other: 0,
+            last: None,
         }
+    }
+}
+
+/// Equal when every value has the same count (whatever order they were first seen in).
+impl<K: Hash + Eq> PartialEq for TopCounter<K> {
+    fn eq(&self, o: &Self) -> bool {
+        self.other == o.other
+            && self.map.len() == o.map.len()
+            && self
+                .map
+                .iter()
+                .all(|(k, &i)| o.map.get(k).map(|&j| o.count_at(j)) == Some(self.count_at(i)))
+    }
+}
+
+impl<K: Hash + Eq> Eq for TopCounter<K> {}
+
+impl<K: Hash + Eq> TopCounter<K> {
+    fn count_at(&self, i: usize) -> u64 {
+        self.counts.get(i).copied().unwrap_or(0)
     }
 }
 
 impl<K: Hash + Eq + Clone + Ord> TopCounter<K> {
     /// Counts one occurrence (clones the key only the first time it is seen).
+    #[inline]
     pub fn record(&mut self, k: &K) {
-        self.add(k, 1);
+        if let Some((last, slot)) = &self.last
+            && last == k
+        {
+            match slot.and_then(|i| self.counts.get_mut(i)) {
+                Some(c) => *c += 1,
+                None => self.other += 1,
+            }
+            return;
+        }
+        let slot = self.add(k, 1);
+        self.last = Some((k.clone(), slot));
     }
 
-    fn add(&mut self, k: &K, n: u64) {
-        if let Some(c) = self.map.get_mut(k) {
-            *c += n;
+    /// Adds `n` occurrences of `k`; returns its slot (`None`: counted in `other`).
+    fn add(&mut self, k: &K, n: u64) -> Option<usize> {
+        if let Some(&i) = self.map.get(k) {
+            if let Some(c) = self.counts.get_mut(i) {
+                *c += n;
+            }
+            Some(i)
         } else if self.map.len() < DIM_CAP {
-            self.map.insert(k.clone(), n);
+            let i = self.counts.len();
+            self.map.insert(k.clone(), i);
+            self.counts.push(n);
+            Some(i)
         } else {
             self.other += n;
+            None
         }
     }
 
@@ -116,7 +165,11 @@ impl<K: Hash + Eq + Clone + Ord> TopCounter<K> {
 
     /// All counted values, by count descending then value ascending.
     pub fn sorted(&self) -> Vec<(&K, u64)> {
-        let mut v: Vec<(&K, u64)> = self.map.iter().map(|(k, n)| (k, *n)).collect();
+        let mut v: Vec<(&K, u64)> = self
+            .map
+            .iter()
+            .map(|(k, &i)| (k, self.count_at(i)))
+            .collect();
         v.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(b.0)));
         v
     }
@@ -137,7 +190,7 @@ impl<K: Hash + Eq + Clone + Ord> TopCounter<K> {
 
     /// Multiplies every count by `n`.
     pub fn scale(&mut self, n: u64) {
-        for c in self.map.values_mut() {
+        for c in &mut self.counts {
             *c = c.saturating_mul(n);
         }
         self.other = self.other.saturating_mul(n);

@@ -26,7 +26,7 @@ mod request;
 
 pub use budget::{Charge, DEFAULT_TEXT_BUDGET, TEXT_PREFIX, TextBudget};
 pub use framing::{Framing, Probe, Sync, timestamp_runs};
-pub use names::{NameCache, Named};
+pub use names::{NameCache, Named, Unnamed};
 pub use reader::{Be, ByteOrder, Cursor, Le, ReadResult, WireError};
 pub use request::{Origin, RequestCore, Tags, cut_text, lossy_arc};
 

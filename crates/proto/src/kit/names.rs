@@ -1,6 +1,12 @@
 //! A bounded cache of named texts: prepared statements (by MySQL id or PostgreSQL name) and
 //! portals. Bounded by count and by text bytes; when full, the entry inserted longest ago is
 //! evicted first.
+//!
+//! The unnamed name (PostgreSQL's unnamed statement and portal, re-set by nearly every
+//! extended-protocol request) lives in a slot of its own beside the map: the same count, bytes
+//! and age order, without hashing or comparing the empty key (comparing two empty byte strings
+//! through `memcmp` with a dangling pointer costs a masked load that faults, slowly, in the
+//! hardware).
 
 use std::borrow::Borrow;
 use std::collections::{BTreeMap, HashMap};
@@ -25,10 +31,40 @@ struct Entry {
     _charge: Charge,
 }
 
+/// A name that may be the unnamed one (kept in the cache's slot).
+pub trait Unnamed {
+    /// Whether this is the unnamed name.
+    fn is_unnamed(&self) -> bool;
+}
+
+impl Unnamed for [u8] {
+    #[inline]
+    fn is_unnamed(&self) -> bool {
+        self.is_empty()
+    }
+}
+
+impl Unnamed for Box<[u8]> {
+    #[inline]
+    fn is_unnamed(&self) -> bool {
+        self.is_empty()
+    }
+}
+
+/// MySQL statement ids: every id goes to the map.
+impl Unnamed for u32 {
+    #[inline]
+    fn is_unnamed(&self) -> bool {
+        false
+    }
+}
+
 /// Texts by name, at most `max_count` of them holding at most `max_bytes` text bytes.
 #[derive(Debug)]
 pub struct NameCache<K> {
     map: HashMap<K, Entry, foldhash::fast::RandomState>,
+    /// The unnamed name's entry (counted with the map's).
+    unnamed: Option<Entry>,
     /// Insertion age to key: the oldest is first.
     order: BTreeMap<u64, K>,
     age: u64,
@@ -37,10 +73,11 @@ pub struct NameCache<K> {
     max_bytes: usize,
 }
 
-impl<K: Hash + Eq + Clone> NameCache<K> {
+impl<K: Hash + Eq + Clone + Unnamed> NameCache<K> {
     pub fn new(max_count: usize, max_bytes: usize) -> Self {
         NameCache {
             map: HashMap::default(),
+            unnamed: None,
             order: BTreeMap::new(),
             age: 0,
             bytes: 0,
@@ -50,10 +87,24 @@ impl<K: Hash + Eq + Clone> NameCache<K> {
     }
 
     pub fn len(&self) -> usize {
-        self.map.len()
+        self.map.len() + usize::from(self.unnamed.is_some())
     }
     pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
+        self.map.is_empty() && self.unnamed.is_none()
+    }
+
+    /// The entry of `name`.
+    #[inline]
+    fn entry<Q>(&self, name: &Q) -> Option<&Entry>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + Unnamed + ?Sized,
+    {
+        if name.is_unnamed() {
+            self.unnamed.as_ref()
+        } else {
+            self.map.get(name)
+        }
     }
     /// Text bytes held.
     pub fn text_bytes(&self) -> usize {
@@ -63,9 +114,9 @@ impl<K: Hash + Eq + Clone> NameCache<K> {
     pub fn get<Q>(&self, name: &Q) -> Option<Named>
     where
         K: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
+        Q: Hash + Eq + Unnamed + ?Sized,
     {
-        self.map.get(name).map(|e| Named {
+        self.entry(name).map(|e| Named {
             text: e.text.clone(),
             truncated: e.truncated,
         })
@@ -75,11 +126,9 @@ impl<K: Hash + Eq + Clone> NameCache<K> {
     pub fn holds<Q>(&self, name: &Q, text: &Arc<str>) -> bool
     where
         K: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
+        Q: Hash + Eq + Unnamed + ?Sized,
     {
-        self.map
-            .get(name)
-            .is_some_and(|e| Arc::ptr_eq(&e.text, text))
+        self.entry(name).is_some_and(|e| Arc::ptr_eq(&e.text, text))
     }
 
     /// Sets `name` to `text`, evicting the oldest entries while the cache is full (by count, or
@@ -98,28 +147,36 @@ impl<K: Hash + Eq + Clone> NameCache<K> {
         charge: Charge,
     ) -> Option<Named> {
         let prev = self.remove(&name);
-        while !self.map.is_empty()
-            && (self.map.len() >= self.max_count || self.bytes + text.len() > self.max_bytes)
+        while !self.is_empty()
+            && (self.len() >= self.max_count || self.bytes + text.len() > self.max_bytes)
         {
             let Some((_, oldest)) = self.order.pop_first() else {
                 break;
             };
-            if let Some(e) = self.map.remove(&oldest) {
+            let e = if oldest.is_unnamed() {
+                self.unnamed.take()
+            } else {
+                self.map.remove(&oldest)
+            };
+            if let Some(e) = e {
                 self.bytes -= e.text.len();
             }
         }
         self.age += 1;
         self.bytes += text.len();
-        self.order.insert(self.age, name.clone());
-        self.map.insert(
-            name,
-            Entry {
-                text,
-                truncated,
-                age: self.age,
-                _charge: charge,
-            },
-        );
+        let e = Entry {
+            text,
+            truncated,
+            age: self.age,
+            _charge: charge,
+        };
+        if name.is_unnamed() {
+            self.order.insert(self.age, name);
+            self.unnamed = Some(e);
+        } else {
+            self.order.insert(self.age, name.clone());
+            self.map.insert(name, e);
+        }
         prev
     }
 
@@ -127,9 +184,13 @@ impl<K: Hash + Eq + Clone> NameCache<K> {
     pub fn remove<Q>(&mut self, name: &Q) -> Option<Named>
     where
         K: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
+        Q: Hash + Eq + Unnamed + ?Sized,
     {
-        let e = self.map.remove(name)?;
+        let e = if name.is_unnamed() {
+            self.unnamed.take()?
+        } else {
+            self.map.remove(name)?
+        };
         self.order.remove(&e.age);
         self.bytes -= e.text.len();
         Some(Named {
@@ -140,13 +201,14 @@ impl<K: Hash + Eq + Clone> NameCache<K> {
 
     pub fn clear(&mut self) {
         self.map.clear();
+        self.unnamed = None;
         self.order.clear();
         self.bytes = 0;
     }
 
     /// Heap bytes held, roughly: the texts and 64 bytes per entry.
     pub fn heap_bytes(&self) -> usize {
-        self.bytes + self.map.len() * 64
+        self.bytes + self.len() * 64
     }
 }
 
@@ -232,5 +294,31 @@ mod tests {
         assert!(c.is_empty());
         c.insert(5, t("e"), false);
         assert_eq!(c.text_bytes(), 1);
+    }
+    #[test]
+    fn the_unnamed_name_counts_and_ages_like_any_other() {
+        let mut c: NameCache<Box<[u8]>> = NameCache::new(2, 1000);
+        c.insert(b""[..].into(), t("unnamed 1"), false);
+        c.insert(b"a"[..].into(), t("a"), false);
+        assert_eq!((c.len(), c.text_bytes()), (2, 10));
+        // Full by count: the unnamed entry is the oldest and goes.
+        c.insert(b"b"[..].into(), t("b"), false);
+        assert!(c.get(&b""[..]).is_none());
+        assert_eq!(c.len(), 2);
+        // Re-set: replaces, then evicts "a" (the oldest).
+        c.insert(b""[..].into(), t("unnamed 2"), true);
+        assert!(c.get(&b"a"[..]).is_none());
+        let got = c.get(&b""[..]).unwrap();
+        assert_eq!((&*got.text, got.truncated), ("unnamed 2", true));
+        assert!(c.holds(&b""[..], &got.text));
+        c.insert(b""[..].into(), t("u3"), false);
+        c.insert(b"c"[..].into(), t("c"), false);
+        // "b" was older than the re-set unnamed entry.
+        assert!(c.get(&b"b"[..]).is_none() && c.get(&b""[..]).is_some());
+        assert_eq!(c.remove(&b""[..]).map(|n| n.text), Some(t("u3")));
+        assert_eq!((c.len(), c.text_bytes(), c.heap_bytes()), (1, 1, 65));
+        c.insert(b""[..].into(), t("x"), false);
+        c.clear();
+        assert!(c.is_empty() && c.get(&b""[..]).is_none());
     }
 }

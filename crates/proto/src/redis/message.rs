@@ -111,6 +111,11 @@ pub struct Builder {
     /// HELLO: index of the argument after `AUTH`.
     hello_user_at: Option<u64>,
     user: Option<Vec<u8>>,
+    /// The text being built (reused across commands).
+    text: String,
+    /// The text of the previous command: a repeat shares it instead of a new allocation
+    /// (pipelines repeat the same command and key over and over).
+    last_text: Option<Arc<str>>,
 }
 
 fn name_is(info: Option<&CommandInfo>, n: &str) -> bool {
@@ -130,6 +135,8 @@ impl Builder {
             + self.arg1.capacity()
             + self.arg2.capacity()
             + self.user.as_ref().map_or(0, Vec::capacity)
+            + self.text.capacity()
+            + self.last_text.as_ref().map_or(0, |t| t.len())
     }
 
     /// A command with `argc` arguments begins.
@@ -361,7 +368,8 @@ impl Builder {
 
     /// The command is complete. `max_text` caps the text.
     pub fn finish(&mut self, max_text: usize) -> Request {
-        let mut text = String::with_capacity(self.name.len() + 2 + self.sub.len() + self.key.len());
+        let mut text = std::mem::take(&mut self.text);
+        text.clear();
         let mut truncated = false;
         match self.info {
             Some(c) => {
@@ -393,9 +401,21 @@ impl Builder {
             text.truncate(cut);
             truncated = true;
         }
+        let shared = match &self.last_text {
+            Some(t) if **t == *text => Arc::clone(t),
+            _ => {
+                let t: Arc<str> = Arc::from(text.as_str());
+                self.last_text = Some(Arc::clone(&t));
+                t
+            }
+        };
+        // The buffer is kept for the next command unless one huge text grew it.
+        if text.capacity() <= 4 * KEY_KEEP {
+            self.text = text;
+        }
         Request {
             command: self.info.map_or("unknown", |c| c.name),
-            text: Arc::from(text.as_str()),
+            text: shared,
             text_truncated: truncated,
             special: self.special(),
             argc: self.argc,

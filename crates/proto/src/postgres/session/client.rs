@@ -195,7 +195,14 @@ impl Conn {
         };
         self.parse_types(m, name, sql.len());
         let (t, tr) = cut_text(sql, !sql_complete || m.damaged, self.cfg.max_text);
-        let text: Arc<str> = Arc::from(t.as_ref());
+        // Drivers re-parse the same SQL into the unnamed statement for every execution: the
+        // text already held is shared rather than copied again (unnamed only: a named
+        // statement's undo tells its texts apart by allocation).
+        let held = name.is_empty().then(|| self.stmts.get(name)).flatten();
+        let text: Arc<str> = match held {
+            Some(p) if p.truncated == tr && *p.text == *t => p.text,
+            _ => Arc::from(t.as_ref()),
+        };
         let prev = self
             .stmts
             .insert_charged(name.into(), text.clone(), tr, charge);

@@ -236,7 +236,25 @@ impl RequestReader {
         if let RSt::InlineArgs { next } = self.st {
             return Ok(Some(self.inline_arg(next, keep)));
         }
-        while let Some(&b) = input.get(*pos) {
+        loop {
+            if matches!(
+                self.st,
+                RSt::Count { cr: false }
+                    | RSt::ArgHeader {
+                        dollar: true,
+                        cr: false
+                    }
+            ) {
+                self.digits(input, pos);
+            }
+            if self.st == RSt::ArgCr && input.get(*pos..*pos + 2) == Some(&b"\r\n"[..]) {
+                // The CRLF after an argument, both bytes at once.
+                self.arg_cr(b'\r', pos)?;
+                return Ok(Some(self.arg_lf(b'\n', pos)?));
+            }
+            let Some(&b) = input.get(*pos) else {
+                break;
+            };
             let ev = match self.st {
                 RSt::Start => {
                     self.start(b, ts, pos);
@@ -268,6 +286,37 @@ impl RequestReader {
             }
         }
         Ok(None)
+    }
+
+    /// The digits of a number line at `*pos` and the CR after them, taken in one run: what
+    /// [`Self::number_line`] does byte by byte for them (digits kept in `self.line`, at most
+    /// [`MAX_NUMBER_LINE`]); any other byte after them takes the ordinary path.
+    #[inline]
+    fn digits(&mut self, input: &[u8], pos: &mut usize) {
+        let room = MAX_NUMBER_LINE.saturating_sub(self.line.len());
+        let rest = input.get(*pos..).unwrap_or(&[]);
+        let n = rest
+            .iter()
+            .take(room)
+            .take_while(|b| matches!(b, b'0'..=b'9' | b'-' | b'+'))
+            .count();
+        if n > 0 {
+            self.line.extend_from_slice(rest.get(..n).unwrap_or(&[]));
+            *pos += n;
+            self.wire += n as u64;
+        }
+        // A CR next ends the digits, whatever they were (the LF takes the ordinary path).
+        if rest.get(n) == Some(&b'\r') {
+            *pos += 1;
+            self.wire += 1;
+            self.st = match self.st {
+                RSt::Count { .. } => RSt::Count { cr: true },
+                _ => RSt::ArgHeader {
+                    dollar: true,
+                    cr: true,
+                },
+            };
+        }
     }
 
     /// The first byte of a request: `*` starts an array, anything else an inline command.
