@@ -32,6 +32,7 @@ const EXPIRE: u32 = u32::MAX;
 const FINISH_KEY: u64 = u64::MAX;
 
 /// How a parallel run ended.
+#[allow(clippy::large_enum_variant)] // made once per run
 pub(crate) enum Outcome<C> {
     Done(C, CaptureHealth),
     /// Not provably the same as one thread: why. The consumer saw part of the events.
@@ -49,6 +50,7 @@ struct Batch {
 
 /// What a worker's engine hands on, keyed by `2 * sequence` (the frame) or `2 * sequence + 1`
 /// (the expiry after it).
+#[allow(clippy::large_enum_variant)] // events are nearly all items: no allocation per event
 enum Item {
     Open(u64),
     Event(QueryEvent),
