@@ -22,9 +22,12 @@ use wire::Decoded;
 
 use crate::pipeline::{self, Consumer, Engine, Settings};
 
-/// Frames read before every worker is sent its share (one epoch).
+/// Frames read before every worker is sent its share (one epoch)...
 const EPOCH_FRAMES: usize = 4096;
-/// Epochs queued per worker, each way: what bounds memory besides the engines' own caps.
+/// ... or frame bytes: an epoch holds at most this much plus one frame.
+const EPOCH_BYTES: usize = 4 << 20;
+/// Epochs queued per worker, each way: with [`EPOCH_BYTES`], what bounds memory besides the
+/// engines' own caps (about 6 epochs' frames in flight, 24 MiB).
 const QUEUE: usize = 4;
 /// An entry of a batch that is not a frame: expire idle connections at its time.
 const EXPIRE: u32 = u32::MAX;
@@ -171,7 +174,7 @@ fn read(inputs: Vec<Input>, to: Vec<SyncSender<Batch>>, stop: &AtomicBool) -> Re
     let hasher = foldhash::fast::FixedState::with_seed(0x5eed);
     let mut end = ReadEnd::default();
     let mut batches: Vec<Batch> = (0..n).map(|_| Batch::default()).collect();
-    let (mut seq, mut in_epoch, mut last_expire) = (0u64, 0usize, 0u64);
+    let (mut seq, mut in_epoch, mut epoch_bytes, mut last_expire) = (0u64, 0usize, 0usize, 0u64);
     'files: for input in inputs {
         let mut reader = match input.open() {
             Ok(r) => r,
@@ -224,8 +227,9 @@ fn read(inputs: Vec<Input>, to: Vec<SyncSender<Batch>>, stop: &AtomicBool) -> Re
             }
             seq += 1;
             in_epoch += 1;
-            if in_epoch >= EPOCH_FRAMES {
-                in_epoch = 0;
+            epoch_bytes += data.len();
+            if in_epoch >= EPOCH_FRAMES || epoch_bytes >= EPOCH_BYTES {
+                (in_epoch, epoch_bytes) = (0, 0);
                 if !send_all(&mut batches, &to, &name) || stop.load(Ordering::Relaxed) {
                     break 'files;
                 }
