@@ -134,7 +134,9 @@ pub(crate) fn run<C: Consumer>(
             from_workers.push(orx);
         }
         let stop = &stop;
-        let reader = s.spawn(move || read(inputs, to_workers, stop));
+        let total_len: u64 = inputs.iter().filter_map(Input::input_len).sum();
+        let bar = pipeline::progress_bar(settings.progress, total_len);
+        let reader = s.spawn(move || read(inputs, to_workers, stop, bar));
         let merged = merge(&from_workers, &mut consumer, stop);
         let read_end = reader
             .join()
@@ -169,7 +171,13 @@ fn worker_settings(settings: &Settings, threads: usize) -> (Settings, FlowConfig
 /// The reader: frames in order, each TCP segment to the worker of its connection (both
 /// directions hash alike), everything else to worker 0, and every second of packet time an
 /// expiry to all, where one thread's engine would expire.
-fn read(inputs: Vec<Input>, to: Vec<SyncSender<Batch>>, stop: &AtomicBool) -> ReadEnd {
+fn read(
+    inputs: Vec<Input>,
+    to: Vec<SyncSender<Batch>>,
+    stop: &AtomicBool,
+    bar: Option<indicatif::ProgressBar>,
+) -> ReadEnd {
+    let mut done_len = 0u64;
     let n = to.len() as u64;
     let hasher = foldhash::fast::FixedState::with_seed(0x5eed);
     let mut end = ReadEnd::default();
@@ -230,6 +238,9 @@ fn read(inputs: Vec<Input>, to: Vec<SyncSender<Batch>>, stop: &AtomicBool) -> Re
             epoch_bytes += data.len();
             if in_epoch >= EPOCH_FRAMES || epoch_bytes >= EPOCH_BYTES {
                 (in_epoch, epoch_bytes) = (0, 0);
+                if let Some(b) = &bar {
+                    b.set_position(done_len + reader.input_position());
+                }
                 if !send_all(&mut batches, &to, &name) || stop.load(Ordering::Relaxed) {
                     break 'files;
                 }
@@ -237,9 +248,13 @@ fn read(inputs: Vec<Input>, to: Vec<SyncSender<Batch>>, stop: &AtomicBool) -> Re
         }
         end.truncated_frames += reader.stats().truncated_frames;
         end.names.push(name.to_string());
+        done_len += reader.input_len().unwrap_or(0);
         if !send_all(&mut batches, &to, &name) {
             break;
         }
+    }
+    if let Some(b) = bar {
+        b.finish_and_clear();
     }
     end
 }

@@ -908,7 +908,7 @@ fn feed_tcp<C: Consumer>(
     table.process(&seg, conns);
 }
 
-fn progress_bar(wanted: bool, total: u64) -> Option<indicatif::ProgressBar> {
+pub(crate) fn progress_bar(wanted: bool, total: u64) -> Option<indicatif::ProgressBar> {
     // Small files finish before a bar is worth drawing.
     if !wanted || total < (64 << 20) || !std::io::stderr().is_terminal() {
         return None;
