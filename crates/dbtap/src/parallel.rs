@@ -124,19 +124,23 @@ pub(crate) fn run<C: Consumer>(
     let per = worker_settings(settings, threads);
     std::thread::scope(|s| {
         let mut to_workers = Vec::new();
+        // Emptied batches come back to the reader: their buffers are reused, not reallocated.
+        let (back_tx, back_rx) = sync_channel::<Batch>(threads * (QUEUE + 2));
         let mut from_workers = Vec::new();
         for w in 0..threads {
             let (tx, rx) = sync_channel::<Batch>(QUEUE);
             let (otx, orx) = sync_channel::<Out>(QUEUE);
             let per = &per;
-            s.spawn(move || worker(w, per, rx, otx));
+            let back = back_tx.clone();
+            s.spawn(move || worker(w, per, rx, otx, back));
             to_workers.push(tx);
             from_workers.push(orx);
         }
         let stop = &stop;
         let total_len: u64 = inputs.iter().filter_map(Input::input_len).sum();
         let bar = pipeline::progress_bar(settings.progress, total_len);
-        let reader = s.spawn(move || read(inputs, to_workers, stop, bar));
+        drop(back_tx);
+        let reader = s.spawn(move || read(inputs, (to_workers, back_rx), stop, bar));
         let merged = merge(&from_workers, &mut consumer, stop);
         let read_end = reader
             .join()
@@ -173,7 +177,7 @@ fn worker_settings(settings: &Settings, threads: usize) -> (Settings, FlowConfig
 /// expiry to all, where one thread's engine would expire.
 fn read(
     inputs: Vec<Input>,
-    to: Vec<SyncSender<Batch>>,
+    (to, back): (Vec<SyncSender<Batch>>, Receiver<Batch>),
     stop: &AtomicBool,
     bar: Option<indicatif::ProgressBar>,
 ) -> ReadEnd {
@@ -241,7 +245,7 @@ fn read(
                 if let Some(b) = &bar {
                     b.set_position(done_len + reader.input_position());
                 }
-                if !send_all(&mut batches, &to, &name) || stop.load(Ordering::Relaxed) {
+                if !send_all(&mut batches, (&to, &back), &name) || stop.load(Ordering::Relaxed) {
                     break 'files;
                 }
             }
@@ -249,7 +253,7 @@ fn read(
         end.truncated_frames += reader.stats().truncated_frames;
         end.names.push(name.to_string());
         done_len += reader.input_len().unwrap_or(0);
-        if !send_all(&mut batches, &to, &name) {
+        if !send_all(&mut batches, (&to, &back), &name) {
             break;
         }
     }
@@ -260,12 +264,16 @@ fn read(
 }
 
 /// Sends every worker its batch of the epoch (empty ones too: the merge takes one per worker).
-fn send_all(batches: &mut [Batch], to: &[SyncSender<Batch>], name: &Arc<str>) -> bool {
+fn send_all(
+    batches: &mut [Batch],
+    (to, back): (&[SyncSender<Batch>], &Receiver<Batch>),
+    name: &Arc<str>,
+) -> bool {
     for (b, tx) in batches.iter_mut().zip(to) {
-        let fresh = Batch {
-            name: name.clone(),
-            ..Batch::default()
-        };
+        let mut fresh = back.try_recv().unwrap_or_default();
+        fresh.data.clear();
+        fresh.entries.clear();
+        fresh.name = name.clone();
         if tx.send(std::mem::replace(b, fresh)).is_err() {
             return false;
         }
@@ -279,6 +287,7 @@ fn worker(
     (settings, flow): &(Settings, FlowConfig),
     rx: Receiver<Batch>,
     tx: SyncSender<Out>,
+    back: SyncSender<Batch>,
 ) {
     let mut engine = Engine::new(settings, flow.clone(), Fwd::default());
     engine.external_expire();
@@ -296,9 +305,11 @@ fn worker(
             }
         }
         let items = std::mem::take(&mut engine.consumer_mut().items);
+        engine.consumer_mut().items.reserve(items.len());
         if tx.send(Out::Epoch(items)).is_err() {
             return;
         }
+        let _ = back.try_send(b);
     }
     let p = engine.parts();
     let bound = if peak >= flow.max_flows {
@@ -370,10 +381,10 @@ fn merge<C: Consumer>(from: &[Receiver<Out>], c: &mut C, stop: &AtomicBool) -> M
     let mut fallback = None;
     let mut ends: Vec<Option<WorkerEnd>> = from.iter().map(|_| None).collect();
     loop {
-        let mut epoch = Vec::new();
+        let mut lists = Vec::with_capacity(from.len());
         for (w, rx) in from.iter().enumerate() {
             match rx.recv() {
-                Ok(Out::Epoch(items)) => epoch.extend(items.into_iter().map(|(k, i)| (k, w, i))),
+                Ok(Out::Epoch(items)) => lists.push(items.into_iter().peekable()),
                 Ok(Out::End(e)) => ends[w] = Some(*e),
                 Err(_) => anyhow::bail!("a digest worker stopped"),
             }
@@ -381,19 +392,9 @@ fn merge<C: Consumer>(from: &[Receiver<Out>], c: &mut C, stop: &AtomicBool) -> M
         if ends.iter().any(Option::is_some) {
             break;
         }
-        // Stable: one worker's items of one key keep their order.
-        epoch.sort_by_key(|&(k, w, _)| (k, w));
-        let clash = epoch
-            .windows(2)
-            .any(|p| p[0].0 == p[1].0 && p[0].1 != p[1].1);
-        if clash && fallback.is_none() {
+        if fallback.is_none() && !deliver_epoch(&mut lists, c, &mut ids) {
             fallback = Some("two workers closed idle connections at the same time".into());
             stop.store(true, Ordering::Relaxed);
-        }
-        if fallback.is_none() {
-            for (_, w, item) in epoch {
-                deliver(c, &mut ids, w, item);
-            }
         }
     }
     let mut ends: Vec<WorkerEnd> = ends
@@ -404,6 +405,30 @@ fn merge<C: Consumer>(from: &[Receiver<Out>], c: &mut C, stop: &AtomicBool) -> M
         finish_order(&mut ends, c, &mut ids);
     }
     Ok((ends, fallback))
+}
+
+type Items = std::iter::Peekable<std::vec::IntoIter<(u64, Item)>>;
+
+/// Delivers one epoch: the workers' items (each list in key order) merged by key, a key's items
+/// from one worker. False when two workers have items of one key (an expiry that closed
+/// connections in both): one thread's order among them is not known.
+fn deliver_epoch<C: Consumer>(lists: &mut [Items], c: &mut C, ids: &mut Ids) -> bool {
+    loop {
+        let mut best: Option<(u64, usize)> = None;
+        for (w, l) in lists.iter_mut().enumerate() {
+            if let Some(&(k, _)) = l.peek() {
+                match best {
+                    Some((b, _)) if b == k => return false,
+                    Some((b, _)) if b < k => {}
+                    _ => best = Some((k, w)),
+                }
+            }
+        }
+        let Some((k, w)) = best else { return true };
+        while let Some((_, item)) = lists[w].next_if(|(k2, _)| *k2 == k) {
+            deliver(c, ids, w, item);
+        }
+    }
 }
 
 /// The closes at the end: each worker closes its connections in id order; one thread closes
