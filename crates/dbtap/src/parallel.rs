@@ -342,7 +342,7 @@ fn worker(
 /// Connection ids as one thread numbers them: in the order connections open.
 #[derive(Default)]
 struct Ids {
-    map: HashMap<(usize, u64), u64>,
+    map: HashMap<(usize, u64), u64, foldhash::fast::RandomState>,
     next: u64,
 }
 
