@@ -491,7 +491,7 @@ pub struct DigestArgs {
     #[command(flatten)]
     pub clickhouse: crate::fleet::ClickHouseArgs,
 
-    /// Threads that read the connections (default: the cores available; 1 = one thread). The
+    /// Threads that read the connections (default 1; 0 is refused). The
     /// report is the same for any count; with --timeline, --store, --clickhouse or standard
     /// input, and on captures where that cannot be shown (IP fragments, a bound reached), one
     /// thread does the work.
