@@ -8,6 +8,7 @@ mod config;
 mod diffcmd;
 mod fleet;
 mod fp;
+mod parallel;
 mod pipeline;
 mod replaycmd;
 mod rotate;
@@ -181,6 +182,27 @@ impl Consumer for DigestConsumer {
     }
 }
 
+/// The digest's consumer without timeline, store or sink.
+fn plain_consumer(args: &DigestArgs, window: timespec::Window) -> DigestConsumer {
+    let mut consumer = DigestConsumer {
+        fp: Fingerprinter::from_args(&args.input.grouping),
+        agg: Aggregator::new(AggConfig {
+            keep_examples: !args.report.no_examples,
+            ..AggConfig::default()
+        }),
+        window,
+        timeline: None,
+        // --mergeable: also the time blocks `dbtap diff` needs (diffcmd.rs).
+        recorder: args.mergeable.then(diff::blocks::Recorder::default),
+        store: None,
+        fleet: None,
+    };
+    consumer
+        .agg
+        .track_transactions(aggregate::txn::TxnConfig::default());
+    consumer
+}
+
 fn digest(args: DigestArgs) -> anyhow::Result<()> {
     let mut settings = settings(&args.input);
     // Bound values are shown only in examples.
@@ -198,30 +220,16 @@ fn digest(args: DigestArgs) -> anyhow::Result<()> {
             text.then(|| BufWriter::new(std::io::stdout())),
         )
     });
-    let mut consumer = DigestConsumer {
-        fp: Fingerprinter::from_args(&args.input.grouping),
-        agg: Aggregator::new(AggConfig {
-            keep_examples: !args.report.no_examples,
-            ..AggConfig::default()
-        }),
-        window,
-        timeline,
-        recorder: None,
-        store: None,
-        fleet: None,
-    };
+    let mut consumer = plain_consumer(&args, window);
+    consumer.timeline = timeline;
     let examples = !args.report.no_examples;
     consumer.store = args
         .store
         .open(examples)?
         .map(|s| storefeed::StoreSink::new(examples, s));
     consumer.fleet = args.clickhouse.open(1)?.map(fleet::DigestFeed::new);
-    // --mergeable: also the time blocks `dbtap diff` needs (diffcmd.rs).
-    consumer.recorder = args.mergeable.then(diff::blocks::Recorder::default);
-    consumer
-        .agg
-        .track_transactions(aggregate::txn::TxnConfig::default());
-    let (mut consumer, mut health) = pipeline::run(&args.input.files, &settings, consumer)?;
+    let fresh = || plain_consumer(&args, window);
+    let (mut consumer, mut health) = parallel::digest(&args, &settings, consumer, fresh)?;
     let series = consumer.timeline.take().map(|t| t.finish()).transpose()?;
     if let Some(sink) = consumer.store.take() {
         sink.finish()?;

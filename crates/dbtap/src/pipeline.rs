@@ -494,6 +494,9 @@ pub struct Engine<C> {
     last_expire: u64,
     warnings: Vec<String>,
     streams: streams::Streams,
+    /// False under the parallel digest: its reader decides when every worker expires
+    /// (`parallel.rs`), at the same frames as one thread would.
+    self_expire: bool,
 }
 
 impl<C: Consumer> Engine<C> {
@@ -528,6 +531,7 @@ impl<C: Consumer> Engine<C> {
             last_expire: 0,
             warnings: Vec::new(),
             streams: streams::Streams::new(),
+            self_expire: true,
         }
     }
 
@@ -568,7 +572,7 @@ impl<C: Consumer> Engine<C> {
                 counts.unsupported_link += 1;
             }
         }
-        if ts >= self.last_expire.saturating_add(EXPIRE_EVERY_NS) {
+        if self.self_expire && ts >= self.last_expire.saturating_add(EXPIRE_EVERY_NS) {
             self.expire(ts);
         }
     }
@@ -614,34 +618,44 @@ impl<C: Consumer> Engine<C> {
 
     /// The capture health; when `finished`, IP datagrams still waiting for fragments are lost.
     fn ledger(&self, files: Vec<String>, truncated_frames: u64, finished: bool) -> CaptureHealth {
-        let mut warnings = self.warnings.clone();
-        if self.conns.unknown_protocol > 0 {
-            warnings.push(format!(
-                "{} connection(s) on the given ports or servers spoke no protocol dbtap recognizes; \
-                 they were skipped",
-                self.conns.unknown_protocol
-            ));
+        let fs = self.table.stats();
+        let warnings = health_warnings(
+            self.warnings.clone(),
+            self.conns.unknown_protocol,
+            &self.conns.unknown_midstream_ports,
+            &fs.untracked_ports,
+        );
+        self.ledger_with(files, truncated_frames, finished, warnings)
+    }
+
+    /// What the parallel digest (`parallel.rs`) merges besides the health's counters: the
+    /// engine's own warnings, the connections of no known protocol (all, and those picked up
+    /// mid-stream by port), the flow table's statistics, and the entries it holds now.
+    pub(crate) fn parts(&self) -> EngineParts<'_> {
+        EngineParts {
+            warnings: &self.warnings,
+            unknown_protocol: self.conns.unknown_protocol,
+            midstream_ports: &self.conns.unknown_midstream_ports,
+            flow: self.table.stats(),
+            table_len: self.table.len(),
         }
-        for (port, n) in &self.conns.unknown_midstream_ports {
-            let conns = if *n == 1 { "connection" } else { "connections" };
-            warnings.push(format!(
-                "{n} {conns} on port {port} spoke no protocol dbtap recognises (picked up \
-                 mid-stream, no request recognised in {SNIFF_TRIES} deliveries; not read): if \
-                 it is a database port, capture from the connections' start (their opening names \
-                 the protocol); otherwise they are not database traffic"
-            ));
-        }
+    }
+
+    /// Expiry is driven from outside ([`Engine::expire`]), not by this engine's packet clock.
+    pub(crate) fn external_expire(&mut self) {
+        self.self_expire = false;
+    }
+
+    fn ledger_with(
+        &self,
+        files: Vec<String>,
+        truncated_frames: u64,
+        finished: bool,
+        warnings: Vec<String>,
+    ) -> CaptureHealth {
         let counts = &self.counts;
         let defrag = self.defrag.stats();
         let fs = self.table.stats();
-        for (port, n) in &fs.untracked_ports {
-            let segs = if *n == 1 { "segment" } else { "segments" };
-            warnings.push(format!(
-                "{n} {segs} with payload on port {port} belonged to no connection dbtap could \
-                 tie to a server (their start was not captured and the port is not a known \
-                 server port): add --port {port} if it is a database port"
-            ));
-        }
         let l = &self.conns.health;
         let h = &l.health;
         CaptureHealth {
@@ -717,6 +731,49 @@ impl<C: Consumer> Engine<C> {
     }
 }
 
+/// The health's warnings: the engine's own (`base`), then the connections of no known
+/// protocol, those picked up mid-stream by port, and untracked payload by port.
+pub(crate) fn health_warnings(
+    mut warnings: Vec<String>,
+    unknown_protocol: u64,
+    midstream_ports: &std::collections::BTreeMap<u16, u64>,
+    untracked_ports: &std::collections::BTreeMap<u16, u64>,
+) -> Vec<String> {
+    if unknown_protocol > 0 {
+        warnings.push(format!(
+            "{unknown_protocol} connection(s) on the given ports or servers spoke no protocol \
+             dbtap recognizes; they were skipped"
+        ));
+    }
+    for (port, n) in midstream_ports {
+        let conns = if *n == 1 { "connection" } else { "connections" };
+        warnings.push(format!(
+            "{n} {conns} on port {port} spoke no protocol dbtap recognises (picked up \
+             mid-stream, no request recognised in {SNIFF_TRIES} deliveries; not read): if \
+             it is a database port, capture from the connections' start (their opening names \
+             the protocol); otherwise they are not database traffic"
+        ));
+    }
+    for (port, n) in untracked_ports {
+        let segs = if *n == 1 { "segment" } else { "segments" };
+        warnings.push(format!(
+            "{n} {segs} with payload on port {port} belonged to no connection dbtap could \
+             tie to a server (their start was not captured and the port is not a known \
+             server port): add --port {port} if it is a database port"
+        ));
+    }
+    warnings
+}
+
+/// See [`Engine::parts`].
+pub(crate) struct EngineParts<'a> {
+    pub(crate) warnings: &'a [String],
+    pub(crate) unknown_protocol: u64,
+    pub(crate) midstream_ports: &'a std::collections::BTreeMap<u16, u64>,
+    pub(crate) flow: &'a flow::FlowStats,
+    pub(crate) table_len: usize,
+}
+
 /// Runs every capture through the pipeline and hands each query event to `consumer`.
 /// Returns the consumer and the capture health. Errors only for input that cannot be read at
 /// all (missing, empty, not a capture); a capture cut short yields a warning in the health.
@@ -761,7 +818,17 @@ pub fn run<C: Consumer>(
     if let Some(b) = bar {
         b.finish_and_clear();
     }
-    let (consumer, mut health) = engine.finish(names, truncated_frames);
+    let (consumer, health) = engine.finish(names, truncated_frames);
+    Ok((consumer, close_health(health, read_warnings, settings)))
+}
+
+/// The run's last word on the health: read errors (first) and the warnings of the bounds
+/// that cut something.
+pub(crate) fn close_health(
+    mut health: CaptureHealth,
+    mut read_warnings: Vec<String>,
+    settings: &Settings,
+) -> CaptureHealth {
     // A read error leaves the rest of its capture unread: the report is incomplete.
     health.frames.read_errors = read_warnings.len() as u64;
     // Read errors first, as before: they explain why the report may be short.
@@ -784,12 +851,12 @@ pub fn run<C: Consumer>(
             settings.session.text_budget.limit()
         ));
     }
-    Ok((consumer, health))
+    health
 }
 
 /// Feeds every frame of one capture to the engine; a read error ends it with a warning.
 /// `progress` gets the bytes read from the file every 65,536 frames.
-fn read_capture<C: Consumer>(
+pub(crate) fn read_capture<C: Consumer>(
     engine: &mut Engine<C>,
     reader: &mut Reader,
     name: &str,
@@ -841,7 +908,7 @@ fn feed_tcp<C: Consumer>(
     table.process(&seg, conns);
 }
 
-fn progress_bar(wanted: bool, total: u64) -> Option<indicatif::ProgressBar> {
+pub(crate) fn progress_bar(wanted: bool, total: u64) -> Option<indicatif::ProgressBar> {
     // Small files finish before a bar is worth drawing.
     if !wanted || total < (64 << 20) || !std::io::stderr().is_terminal() {
         return None;

@@ -1,0 +1,136 @@
+//! `dbtap digest --threads N` gives the same output byte for byte as one thread, whatever N, on
+//! every capture of the repository (gzip included) and on captures built here: many connections
+//! interleaved, connections closed idle, IP fragments (where the digest runs on one thread).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+mod common;
+use common::*;
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// stdout and stderr of `dbtap digest ARGS --threads N FILE`.
+fn digest(args: &[&str], threads: usize, file: &Path) -> (String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_dbtap"))
+        .arg("digest")
+        .args(args)
+        .args(["--threads", &threads.to_string()])
+        .arg(file)
+        .output()
+        .unwrap_or_else(|e| panic!("run dbtap: {e}"));
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{}: {err}", file.display());
+    (String::from_utf8_lossy(&out.stdout).into_owned(), err)
+}
+
+/// The outputs compared: text, JSON, JSON with the mergeable distributions, another grouping.
+const VARIANTS: &[&[&str]] = &[
+    &["-q", "--limit", "0"],
+    &["-q", "--limit", "0", "--format", "json"],
+    &["-q", "--limit", "0", "--format", "json", "--mergeable"],
+    &["-q", "--limit", "0", "--fingerprint", "pt", "--no-examples"],
+];
+
+/// Every variant at 2, 3 and 4 threads equals 1 thread. Returns whether some run with more
+/// than one thread fell back to one (its note).
+fn same_across_threads(file: &Path) -> bool {
+    let mut fell_back = false;
+    for v in VARIANTS {
+        let (one, _) = digest(v, 1, file);
+        assert!(!one.is_empty(), "{}: no output", file.display());
+        for n in 2..=4 {
+            let (many, err) = digest(v, n, file);
+            fell_back |= err.contains("note: --threads");
+            assert!(
+                one == many,
+                "{} {v:?}: --threads {n} differs from --threads 1",
+                file.display()
+            );
+        }
+    }
+    fell_back
+}
+
+#[test]
+fn repository_captures_are_the_same_on_any_thread_count() {
+    let mut files = vec![root().join("samples/mysql-sysbench.pcap.gz")];
+    let data = root().join("crates/capture/tests/data");
+    for e in std::fs::read_dir(&data).unwrap_or_else(|e| panic!("{e}")) {
+        let p = e.unwrap_or_else(|e| panic!("{e}")).path();
+        if p.extension().is_some_and(|x| x == "pcap" || x == "pcapng") {
+            files.push(p);
+        }
+    }
+    assert!(files.len() >= 4, "{files:?}");
+    for f in &files {
+        // These captures hold no fragments and reach no bound: the workers did the work.
+        assert!(!same_across_threads(f), "{}: fell back", f.display());
+    }
+}
+
+/// `conns` Redis connections, each with `rounds` PING/PONG exchanges interleaved with the
+/// others', then (when `idle`) a pause longer than the idle timeout and one more exchange each,
+/// so that the idle connections are closed by the expiry.
+fn many_connections(conns: u16, rounds: u64, idle: bool) -> Vec<u8> {
+    let mut sides: Vec<(Side, Side)> = (0..conns).map(|i| Side::pair(40000 + i, 6379)).collect();
+    let mut recs = Vec::new();
+    let mut t = 1_000_000u64;
+    let round = |sides: &mut Vec<(Side, Side)>, t: &mut u64, recs: &mut Vec<_>| {
+        for (i, (c, s)) in sides.iter_mut().enumerate() {
+            // Every other connection leaves its last request unanswered now and then.
+            recs.push((*t, c.send(PSH_ACK, b"*1\r\n$4\r\nPING\r\n")));
+            if i % 7 != 3 {
+                recs.push((*t + 50 + i as u64, s.send(PSH_ACK, b"+PONG\r\n")));
+            }
+            *t += 300;
+        }
+    };
+    for _ in 0..rounds {
+        round(&mut sides, &mut t, &mut recs);
+        t += 400_000_000; // 0.4 s: the expiry runs every second of capture time
+    }
+    if idle {
+        t += 700_000_000_000; // past the 10-minute idle timeout
+        round(&mut sides, &mut t, &mut recs);
+    }
+    pcap(&recs)
+}
+
+#[test]
+fn built_captures_are_the_same_on_any_thread_count() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let busy = dir.path().join("busy.pcap");
+    std::fs::write(&busy, many_connections(64, 6, false)).unwrap_or_else(|e| panic!("{e}"));
+    assert!(!same_across_threads(&busy), "many connections fell back");
+    // Connections of several workers closed idle at the same expiry: the order one thread
+    // closes them in is not rebuilt, so that run falls back; the output is the same either way.
+    let idle = dir.path().join("idle.pcap");
+    std::fs::write(&idle, many_connections(16, 3, true)).unwrap_or_else(|e| panic!("{e}"));
+    same_across_threads(&idle);
+    // One idle connection alone: closed by one worker, no fallback needed.
+    let one = dir.path().join("one-idle.pcap");
+    std::fs::write(&one, many_connections(1, 3, true)).unwrap_or_else(|e| panic!("{e}"));
+    assert!(!same_across_threads(&one), "one idle connection fell back");
+}
+
+#[test]
+fn fragments_run_on_one_thread_with_the_same_output() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let (mut c, mut s) = Side::pair(40000, 6379);
+    let req = tcp(c.sport, c.dport, c.seq, 1, PSH_ACK, b"*1\r\n$4\r\nPING\r\n");
+    c.seq += 14;
+    let recs = vec![
+        (1_000_000, ipv4(c.src, c.dst, 9, 0, true, &req[..24])),
+        (1_000_010, ipv4(c.src, c.dst, 9, 3, false, &req[24..])),
+        (1_000_100, s.send(PSH_ACK, b"+PONG\r\n")),
+    ];
+    let f = dir.path().join("frag.pcap");
+    std::fs::write(&f, pcap(&recs)).unwrap_or_else(|e| panic!("{e}"));
+    assert!(same_across_threads(&f), "fragments did not fall back");
+    let (json, _) = digest(&["-q", "--format", "json"], 2, &f);
+    assert_eq!(num(&json, "ip_datagrams_reassembled"), 1, "{json}");
+    assert_eq!(num(&json, "queries"), 1, "{json}");
+}
