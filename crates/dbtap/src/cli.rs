@@ -79,10 +79,8 @@ pub struct CaptureArgs {
     pub threads: usize,
 
     /// Kernel ring buffer per thread, in MiB. A larger ring rides out longer bursts without drops.
-    /// Default: 32 MiB that grows with the traffic (to hold 2 s of the observed peak, at most
-    /// 256 MiB or an eighth of the memory; one capture thread only); given, the size is fixed.
-    #[arg(long = "ring-mb", value_name = "MIB")]
-    pub ring_mb: Option<u32>,
+    #[arg(long = "ring-mb", default_value_t = 32, value_name = "MIB")]
+    pub ring_mb: u32,
 
     /// Where connections are read. `packet`: network packets (AF_PACKET; plaintext TCP only).
     /// `ebpf`: the server processes' sockets, traced in the kernel (Unix sockets, TCP, and TLS
@@ -164,10 +162,9 @@ pub struct LiveArgs {
 
     /// Columns of the interval lines, comma separated, from: time, server, count, qps, avg,
     /// p50, p95, p99, max, svc_avg, svc_p50, svc_p95, svc_p99, svc_max, errors, pkts_in,
-    /// pkts_out, mbps_in, mbps_out, drops, conns, pause_ms. avg..max are response times as the
-    /// client saw them; svc_avg..svc_max are service times (without queueing behind earlier
-    /// requests on the same connection, as the digest ranks by); pause_ms is the longest a
-    /// block of the capture ring waited to be read in the interval.
+    /// pkts_out, mbps_in, mbps_out, drops, conns. avg..max are response times as the client saw
+    /// them; svc_avg..svc_max are service times (without queueing behind earlier requests on
+    /// the same connection, as the digest ranks by).
     #[arg(
         long,
         value_delimiter = ',',
@@ -236,8 +233,6 @@ pub enum Field {
     MbpsOut,
     Drops,
     Conns,
-    /// `pause_ms`: the longest a block of the capture ring waited to be read in the interval.
-    PauseMs,
 }
 
 /// Parses `500ms`, `10s`, `5m`, `1h`, `1h30m`, or a plain number of seconds.

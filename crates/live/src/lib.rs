@@ -47,15 +47,12 @@
 #![deny(unsafe_code)]
 
 pub mod bpf;
-mod grow;
 mod ring;
 mod sys;
 
 pub use bpf::{FilterSpec, Insn, and, compile_expr, sample_keeps, servers_filter};
-pub use grow::{GrowingRing, Growth, GrowthEvent, grown_size};
 pub use ring::{
-    Packet, Ring, RingConfig, RingStats, block_wait_ns, interface_index, loopback_index,
-    open_group, set_reader_nice, walk_block,
+    Packet, Ring, RingConfig, RingStats, interface_index, loopback_index, open_group, walk_block,
 };
 
 /// The link type of [`Packet::data`]: raw IP (LINKTYPE_RAW), whatever the device.

@@ -75,12 +75,6 @@ pub struct RingStats {
     /// ready, and skipped ahead to the oldest ready block (see [`Ring::poll`]). The kernel
     /// fills blocks in order, so this should stay 0; it is counted so that it would show.
     pub resyncs: u64,
-    /// The longest a block full of packets waited in the ring before the reader read it, in
-    /// nanoseconds (the reader's pauses: processing, descheduling, a stopped process). The
-    /// kernel drops packets when this exceeds how long the ring lasts at the traffic's rate.
-    pub pause_max_ns: u64,
-    /// The ring's size in bytes (blocks times block size).
-    pub ring_bytes: u64,
 }
 
 /// A TPACKET_V3 receive ring on one AF_PACKET socket.
@@ -93,12 +87,6 @@ pub struct Ring {
     /// The block the reader waits on next (crate-visible for the tests).
     pub(crate) cur: usize,
     stats: RingStats,
-    /// The longest block wait since [`Ring::take_interval_pause`] was last called.
-    interval_pause_ns: u64,
-    /// Blocks read since the ring was opened (the rate the ring fills at, for growing it).
-    pub(crate) blocks_read: u64,
-    /// The latest packet time of the blocks read (ns since the epoch).
-    pub(crate) last_block_ts_ns: u64,
     ifindex: i32,
 }
 
@@ -120,14 +108,6 @@ enum Fanout {
 
 fn io_err(what: &'static str) -> impl FnOnce(io::Error) -> LiveError {
     move |source| LiveError::Io { what, source }
-}
-
-/// Gives the calling thread (a ring's reader) the nice value `nice`. A reader that waits for a
-/// CPU while the database and its clients keep every core busy lets the ring fill: a negative
-/// value makes the scheduler run it first when it wakes. It uses little CPU (a few percent of a
-/// core at 25k requests/s), so it takes little from the others.
-pub fn set_reader_nice(nice: i32) -> Result<(), LiveError> {
-    sys::set_thread_nice(nice).map_err(io_err("setpriority"))
 }
 
 /// The ifindex of `name`; "any" is 0 (every interface).
@@ -212,11 +192,6 @@ impl Ring {
         };
         sock.set_rx_ring(&req)
             .map_err(io_err("setsockopt(PACKET_RX_RING)"))?;
-        // Packets stamped once, when the kernel receives them, rather than by each socket as it
-        // is handed the packet: two rings then give the same packet the same time, which the
-        // switch to a bigger ring cuts by (grow.rs).
-        sock.set_int(libc::SOL_SOCKET, libc::SO_TIMESTAMP, 1)
-            .map_err(io_err("setsockopt(SO_TIMESTAMP)"))?;
         let block_size = cfg.block_size as usize;
         let block_count = cfg.block_count as usize;
         let map = sock
@@ -269,9 +244,6 @@ impl Ring {
             block_count,
             cur: 0,
             stats: RingStats::default(),
-            interval_pause_ns: 0,
-            blocks_read: 0,
-            last_block_ts_ns: 0,
             ifindex,
         })
     }
@@ -365,33 +337,12 @@ impl Ring {
             if self.map.block_status(off) & libc::TP_STATUS_USER == 0 {
                 break;
             }
-            if let Some(ts) = block_last_ts_ns(self.map.block(off, self.block_size)) {
-                self.note_wait(realtime_ns().saturating_sub(ts));
-                self.last_block_ts_ns = self.last_block_ts_ns.max(ts);
-            }
             handed += walk_block(self.map.block(off, self.block_size), &mut *f);
             self.map.release(off);
             self.cur = (self.cur + 1) % self.block_count;
             blocks += 1;
-            self.blocks_read += 1;
         }
         (blocks > 0).then_some(handed)
-    }
-
-    fn note_wait(&mut self, ns: u64) {
-        self.stats.pause_max_ns = self.stats.pause_max_ns.max(ns);
-        self.interval_pause_ns = self.interval_pause_ns.max(ns);
-    }
-
-    /// The longest a block waited to be read since the last call (or since the ring opened),
-    /// in nanoseconds; starts the next period at 0.
-    pub fn take_interval_pause(&mut self) -> u64 {
-        std::mem::take(&mut self.interval_pause_ns)
-    }
-
-    /// The ring's size in bytes.
-    pub fn size_bytes(&self) -> usize {
-        self.block_size * self.block_count
     }
 
     /// Kernel counters accumulated since the ring was opened (the kernel resets its own on
@@ -404,7 +355,6 @@ impl Ring {
         self.stats.packets += u64::from(s.tp_packets);
         self.stats.drops += u64::from(s.tp_drops);
         self.stats.freeze_q += u64::from(s.tp_freeze_q_cnt);
-        self.stats.ring_bytes = self.size_bytes() as u64;
         Ok(self.stats)
     }
 }
@@ -451,29 +401,6 @@ fn u32_at(b: &[u8], off: usize) -> Option<u32> {
     Some(u32::from_ne_bytes(
         b.get(off..off.checked_add(4)?)?.try_into().ok()?,
     ))
-}
-
-/// The wall clock in nanoseconds since the epoch (the clock of the kernel's packet times).
-pub(crate) fn realtime_ns() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
-}
-
-/// How long a retired block has waited to be read at `now_ns` (realtime): from the timestamp
-/// of its last packet (`ts_last_pkt` of `tpacket_hdr_v1`, at 40: seconds then nanoseconds),
-/// which is when the kernel closed a full block. A block retired by the timeout also counts
-/// the time to the timeout (`retire_ms`). 0 for an empty or unreadable block, or a clock
-/// that went back.
-pub fn block_wait_ns(block: &[u8], now_ns: u64) -> u64 {
-    block_last_ts_ns(block).map_or(0, |t| now_ns.saturating_sub(t))
-}
-
-/// The timestamp of a block's last packet (ns since the epoch); None when the block is empty
-/// or too short.
-pub(crate) fn block_last_ts_ns(block: &[u8]) -> Option<u64> {
-    let (num, sec, nsec) = (u32_at(block, 12)?, u32_at(block, 40)?, u32_at(block, 44)?);
-    (num > 0).then(|| u64::from(sec) * 1_000_000_000 + u64::from(nsec))
 }
 
 /// Hands every packet of one TPACKET_V3 block to `f`; returns how many it handed.

@@ -251,15 +251,6 @@ pub(crate) fn if_nametoindex(name: &str) -> u32 {
     unsafe { libc::if_nametoindex(c.as_ptr()) }
 }
 
-/// `setpriority(PRIO_PROCESS, gettid(), nice)`: the calling thread's nice value (Linux
-/// schedules threads on their own; a negative value needs CAP_SYS_NICE).
-pub(crate) fn set_thread_nice(nice: c_int) -> io::Result<()> {
-    // SAFETY: gettid has no preconditions and cannot fail.
-    let tid = unsafe { libc::gettid() };
-    // SAFETY: plain system call on the calling thread's own id; no memory is passed.
-    cvt(unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, nice) }).map(drop)
-}
-
 pub(crate) fn page_size() -> usize {
     // SAFETY: sysconf has no memory-safety preconditions.
     let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };

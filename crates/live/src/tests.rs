@@ -5,7 +5,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use proptest::prelude::*;
 
 use crate::bpf::*;
-use crate::{Packet, block_wait_ns, walk_block};
+use crate::{Packet, walk_block};
 
 // ---------------------------------------------------------------- block layout
 
@@ -20,8 +20,6 @@ fn layout_matches_the_kernel_structs() {
     assert_eq!(offset_of!(libc::tpacket_block_desc, hdr), 8);
     assert_eq!(offset_of!(libc::tpacket_hdr_v1, num_pkts), 4);
     assert_eq!(offset_of!(libc::tpacket_hdr_v1, offset_to_first_pkt), 8);
-    // ts_last_pkt, read by block_wait_ns at 8 + 32.
-    assert_eq!(offset_of!(libc::tpacket_hdr_v1, ts_last_pkt), 32);
     assert_eq!(offset_of!(libc::sockaddr_ll, sll_protocol), 2);
     assert_eq!(offset_of!(libc::sockaddr_ll, sll_ifindex), 4);
     assert_eq!(offset_of!(libc::sockaddr_ll, sll_pkttype), 10);
@@ -137,25 +135,7 @@ fn walk_block_stops_at_corruption() {
     }
 }
 
-#[test]
-fn block_wait_counts_from_the_last_packet() {
-    let mut b = build_block(&sample_pkts(), 4096);
-    b[40..44].copy_from_slice(&100u32.to_ne_bytes());
-    b[44..48].copy_from_slice(&250_000_000u32.to_ne_bytes());
-    assert_eq!(block_wait_ns(&b, 101_000_000_000), 750_000_000);
-    // A clock that went back, an empty block, a short block: no wait.
-    assert_eq!(block_wait_ns(&b, 99_000_000_000), 0);
-    assert_eq!(block_wait_ns(&b[..44], 101_000_000_000), 0);
-    b[12..16].copy_from_slice(&0u32.to_ne_bytes());
-    assert_eq!(block_wait_ns(&b, 101_000_000_000), 0);
-}
-
 proptest! {
-    #[test]
-    fn block_wait_never_panics(block in proptest::collection::vec(any::<u8>(), 0..64), now in any::<u64>()) {
-        prop_assert!(block_wait_ns(&block, now) <= now);
-    }
-
     #[test]
     fn walk_block_never_panics_on_random_bytes(block in proptest::collection::vec(any::<u8>(), 0..2048)) {
         let mut seen = 0;

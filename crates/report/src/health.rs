@@ -94,12 +94,6 @@ pub struct LiveHealth {
     /// was multiplied by N, so counts are estimates. 0 or 1: everything was captured. Not a
     /// counter: merged by maximum.
     pub sampled_one_in: u32,
-    /// The longest a block of the capture ring waited to be read, in milliseconds (the
-    /// reader's longest pause). Drops with long pauses mean a starved or stalled agent; drops
-    /// with short pauses, a ring too small for the bursts. Not a counter: merged by maximum.
-    pub reader_pause_max_ms: u64,
-    /// The capture rings' size, MiB (every capture thread's ring). Merged by maximum.
-    pub ring_mb: u64,
 }
 
 /// Connections that arrived as byte streams with exact gaps (the eBPF source: Unix sockets, TLS
@@ -486,8 +480,6 @@ impl CaptureHealth {
         if let Some(l) = &o.live {
             let mine = self.live.get_or_insert_with(LiveHealth::default);
             mine.sampled_one_in = mine.sampled_one_in.max(l.sampled_one_in);
-            mine.reader_pause_max_ms = mine.reader_pause_max_ms.max(l.reader_pause_max_ms);
-            mine.ring_mb = mine.ring_mb.max(l.ring_mb);
         }
         self.first_ts_ns = match (self.first_ts_ns, o.first_ts_ns) {
             (Some(a), Some(b)) => Some(a.min(b)),
@@ -555,13 +547,6 @@ impl Serialize for CaptureHealth {
                 m.serialize_entry(c.name, &v)?;
             }
         }
-        if let Some(l) = &self.live
-            && l.ring_mb > 0
-        {
-            // Packet rings only (not the eBPF source alone).
-            m.serialize_entry("reader_pause_max_ms", &l.reader_pause_max_ms)?;
-            m.serialize_entry("ring_mb", &l.ring_mb)?;
-        }
         let sampled = self.sampled_one_in();
         if sampled > 1 {
             m.serialize_entry("sampled_one_in", &sampled)?;
@@ -594,16 +579,6 @@ impl<'de> Visitor<'de> for HealthVisitor {
                 "warnings" => h.warnings = map.next_value()?,
                 "first_ts_ns" => h.first_ts_ns = map.next_value()?,
                 "last_ts_ns" => h.last_ts_ns = map.next_value()?,
-                "reader_pause_max_ms" => {
-                    let v: u64 = map.next_value()?;
-                    h.live
-                        .get_or_insert_with(LiveHealth::default)
-                        .reader_pause_max_ms = v;
-                }
-                "ring_mb" => {
-                    let v: u64 = map.next_value()?;
-                    h.live.get_or_insert_with(LiveHealth::default).ring_mb = v;
-                }
                 "sampled_one_in" => {
                     let v: u32 = map.next_value()?;
                     h.live
@@ -709,37 +684,6 @@ mod tests {
                 c.name
             );
         }
-    }
-
-    #[test]
-    fn json_round_trip_keeps_the_reader_pause_and_ring() {
-        let mut h = every_counter_set();
-        h.live = Some(LiveHealth {
-            kernel_drops: 3,
-            sampled_one_in: 0,
-            reader_pause_max_ms: 512,
-            ring_mb: 32,
-        });
-        let s = serde_json::to_string(&h).unwrap_or_default();
-        assert!(
-            s.contains("\"reader_pause_max_ms\":512,\"ring_mb\":32"),
-            "{s}"
-        );
-        let back: CaptureHealth = serde_json::from_str(&s).unwrap_or_default();
-        assert_eq!(back, h);
-        let mut m = CaptureHealth::default();
-        m.add(&h);
-        m.add(&CaptureHealth {
-            live: Some(LiveHealth {
-                reader_pause_max_ms: 7,
-                ..LiveHealth::default()
-            }),
-            ..CaptureHealth::default()
-        });
-        assert_eq!(
-            m.live.map(|l| (l.reader_pause_max_ms, l.ring_mb)),
-            Some((512, 32))
-        );
     }
 
     #[test]

@@ -339,17 +339,6 @@ fn health_block(
         );
         writeln!(out, "{}", p.yellow(&line))?;
     }
-    if let Some(l) = &h.live
-        && l.ring_mb > 0
-        && (l.kernel_drops > 0 || l.reader_pause_max_ms >= 100)
-    {
-        writeln!(
-            out,
-            "#   capture ring {} MiB; the reader's longest pause {} ms (drops with long pauses: \
-             the agent was starved or stalled; with short ones: bursts beyond the ring)",
-            l.ring_mb, l.reader_pause_max_ms
-        )?;
-    }
     for c in COUNTERS {
         let Some(note) = c.note else { continue };
         let shown = match c.kind {

@@ -44,7 +44,6 @@ pub(crate) fn field_header(f: Field, sampled: bool) -> &'static str {
         Field::MbpsOut => "Mbit_out/s",
         Field::Drops => "drops",
         Field::Conns => "conns",
-        Field::PauseMs => "pause_ms",
     }
 }
 
@@ -63,8 +62,6 @@ pub(crate) struct LineCtx<'a> {
     pub(crate) sample: u64,
     pub(crate) drops: u64,
     pub(crate) conns: usize,
-    /// The longest a ring block waited to be read during the interval, ns.
-    pub(crate) pause_ns: u64,
     /// No server has been seen yet: the one line shows "-" as its server.
     pub(crate) no_servers: bool,
     /// Lines of a capture file (`digest --timeline`): no kernel drops and no connection count
@@ -108,7 +105,7 @@ pub(crate) fn cell(f: Field, name: &str, w: &ServerWindow, c: &LineCtx<'_>) -> S
         Field::PktsIn | Field::PktsOut | Field::MbpsIn | Field::MbpsOut if no_packets => {
             "-".to_string()
         }
-        Field::Drops | Field::Conns | Field::PauseMs if c.offline.is_some() => "-".to_string(),
+        Field::Drops | Field::Conns if c.offline.is_some() => "-".to_string(),
         Field::Count => (w.count * c.sample).to_string(),
         Field::Qps => format!("{:.1}", per_s(w.count)),
         Field::Avg => us(w.latency.mean_ns().map(|m| m as u64)),
@@ -128,7 +125,6 @@ pub(crate) fn cell(f: Field, name: &str, w: &ServerWindow, c: &LineCtx<'_>) -> S
         Field::MbpsOut => format!("{:.2}", per_s(w.bytes_out) * 8.0 / 1e6),
         Field::Drops => c.drops.to_string(),
         Field::Conns => c.conns.to_string(),
-        Field::PauseMs => (c.pause_ns / 1_000_000).to_string(),
     }
 }
 
@@ -206,7 +202,7 @@ pub(super) fn startup(
     let mut what: Vec<String> = matcher.ports.iter().map(|p| format!("port {p}")).collect();
     what.extend(matcher.addrs.iter().map(|a| a.to_string()));
     eprintln!(
-        "dbtap: capturing on {} ({}{}{}), {} thread{}{}{}; times are local ({}); Ctrl-C to stop",
+        "dbtap: capturing on {} ({}{}{}), {} thread{}{}; times are local ({}); Ctrl-C to stop",
         c.interface,
         what.join(", "),
         c.filter
@@ -220,11 +216,6 @@ pub(super) fn startup(
         },
         threads,
         if threads == 1 { "" } else { "s" },
-        if plan.ring_desc.is_empty() {
-            String::new()
-        } else {
-            format!(", {}", plan.ring_desc)
-        },
         server
             .map(|s| format!(", metrics on http://{}/metrics", s.local_addr()))
             .unwrap_or_default(),
@@ -299,7 +290,6 @@ impl Lines {
             sample,
             drops,
             conns: iv.open_connections,
-            pause_ns: iv.pause_ns,
             no_servers: self.known_servers.is_empty(),
             offline: None,
         };
@@ -369,7 +359,6 @@ mod tests {
             sample: 4,
             drops: 0,
             conns: 3,
-            pause_ns: 0,
             no_servers: false,
             offline: None,
         };

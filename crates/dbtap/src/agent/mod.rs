@@ -28,7 +28,6 @@ mod history;
 mod http;
 pub(crate) mod lines;
 mod merge;
-mod ringsize;
 mod setup;
 mod source;
 mod webview;

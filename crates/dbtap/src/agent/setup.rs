@@ -47,13 +47,11 @@ pub(super) struct Plan {
     pub(super) live_view: Option<Arc<super::webview::LiveLines>>,
     /// `--clickhouse`: the sink's counters (set by `run` once the sink started).
     pub(super) fleet: Option<Arc<clickhouse::SinkStats>>,
-    /// The rings' size and whether they grow, for the start line (empty without rings).
-    pub(super) ring_desc: String,
 }
 
 impl Plan {
     /// Checks the arguments, opens the rings (one per thread) and derives every configuration.
-    pub(super) fn new(c: &CaptureArgs, mode: &Mode) -> Result<(Plan, Vec<live::GrowingRing>)> {
+    pub(super) fn new(c: &CaptureArgs, mode: &Mode) -> Result<(Plan, Vec<live::Ring>)> {
         if c.sample == 0 {
             anyhow::bail!("--sample must be 1 or more");
         }
@@ -61,10 +59,10 @@ impl Plan {
         // Bound values are shown only in examples (`live` with --no-examples, and `top`, show none).
         settings.session.keep_params = matches!(mode, Mode::Lines(a) if !a.report.no_examples);
         let filter = kernel_filter(c, &settings)?;
-        let (rings, ring_desc) = if super::source::wants_packets(c) {
-            super::ringsize::open_rings(c, &filter)?
+        let rings = if super::source::wants_packets(c) {
+            open_rings(c, &filter)?
         } else {
-            (Vec::new(), String::new())
+            Vec::new()
         };
         let threads = rings.len();
         let started = SystemTime::now();
@@ -118,7 +116,6 @@ impl Plan {
             token,
             live_view,
             fleet: None,
-            ring_desc,
         };
         Ok((plan, rings))
     }
@@ -196,4 +193,18 @@ fn kernel_filter(c: &CaptureArgs, s: &Settings) -> Result<Vec<live::bpf::Insn>> 
             Ok(live::bpf::and(&base, &user)?)
         }
     }
+}
+
+/// Opens the rings; the most common failure (no CAP_NET_RAW) is a one-line error.
+fn open_rings(c: &CaptureArgs, filter: &[live::bpf::Insn]) -> Result<Vec<live::Ring>> {
+    let threads = c.threads.clamp(1, 64);
+    let block_size: u32 = 1 << 20;
+    let cfg = live::RingConfig {
+        interface: c.interface.clone(),
+        block_size,
+        block_count: (c.ring_mb.max(2) * (1 << 20) / block_size).max(2),
+        retire_ms: 20,
+        fanout_group: (threads > 1).then(|| (std::process::id() & 0xffff) as u16),
+    };
+    Ok(live::open_group(&cfg, filter, threads)?)
 }

@@ -177,8 +177,6 @@ pub(super) struct WorkerReport {
     pub(super) health: CaptureHealth,
     /// Cumulative since start.
     pub(super) ring: live::RingStats,
-    /// The longest a ring block waited to be read during the interval, ns.
-    pub(super) pause_ns: u64,
     pub(super) open_connections: usize,
     pub(super) error: Option<String>,
     pub(super) last: bool,
@@ -206,7 +204,7 @@ pub(super) fn consumer(c: &CaptureArgs, plan: &Plan) -> LiveConsumer {
 pub(super) fn spawn(
     c: &CaptureArgs,
     plan: &Plan,
-    rings: Vec<live::GrowingRing>,
+    rings: Vec<live::Ring>,
     ctl: &Arc<Control>,
     tx: &Sender<WorkerReport>,
     pcap_files: &SharedFiles,
@@ -286,19 +284,13 @@ fn take_packet(
 /// One capture worker: ring → engine → window, until stopped.
 fn worker(
     idx: usize,
-    mut ring: live::GrowingRing,
+    mut ring: live::Ring,
     mut engine: Engine<LiveConsumer>,
     rotator: Option<Rotator>,
     ctl: Arc<Control>,
     tx: Sender<WorkerReport>,
     name: String,
 ) {
-    if let Err(e) = live::set_reader_nice(super::ringsize::READER_NICE) {
-        eprintln!(
-            "dbtap: capture thread {idx} keeps the default priority ({e}): a busy host can \
-             starve it (see reader_pause_max_ms)"
-        );
-    }
     let mut seen_epoch = ctl.epoch.load(Ordering::Acquire);
     let mut idle_since = Instant::now();
     let mut writer = Writer {
@@ -326,9 +318,6 @@ fn worker(
         if stop || error.is_some() {
             break error;
         }
-        for e in ring.take_events() {
-            eprintln!("{}", super::ringsize::event_line(idx, &e));
-        }
         if !ctl.interval_ended(&mut seen_epoch) {
             continue;
         }
@@ -342,7 +331,6 @@ fn worker(
             minutes,
             health: writer.annotate(health),
             ring: ring.stats().unwrap_or_default(),
-            pause_ns: ring.take_interval_pause(),
             open_connections: engine.open_connections(),
             error: None,
             last: false,
@@ -353,12 +341,10 @@ fn worker(
     };
     // Drain what the kernel still holds, then close every connection: their events join the
     // last window.
-    let mut ring_stats = ring.stats().unwrap_or_default();
+    let ring_stats = ring.stats().unwrap_or_default();
     let _ = ring.poll(Duration::ZERO, |p| {
         take_packet(p, &mut engine, &mut writer, &name)
     });
-    let pause_ns = ring.take_interval_pause();
-    ring_stats.pause_max_ns = ring_stats.pause_max_ns.max(pause_ns);
     let (mut consumer, health) = engine.finish(vec![name.clone()], 0);
     let (window, servers) = consumer.take_window();
     let minutes = consumer.take_minutes();
@@ -373,7 +359,6 @@ fn worker(
         minutes,
         health,
         ring: ring_stats,
-        pause_ns,
         open_connections: 0,
         error,
         last: true,
