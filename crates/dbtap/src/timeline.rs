@@ -37,7 +37,7 @@ type GroupKey = (Protocol, u64, &'static str);
 
 #[derive(Default)]
 struct Bucket {
-    servers: HashMap<Endpoint, ServerWindow>,
+    servers: crate::agent::worker::ServerMap,
     groups: HashMap<GroupKey, (String, ServerWindow)>,
 }
 

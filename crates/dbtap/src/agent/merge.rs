@@ -1,18 +1,16 @@
 //! The main thread's side of the workers: merging their interval reports into one interval and
 //! the snapshot the endpoint reads, and the stop (every worker's last window merged).
 
-use std::collections::HashMap;
 use std::sync::Mutex;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
 
 use aggregate::{AggConfig, Aggregator};
-use proto::Endpoint;
 use report::CaptureHealth;
 
 use super::unix_ns;
-use super::worker::{ServerWindow, WorkerReport};
+use super::worker::WorkerReport;
 use crate::cli::CaptureArgs;
 
 /// What the HTTP endpoint and the full-screen view read: refreshed every interval.
@@ -42,7 +40,7 @@ impl Snapshot {
 /// Merged state of one interval.
 pub(super) struct Interval {
     pub(super) window: Aggregator,
-    pub(super) servers: HashMap<Endpoint, ServerWindow>,
+    pub(super) servers: super::worker::ServerMap,
     pub(super) health: CaptureHealth,
     pub(super) ring: live::RingStats,
     pub(super) open_connections: usize,
@@ -162,7 +160,7 @@ fn collect(
 ) -> Interval {
     let mut out = Interval {
         window: Aggregator::new(cfg.clone()),
-        servers: HashMap::new(),
+        servers: Default::default(),
         health: CaptureHealth::default(),
         ring: live::RingStats::default(),
         open_connections: 0,

@@ -29,6 +29,9 @@ pub(crate) const MAX_SERVERS: usize = 256;
 /// epoch again.
 const POLL: Duration = Duration::from_millis(50);
 
+/// Per-server counters of an interval by server endpoint (one lookup per event: foldhash).
+pub(crate) type ServerMap = HashMap<Endpoint, ServerWindow, foldhash::fast::RandomState>;
+
 /// Per-server counters of one interval.
 #[derive(Default, Clone)]
 pub(crate) struct ServerWindow {
@@ -95,7 +98,7 @@ pub(super) struct LiveConsumer {
     fp: Fingerprinter,
     agg_cfg: AggConfig,
     window: Aggregator,
-    servers: HashMap<Endpoint, ServerWindow>,
+    servers: ServerMap,
     matcher: ServerMatch,
     /// `--store` or `--listen`: the events binned per minute for the history store.
     bins: Option<crate::storefeed::MinuteBins>,
@@ -111,7 +114,7 @@ impl LiveConsumer {
         self.servers.entry(key).or_default()
     }
 
-    pub(super) fn take_window(&mut self) -> (Aggregator, HashMap<Endpoint, ServerWindow>) {
+    pub(super) fn take_window(&mut self) -> (Aggregator, ServerMap) {
         (
             std::mem::replace(&mut self.window, Aggregator::new(self.agg_cfg.clone())),
             std::mem::take(&mut self.servers),
@@ -170,7 +173,7 @@ impl Consumer for LiveConsumer {
 pub(super) struct WorkerReport {
     pub(super) worker: usize,
     pub(super) window: Aggregator,
-    pub(super) servers: HashMap<Endpoint, ServerWindow>,
+    pub(super) servers: ServerMap,
     /// The window's events binned per minute of their request start (history store).
     pub(super) minutes: Vec<(i64, Aggregator)>,
     /// Cumulative since start.
@@ -193,7 +196,7 @@ pub(super) fn consumer(c: &CaptureArgs, plan: &Plan) -> LiveConsumer {
         fp,
         agg_cfg: plan.agg_cfg.clone(),
         window: Aggregator::new(plan.agg_cfg.clone()),
-        servers: HashMap::new(),
+        servers: ServerMap::default(),
         matcher: plan.matcher.clone(),
         bins: (plan.store.is_some() || plan.fleet.is_some())
             .then(|| crate::storefeed::MinuteBins::new(plan.agg_cfg.clone(), 0)),
@@ -374,7 +377,7 @@ mod tests {
             fp: Fingerprinter::new(crate::cli::FingerprintMode::Dbtap, false, false),
             agg_cfg: AggConfig::default(),
             window: Aggregator::new(AggConfig::default()),
-            servers: HashMap::new(),
+            servers: ServerMap::default(),
             matcher: ServerMatch {
                 ports: vec![3306],
                 addrs: vec!["10.0.0.9:7000".parse().expect("addr")],
