@@ -262,3 +262,24 @@ def test_ui_over_https_needs_the_ca(ch, captures):
                       "--clickhouse-wait", "1s", check=False)
     assert r.returncode != 0 and b"not delivered" in r.stderr, r.stderr
     assert server_rows(ch) == before
+
+
+def test_a_clickhouse_outage_is_reported_and_reading_resumes(ch, captures):
+    _, b, _, cb = captures
+    with ui_harness.Ui(UI_PORT_2, "--clickhouse", URL, "--clickhouse-refresh", "0s") as ui:
+        held = ui.api("meta")["fleet"]["rows_held"]
+        before = top_counts(ui.api("top", **{"from": "-9d", "limit": 1000}))
+        ch.stop()
+        try:
+            status = ui.api("refresh")
+            assert status["last_error"] and "connect" in status["last_error"], status
+            # What was read is still served.
+            assert top_counts(ui.api("top", **{"from": "-9d", "limit": 1000})) == before
+        finally:
+            ch.start()
+        harness.digest(b, extra=("--clickhouse", URL, "--host-name", "host-d"))
+        status = ui.api("refresh")
+        assert status["last_error"] is None and status["rows_held"] > held, status
+        assert top_counts(ui.api("top", host="host-d", **{"from": "-9d", "limit": 1000})) == cb
+    err = "".join(ui.err)
+    assert err.count("dbtap: warning: clickhouse") == 1 and "reading again" in err, err

@@ -85,13 +85,7 @@ impl Follow {
         );
         let body = post_bytes(&self.url, &[], q.as_bytes(), Timeouts::default(), 64 << 20)
             .map_err(ReadRowsError::Http)?;
-        Ok(String::from_utf8_lossy(&body)
-            .lines()
-            .filter_map(|l| {
-                let (a, b) = l.split_once('\t')?;
-                Some((a.parse().ok()?, b.parse().ok()?))
-            })
-            .collect())
+        Ok(parse_counts(&body))
     }
 
     /// One refresh: the new rows of the window (ordered by minute). On an error nothing is
@@ -217,6 +211,17 @@ impl Follow {
     }
 }
 
+/// `minute<TAB>count` lines (the server's TabSeparated); lines that do not parse are skipped.
+fn parse_counts(body: &[u8]) -> Vec<(i64, u64)> {
+    String::from_utf8_lossy(body)
+        .lines()
+        .filter_map(|l| {
+            let (a, b) = l.split_once('\t')?;
+            Some((a.parse().ok()?, b.parse().ok()?))
+        })
+        .collect()
+}
+
 /// Minutes cut into queries: one day at most, and few enough excluded pairs.
 fn chunks(minutes: &[i64], seen: &BTreeMap<i64, Seen>) -> Vec<Vec<i64>> {
     let mut out: Vec<Vec<i64>> = Vec::new();
@@ -280,6 +285,30 @@ mod tests {
         let c = chunks(&[60, 120, 180, 86_400, 86_460], &seen);
         assert_eq!(c, vec![vec![60, 120], vec![180], vec![86_400, 86_460]]);
         assert!(chunks(&[], &seen).is_empty());
+    }
+
+    #[test]
+    fn counts_parse() {
+        let got = parse_counts(b"60\t3\n120\t4\nbad\n180\tx\n-1\t2\n");
+        assert_eq!(got, vec![(60, 3), (120, 4), (-1, 2)]);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn counts_never_panic(body in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..256)) {
+            let _ = parse_counts(&body);
+        }
+
+        #[test]
+        fn the_cap_is_kept(counts in proptest::collection::vec(0u64..50, 1..40), cap in 1u64..400) {
+            let mut f = follow(cap);
+            let c: Vec<(i64, u64)> = counts.iter().enumerate().map(|(i, &n)| (i as i64 * 60, n)).collect();
+            let grown = f.grown(&c);
+            let read: u64 = grown.iter().map(|m| c[(*m / 60) as usize].1).sum();
+            proptest::prop_assert!(read <= cap);
+            let total: u64 = counts.iter().sum();
+            proptest::prop_assert_eq!(read + f.stats.rows_left_out, total);
+        }
     }
 
     #[test]

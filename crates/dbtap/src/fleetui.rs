@@ -109,16 +109,13 @@ impl FleetUi {
     fn follow_loop(&self) {
         loop {
             std::thread::sleep(self.refresh);
-            if let Err(e) = self.refresh() {
-                let first = lock(&self.status).failures == 1;
-                if first {
-                    eprintln!("dbtap: warning: clickhouse {}: {e:#}", self.url);
-                }
-            }
+            // The outcome is in the status (and the first failure of a run on stderr).
+            let _ = self.refresh();
         }
     }
 
-    /// One refresh: the new rows into the stores. The status says how it went.
+    /// One refresh: the new rows into the stores. The status says how it went; the first
+    /// failure of a run and the recovery after it are one line each on stderr.
     fn refresh(&self) -> Result<()> {
         let mut follow = lock(&self.follow);
         let r = follow.refresh().map_err(anyhow::Error::from);
@@ -137,6 +134,12 @@ impl FleetUi {
             Err(e) => {
                 st.last_error = Some(format!("{e:#}"));
                 st.failures += 1;
+                if st.failures == 1 && st.last_ok.is_some() {
+                    eprintln!(
+                        "dbtap: warning: clickhouse {}: {e:#}; serving what was read",
+                        self.url
+                    );
+                }
             }
         }
         r
