@@ -9,8 +9,11 @@ certificate the test makes (openssl: a CA, and a server certificate it signs for
   the repository's MySQL sample); then two more digests insert rows (another host a day later,
   and a third host on the same minutes as the first, over HTTPS): without a restart, /api/top
   answers the sum of the digests (per group), `host=` answers one host's digest, /api/dims has
-  the hosts, /api/meta's fleet status holds every row of the window; in the browser, the host
-  chips filter the Top page to one host's counts.
+  the hosts, /api/meta's fleet status holds every row of the window; in the browser, the open
+  Top page redraws with the new hosts' chips by itself, and a host chip filters the table to
+  that host's counts.
+- An outage under the UI: a refresh while ClickHouse is stopped reports the error and keeps
+  serving what was read; once it is back, new rows are read (one warning line, one recovery).
 - The row cap: with --clickhouse-max-rows below the window's rows, what is held plus what is
   left out equals what the server holds, and the status says so.
 - HTTPS: `dbtap schema --apply`, the sink (`digest --clickhouse https://...`) and `ui
@@ -174,39 +177,44 @@ def test_the_fleet_ui_follows_new_rows_with_host_filters(ch, captures):
         assert meta["fleet"]["rows_held"] == server_rows(ch) > 0, meta
         assert top_counts(ui.api("top", **{"from": "-4d", "limit": 1000})) == ca_
 
-        # More rows while it runs: another host a day later (a new partition, over plain
-        # HTTP) and a third host on host-a's very minutes (the same minutes grow; over HTTPS).
-        harness.digest(b, extra=("--clickhouse", URL, "--host-name", "host-b"))
-        harness.digest(a, extra=("--clickhouse", HTTPS_URL, "--clickhouse-ca", ch.ca,
-                                 "--host-name", "host-c"))
-        want_rows = server_rows(ch)
-
-        def caught_up():
-            m = ui.api("meta")
-            return m if m["fleet"]["rows_held"] == want_rows else None
-        meta = ui_harness.wait_until(caught_up, timeout=20)
-        assert meta, ui.api("meta")
-        assert [s["label"] for s in meta["sources"]] == ["host-a", "host-b", "host-c"]
-        assert meta["fleet"]["rows_left_out"] == 0 and meta["fleet"]["last_error"] is None
-        assert meta["fleet"]["rows_in_window"] == want_rows
-        every = {"from": "-4d", "limit": 1000}
-        assert top_counts(ui.api("top", **every)) == ca_ + cb + ca_
-        assert top_counts(ui.api("top", host="host-b", **every)) == cb
-        assert top_counts(ui.api("top", host="host-c", **every)) == ca_
-        dims = ui.api("dims", **every)["dims"]
-        hosts = {s["value"]: s["count"] for s in dims["host"]}
-        assert hosts == {"host-a": sum(ca_.values()), "host-b": sum(cb.values()),
-                         "host-c": sum(ca_.values())}
-        # Nothing new: a refresh on demand reads no row.
-        status = ui.api("refresh")
-        assert status["last_rows"] == 0 and status["rows_held"] == want_rows, status
-
-        # The page: host chips, and one host's counts after a click.
         with ui_harness.Browser() as br:
             page = br.open(f"{ui.base}/?from=-4d&limit=1000")
-            chips = page.eval_on_selector_all(
-                "#dims [data-dim=host] .chip", "els => els.map(e => e.dataset.value)")
-            assert sorted(chips) == ["host-a", "host-b", "host-c"], chips
+            assert host_chips(page) == ["host-a"]
+            assert "fleet: 1 host" in page.inner_text("#meta")
+
+            # More rows while it runs: another host a day later (a new partition, over plain
+            # HTTP) and a third host on host-a's very minutes (the same minutes grow; HTTPS).
+            harness.digest(b, extra=("--clickhouse", URL, "--host-name", "host-b"))
+            harness.digest(a, extra=("--clickhouse", HTTPS_URL, "--clickhouse-ca", ch.ca,
+                                     "--host-name", "host-c"))
+            want_rows = server_rows(ch)
+
+            # The open page redraws by itself once the server has read them.
+            page.wait_for_function(
+                "document.querySelectorAll('#dims [data-dim=host] .chip').length === 3",
+                timeout=30_000)
+            br.wait_ready()
+            assert host_chips(page) == ["host-a", "host-b", "host-c"]
+            assert "fleet: 3 hosts" in page.inner_text("#meta")
+
+            meta = ui.api("meta")
+            assert meta["fleet"]["rows_held"] == want_rows, meta
+            assert [s["label"] for s in meta["sources"]] == ["host-a", "host-b", "host-c"]
+            assert meta["fleet"]["rows_left_out"] == 0 and meta["fleet"]["last_error"] is None
+            assert meta["fleet"]["rows_in_window"] == want_rows
+            every = {"from": "-4d", "limit": 1000}
+            assert top_counts(ui.api("top", **every)) == ca_ + cb + ca_
+            assert top_counts(ui.api("top", host="host-b", **every)) == cb
+            assert top_counts(ui.api("top", host="host-c", **every)) == ca_
+            dims = ui.api("dims", **every)["dims"]
+            hosts = {s["value"]: s["count"] for s in dims["host"]}
+            assert hosts == {"host-a": sum(ca_.values()), "host-b": sum(cb.values()),
+                             "host-c": sum(ca_.values())}
+            # Nothing new: a refresh on demand reads no row.
+            status = ui.api("refresh")
+            assert status["last_rows"] == 0 and status["rows_held"] == want_rows, status
+
+            # A click on a host chip: that host's counts in the table.
             page = br.act(lambda: page.click("#dims [data-dim=host] .chip[data-value='host-b']"))
             assert "host=host-b" in page.url
             shown = page.eval_on_selector_all(
@@ -214,7 +222,11 @@ def test_the_fleet_ui_follows_new_rows_with_host_filters(ch, captures):
                 "rs => rs.map(r => [r.dataset.protocol, r.dataset.command, r.dataset.id, "
                 "+r.querySelector('td.count').dataset.value])")
             assert collections.Counter({(p, c, i): n for p, c, i, n in shown}) == cb
-            assert "fleet: 3 hosts" in page.inner_text("#meta")
+
+
+def host_chips(page) -> list[str]:
+    return sorted(page.eval_on_selector_all("#dims [data-dim=host] .chip",
+                                            "els => els.map(e => e.dataset.value)"))
 
 
 def test_the_row_cap_counts_what_is_left_out(ch, captures):

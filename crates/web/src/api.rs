@@ -502,6 +502,55 @@ mod tests {
         assert_eq!(get(&a, "/api/compare?b_store=ab", None).0, 400);
     }
 
+    /// One host, `h1`, with an empty store.
+    struct OneHost(Arc<Mutex<store::Store>>);
+
+    impl crate::FleetView for OneHost {
+        fn host_store(&self, host: &str) -> Option<Arc<Mutex<store::Store>>> {
+            (host == "h1").then(|| Arc::clone(&self.0))
+        }
+        fn sources(&self) -> Vec<crate::Source> {
+            vec![crate::Source {
+                label: "h1".into(),
+                from: 0,
+                to: 60,
+                store: None,
+            }]
+        }
+        fn status(&self) -> serde_json::Value {
+            serde_json::json!({"rows_held": 0})
+        }
+        fn refresh_now(&self) {}
+    }
+
+    #[test]
+    fn the_host_filter_reads_the_fleet_hosts_store() {
+        let plain = app(None);
+        assert_eq!(get(&plain, "/api/top?host=h1", None).0, 400);
+        assert_eq!(get(&plain, "/api/refresh", None).0, 404);
+        let mut a = app(None);
+        let st = store::Store::memory(store::StoreConfig::default()).expect("memory store");
+        a.fleet = Some(Arc::new(OneHost(Arc::new(Mutex::new(st)))));
+        for url in [
+            "/api/top?host=h1",
+            "/api/dims?host=h1",
+            "/api/compare?host=h1",
+        ] {
+            assert_eq!(get(&a, url, None).0, 200, "{url}");
+        }
+        assert_eq!(get(&a, "/api/top?host=h2", None).0, 404);
+        let (s, b) = get(&a, "/api/meta", None);
+        assert_eq!(s, 200);
+        let v: serde_json::Value = serde_json::from_str(&b).expect("json");
+        assert_eq!(v["fleet"]["rows_held"], 0, "{b}");
+        assert_eq!(v["sources"][0]["label"], "h1", "{b}");
+        let (s, b) = get(&a, "/api/refresh", None);
+        assert_eq!((s, b.as_str()), (200, "{\"rows_held\":0}\n"));
+        let (_, b) = get(&a, "/api/dims", None);
+        let v: serde_json::Value = serde_json::from_str(&b).expect("json");
+        assert!(v["dims"]["host"].is_array(), "{b}");
+    }
+
     #[test]
     fn the_token_guards_everything_but_assets() {
         let a = app(Some("t0k"));
