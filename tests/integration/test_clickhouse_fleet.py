@@ -66,6 +66,12 @@ SSL = """
 """
 
 
+# A user with a password (the default user has none).
+FLEET_USER = """<fleet><password>s3cret pass</password><networks><ip>127.0.0.1</ip></networks>
+        <profile>default</profile><quota>default</quota></fleet>
+"""
+
+
 def make_certs(d: Path) -> Path:
     """A CA and a server certificate for 127.0.0.1 signed by it; the CA's PEM file."""
     d.mkdir(parents=True, exist_ok=True)
@@ -92,7 +98,9 @@ class Server(base.ClickHouse):
         cfg = self.dir / "config.xml"
         plain = base.CONFIG.format(d=self.dir, http=HTTP_PORT).replace("</yandex>\n", "")
         cfg.write_text(plain + SSL.format(d=self.dir, https=HTTPS_PORT))
-        (self.dir / "users.xml").write_text(base.USERS)
+        users = base.USERS.replace("</users>", FLEET_USER + "</users>")
+        assert FLEET_USER in users
+        (self.dir / "users.xml").write_text(users)
         self.proc = subprocess.Popen([exe, f"--config-file={cfg}"], stdin=subprocess.DEVNULL,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                      cwd=self.dir)
@@ -253,7 +261,7 @@ def test_the_row_cap_counts_what_is_left_out(ch, captures):
         assert top_counts(top) == newest
 
 
-def test_ui_over_https_needs_the_ca(ch, captures):
+def test_ui_over_https_needs_the_ca(ch, captures, monkeypatch):
     a, _, ca_, _ = captures
     if not ch.rows("SELECT 1 FROM dbtap_minutes WHERE host = 'host-c' LIMIT 1"):
         harness.digest(a, extra=("--clickhouse", HTTPS_URL, "--clickhouse-ca", ch.ca,
@@ -262,6 +270,18 @@ def test_ui_over_https_needs_the_ca(ch, captures):
                        "--clickhouse-host", "host-c") as ui:
         assert [s["label"] for s in ui.api("meta")["sources"]] == ["host-c"]
         assert top_counts(ui.api("top", **{"from": "-4d", "limit": 1000})) == ca_
+    # A user with a password, the password from the environment (off the command line);
+    # a wrong one is refused by the server.
+    monkeypatch.setenv("DBTAP_CLICKHOUSE_PASSWORD", "s3cret pass")
+    with ui_harness.Ui(UI_PORT_2, "--clickhouse", HTTPS_URL, "--clickhouse-ca", ch.ca,
+                       "--clickhouse-user", "fleet", "--clickhouse-host", "host-c") as ui:
+        assert top_counts(ui.api("top", **{"from": "-4d", "limit": 1000})) == ca_
+        assert "s3cret" not in " ".join(ui.proc.args)
+    monkeypatch.delenv("DBTAP_CLICKHOUSE_PASSWORD")
+    r = harness.dbtap("ui", "--clickhouse", HTTPS_URL, "--clickhouse-ca", ch.ca,
+                      "--clickhouse-user", "fleet", "--clickhouse-password", "wrong",
+                      "--listen", f"127.0.0.1:{UI_PORT_2}", check=False)
+    assert r.returncode != 0 and b"wrong password" in r.stderr.lower(), r.stderr
     # The system's roots do not know the test's CA: refused, and said so.
     r = harness.dbtap("ui", "--clickhouse", HTTPS_URL, "--listen", f"127.0.0.1:{UI_PORT_2}",
                       check=False)

@@ -55,26 +55,46 @@ pub struct ClickHouseArgs {
     pub host_name: Option<String>,
 
     #[command(flatten)]
-    pub tls: ClickHouseTlsArgs,
+    pub tls: ClickHouseConnArgs,
 }
 
-/// How `https://` ClickHouse URLs are verified.
+/// Who dbtap is to ClickHouse, and how `https://` URLs are verified.
 #[derive(Args, Debug, Clone, Default)]
-pub struct ClickHouseTlsArgs {
+pub struct ClickHouseConnArgs {
     /// For an https:// ClickHouse URL: trust the certificate authorities of this PEM file
     /// (default: the system's roots).
     #[arg(long = "clickhouse-ca", value_name = "FILE")]
     pub clickhouse_ca: Option<PathBuf>,
+
+    /// The ClickHouse user (instead of the URL's USER).
+    #[arg(long = "clickhouse-user", value_name = "NAME")]
+    pub clickhouse_user: Option<String>,
+
+    /// The ClickHouse password (instead of the URL's PASSWORD; DBTAP_CLICKHOUSE_PASSWORD or
+    /// the config file keep it off the command line).
+    #[arg(
+        long = "clickhouse-password",
+        value_name = "PASSWORD",
+        hide_default_value = true
+    )]
+    pub clickhouse_password: Option<String>,
 }
 
-impl ClickHouseTlsArgs {
-    /// The URL parsed, with the CA file (checked now: a bad file is an error at start).
+impl ClickHouseConnArgs {
+    /// The URL parsed, with the CA file (checked now: a bad file is an error at start) and
+    /// the user and password options.
     pub fn url(&self, s: &str) -> Result<clickhouse::Url> {
         let mut url = clickhouse::Url::parse(s)?;
         if self.clickhouse_ca.is_some() && !url.tls {
             anyhow::bail!("--clickhouse-ca is for https:// URLs");
         }
         url.ca.clone_from(&self.clickhouse_ca);
+        if let Some(u) = &self.clickhouse_user {
+            url.user = Some(u.clone());
+        }
+        if let Some(p) = &self.clickhouse_password {
+            url.password = Some(p.clone());
+        }
         if url.tls {
             clickhouse::tls::config(url.ca.as_deref()).map_err(anyhow::Error::msg)?;
         }
@@ -262,7 +282,7 @@ pub struct SchemaArgs {
     pub apply: Option<String>,
 
     #[command(flatten)]
-    pub tls: ClickHouseTlsArgs,
+    pub tls: ClickHouseConnArgs,
 }
 
 /// `dbtap schema clickhouse [--apply URL]`.
@@ -318,7 +338,7 @@ pub struct FleetUiArgs {
     pub clickhouse_max_rows: u64,
 
     #[command(flatten)]
-    pub tls: ClickHouseTlsArgs,
+    pub tls: ClickHouseConnArgs,
 }
 
 /// The fleet's rows in memory (all hosts merged, and one store per host), followed.
