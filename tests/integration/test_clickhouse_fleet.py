@@ -16,6 +16,8 @@ certificate the test makes (openssl: a CA, and a server certificate it signs for
   serving what was read; once it is back, new rows are read (one warning line, one recovery).
 - The row cap: with --clickhouse-max-rows below the window's rows, what is held plus what is
   left out equals what the server holds, and the status says so.
+- Many batches: 10,000 batches read in a minute that then grows (the excluded pairs pass
+  ClickHouse's default 256 KiB query size): every row read once.
 - HTTPS: `dbtap schema --apply`, the sink (`digest --clickhouse https://...`) and `ui
   --clickhouse https://...` with --clickhouse-ca; without the CA the certificate is refused.
 
@@ -315,3 +317,22 @@ def test_a_clickhouse_outage_is_reported_and_reading_resumes(ch, captures):
         assert top_counts(ui.api("top", host="host-d", **{"from": "-9d", "limit": 1000})) == cb
     err = "".join(ui.err)
     assert err.count("dbtap: warning: clickhouse") == 1 and "reading again" in err, err
+
+
+def test_many_batches_in_a_minute_are_read_once(ch):
+    """10,000 batches already read in a minute that grows: the excluded pairs make a query
+    text past ClickHouse's default 256 KiB bound; every row is still read exactly once."""
+    m = int(ch.query("SELECT toUInt32(now()) - toUInt32(now()) % 60").strip())
+    insert = ("INSERT INTO dbtap_minutes (ts, host, protocol, command, query_id, count, batch) "
+              "SELECT toDateTime({m}), 'many', 'redis', 'get', 'Q', 1, {top} - number "
+              "FROM system.numbers LIMIT {n}")
+    ch.query(insert.format(m=m, top=2**64 - 1, n=10_000))
+    with ui_harness.Ui(UI_PORT_2, "--clickhouse", URL, "--clickhouse-host", "many",
+                       "--clickhouse-refresh", "0s") as ui:
+        assert ui.api("meta")["fleet"]["rows_held"] == 10_000
+        ch.query(insert.format(m=m, top=2**63, n=5))
+        status = ui.api("refresh")
+        assert status["last_error"] is None, status
+        assert (status["last_rows"], status["rows_held"]) == (5, 10_005), status
+        top = ui.api("top", **{"from": "-1h"})
+        assert [(g["id"], g["count"]) for g in top["groups"]] == [("Q", 10_005)]

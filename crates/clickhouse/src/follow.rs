@@ -192,8 +192,10 @@ impl Follow {
             io: std::time::Duration::from_secs(300),
             ..Timeouts::default()
         };
-        let body =
-            post_bytes(&self.url, &[], q.as_bytes(), t, MAX_READ).map_err(ReadRowsError::Http)?;
+        // The excluded pairs can pass the default 256 KiB bound on a query's text.
+        let params = [("max_query_size", "33554432")];
+        let body = post_bytes(&self.url, &params, q.as_bytes(), t, MAX_READ)
+            .map_err(ReadRowsError::Http)?;
         let mut r = Reader::new(&body);
         let mut rows = Vec::new();
         while !r.is_empty() {
