@@ -192,9 +192,11 @@ impl Follow {
             io: std::time::Duration::from_secs(300),
             ..Timeouts::default()
         };
-        // The excluded pairs can pass the default 256 KiB bound on a query's text.
-        let params = [("max_query_size", "33554432")];
-        let body = post_bytes(&self.url, &params, q.as_bytes(), t, MAX_READ)
+        // The excluded pairs can pass the default 256 KiB bound on a query's text; only then
+        // is the bound raised (a `readonly=1` user may not change settings).
+        let big: &[(&str, &str)] = &[("max_query_size", "33554432")];
+        let params = if q.len() > 250_000 { big } else { &[] };
+        let body = post_bytes(&self.url, params, q.as_bytes(), t, MAX_READ)
             .map_err(ReadRowsError::Http)?;
         let mut r = Reader::new(&body);
         let mut rows = Vec::new();
