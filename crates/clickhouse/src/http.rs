@@ -1,8 +1,9 @@
 //! A minimal HTTP/1.1 client for ClickHouse's HTTP interface: one `POST` per connection
 //! (`Connection: close`), the statement in the `query` parameter, the data in the body;
-//! replies read with `Content-Length`, chunked, or up to the close, bounded. Plain `http://`
-//! only. Written by hand: the workspace has no HTTP client (tiny_http is a server), and two
-//! requests (insert, a count) do not justify a client stack with TLS and a runtime.
+//! replies read with `Content-Length`, chunked, or up to the close, bounded. `http://`, or
+//! `https://` through rustls (`crate::tls`). Written by hand: the workspace has no HTTP client
+//! (tiny_http is a server), and a few kinds of request (insert, a count, a select) do not
+//! justify a client stack and a runtime.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
@@ -11,11 +12,15 @@ use std::time::Duration;
 /// Most bytes of a reply body kept (error texts, a count).
 const MAX_REPLY: usize = 1 << 20;
 
-/// Where the server is: `http://[user[:password]@]host[:port][/?database=db]`.
+/// Where the server is: `http[s]://[user[:password]@]host[:port][/?database=db]`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Url {
     pub host: String,
     pub port: u16,
+    /// `https://`: TLS, verified against `ca` or the system's roots.
+    pub tls: bool,
+    /// PEM file of the certificate authorities to trust (`--clickhouse-ca`).
+    pub ca: Option<std::path::PathBuf>,
     pub user: Option<String>,
     pub password: Option<String>,
     /// Query parameters kept from the URL (`database=...`), already encoded.
@@ -90,9 +95,11 @@ pub fn pct_encode(s: &str) -> String {
 impl Url {
     pub fn parse(s: &str) -> Result<Url, HttpError> {
         let bad = |why: &str| HttpError::Url(format!("{s}: {why}"));
-        let rest = s
-            .strip_prefix("http://")
-            .ok_or_else(|| bad("only http:// is supported"))?;
+        let (tls, rest) = match (s.strip_prefix("http://"), s.strip_prefix("https://")) {
+            (Some(r), _) => (false, r),
+            (None, Some(r)) => (true, r),
+            (None, None) => return Err(bad("expected http:// or https://")),
+        };
         let end = rest.find(['/', '?']).unwrap_or(rest.len());
         let (auth, path) = rest.split_at(end);
         let (creds, hostport) = match auth.rsplit_once('@') {
@@ -105,7 +112,7 @@ impl Url {
                 p.parse::<u16>()
                     .map_err(|_| bad("the port is not a number"))?,
             ),
-            _ => (hostport, 8123),
+            _ => (hostport, if tls { 8443 } else { 8123 }),
         };
         let host = host.trim_start_matches('[').trim_end_matches(']');
         if host.is_empty() {
@@ -127,6 +134,8 @@ impl Url {
         Ok(Url {
             host: host.to_string(),
             port,
+            tls,
+            ca: None,
             user,
             password,
             params,
@@ -135,7 +144,12 @@ impl Url {
 
     /// The URL without its password (for messages).
     pub fn display(&self) -> String {
-        format!("http://{}:{}/", self.host, self.port)
+        let scheme = if self.tls { "https" } else { "http" };
+        if self.host.contains(':') {
+            format!("{scheme}://[{}]:{}/", self.host, self.port)
+        } else {
+            format!("{scheme}://{}:{}/", self.host, self.port)
+        }
     }
 
     fn target(&self, extra: &[(&str, &str)]) -> String {
@@ -204,10 +218,30 @@ pub fn post_bytes(
             Err(e) => last = HttpError::Connect(format!("{}: {e}", url.display())),
         }
     }
-    let mut s = conn.ok_or(last)?;
+    let s = conn.ok_or(last)?;
     let io = |e: std::io::Error| HttpError::Io(format!("{}: {e}", url.display()));
     s.set_read_timeout(Some(t.io)).map_err(io)?;
     s.set_write_timeout(Some(t.io)).map_err(io)?;
+    if url.tls {
+        let cfg = crate::tls::config(url.ca.as_deref()).map_err(HttpError::Url)?;
+        // A failed handshake sent no request: nothing can have been applied.
+        let s = crate::tls::connect(cfg, &url.host, s)
+            .map_err(|e| HttpError::Connect(format!("{}: TLS: {e}", url.display())))?;
+        exchange(s, url, params, body, max_reply)
+    } else {
+        exchange(s, url, params, body, max_reply)
+    }
+}
+
+/// The request over a connected stream and its reply.
+fn exchange<S: Read + Write>(
+    mut s: S,
+    url: &Url,
+    params: &[(&str, &str)],
+    body: &[u8],
+    max_reply: usize,
+) -> Result<Vec<u8>, HttpError> {
+    let io = |e: std::io::Error| HttpError::Io(format!("{}: {e}", url.display()));
     let head = format!(
         "POST {} HTTP/1.1\r\nHost: {}:{}\r\nContent-Length: {}\r\nConnection: close\r\n\
          Content-Type: application/octet-stream\r\n\r\n",
@@ -320,7 +354,12 @@ mod tests {
         assert_eq!((u.host.as_str(), u.port, u.user), ("localhost", 8123, None));
         let u = Url::parse("http://[::1]:8124/").unwrap();
         assert_eq!((u.host.as_str(), u.port), ("::1", 8124));
-        assert!(Url::parse("https://x").is_err());
+        let u = Url::parse("https://u:p@ch.example/?database=d").unwrap();
+        assert_eq!(
+            (u.tls, u.port, u.display()),
+            (true, 8443, "https://ch.example:8443/".into())
+        );
+        assert!(Url::parse("ftp://x").is_err());
         assert!(Url::parse("http://x:port").is_err());
         assert!(Url::parse("http://").is_err());
     }

@@ -9,6 +9,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod follow;
 pub mod http;
 pub mod read;
 pub mod row;
@@ -16,6 +17,7 @@ pub mod rowbinary;
 pub mod schema;
 pub mod sink;
 pub mod spool;
+pub mod tls;
 
 pub use http::{HttpError, Timeouts, Url};
 pub use row::{Dist, Identity, Row, rows_of};

@@ -1,28 +1,18 @@
-//! Reading the sink's rows back (`dbtap ui --clickhouse`): the minute table's rows of a time
-//! range and a set of hosts, fetched in RowBinary (checked decoding of the server's bytes), and
-//! each distribution turned back into an `aggregate::LatencyState` (bucket midpoints stand for
-//! the samples of a distribution of at most 64, as its exact samples are not sent).
+//! Reading the sink's rows back (`dbtap ui --clickhouse`, fetched by `crate::follow` in
+//! RowBinary, decoded with checks): the host filter, the read errors, and each distribution
+//! turned back into an `aggregate::LatencyState` (bucket midpoints stand for the samples of a
+//! distribution of at most 64, as its exact samples are not sent).
 
 use std::collections::BTreeMap;
 
 use aggregate::latency::{EXACT_CAP, GROUPING_POWER, MAX_VALUE_POWER, decade_index};
 use aggregate::{Latency, LatencyState};
 
-use crate::http::{HttpError, Timeouts, Url, post, post_bytes};
-use crate::row::{Dist, Row};
-use crate::rowbinary::Reader;
-use crate::schema::COLUMNS;
+use crate::http::HttpError;
+use crate::row::Dist;
 
 /// Most bytes of one reply (one day of rows).
 pub const MAX_READ: usize = 512 << 20;
-
-/// A host's first and last minute in the table.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct HostSpan {
-    pub host: String,
-    pub first: i64,
-    pub last: i64,
-}
 
 fn quote(s: &str) -> String {
     format!("'{}'", s.replace('\\', "\\\\").replace('\'', "\\'"))
@@ -35,30 +25,6 @@ pub fn host_filter(hosts: &[String]) -> String {
     }
     let q: Vec<String> = hosts.iter().map(|h| quote(h)).collect();
     format!("host IN ({})", q.join(", "))
-}
-
-/// The hosts of `table` (those of `hosts`, or all) with their spans, by name.
-pub fn host_spans(url: &Url, table: &str, hosts: &[String]) -> Result<Vec<HostSpan>, HttpError> {
-    let q = format!(
-        "SELECT host, toUInt32(min(ts)), toUInt32(max(ts)) FROM {table} WHERE {} \
-         GROUP BY host ORDER BY host FORMAT TabSeparated",
-        host_filter(hosts)
-    );
-    let out = post(url, &[("query", &q)], b"", Timeouts::default())?;
-    let mut v = Vec::new();
-    for line in out.lines() {
-        let f: Vec<&str> = line.split('\t').collect();
-        if let [h, a, b] = f.as_slice()
-            && let (Ok(a), Ok(b)) = (a.parse(), b.parse())
-        {
-            v.push(HostSpan {
-                host: h.to_string(),
-                first: a,
-                last: b,
-            });
-        }
-    }
-    Ok(v)
 }
 
 /// Why rows did not read.
@@ -78,34 +44,6 @@ impl std::fmt::Display for ReadRowsError {
 }
 
 impl std::error::Error for ReadRowsError {}
-
-/// The rows of `[from, to)` (unix seconds) of the hosts (or all), ordered by minute.
-pub fn read_rows(
-    url: &Url,
-    table: &str,
-    hosts: &[String],
-    from: i64,
-    to: i64,
-) -> Result<Vec<Row>, ReadRowsError> {
-    let cols: Vec<&str> = COLUMNS.iter().map(|(n, _)| *n).collect();
-    let q = format!(
-        "SELECT {} FROM {table} WHERE {} AND ts >= toDateTime({from}) AND ts < toDateTime({to}) \
-         ORDER BY ts FORMAT RowBinary",
-        cols.join(", "),
-        host_filter(hosts)
-    );
-    let t = Timeouts {
-        io: std::time::Duration::from_secs(300),
-        ..Timeouts::default()
-    };
-    let body = post_bytes(url, &[("query", &q)], b"", t, MAX_READ).map_err(ReadRowsError::Http)?;
-    let mut r = Reader::new(&body);
-    let mut rows = Vec::new();
-    while !r.is_empty() {
-        rows.push(Row::decode(&mut r).map_err(ReadRowsError::Decode)?);
-    }
-    Ok(rows)
-}
 
 fn midpoint(i: u32) -> Option<u64> {
     Latency::bucket_range(i).map(|(lo, hi)| lo + (hi - lo) / 2)

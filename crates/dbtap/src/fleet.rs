@@ -53,6 +53,53 @@ pub struct ClickHouseArgs {
     /// The `host` the rows carry (default: this machine's host name).
     #[arg(long = "host-name", value_name = "NAME")]
     pub host_name: Option<String>,
+
+    #[command(flatten)]
+    pub tls: ClickHouseConnArgs,
+}
+
+/// Who dbtap is to ClickHouse, and how `https://` URLs are verified.
+#[derive(Args, Debug, Clone, Default)]
+pub struct ClickHouseConnArgs {
+    /// For an https:// ClickHouse URL: trust the certificate authorities of this PEM file
+    /// (default: the system's roots).
+    #[arg(long = "clickhouse-ca", value_name = "FILE")]
+    pub clickhouse_ca: Option<PathBuf>,
+
+    /// The ClickHouse user (instead of the URL's USER).
+    #[arg(long = "clickhouse-user", value_name = "NAME")]
+    pub clickhouse_user: Option<String>,
+
+    /// The ClickHouse password (instead of the URL's PASSWORD; DBTAP_CLICKHOUSE_PASSWORD or
+    /// the config file keep it off the command line).
+    #[arg(
+        long = "clickhouse-password",
+        value_name = "PASSWORD",
+        hide_default_value = true
+    )]
+    pub clickhouse_password: Option<String>,
+}
+
+impl ClickHouseConnArgs {
+    /// The URL parsed, with the CA file (checked now: a bad file is an error at start) and
+    /// the user and password options.
+    pub fn url(&self, s: &str) -> Result<clickhouse::Url> {
+        let mut url = clickhouse::Url::parse(s)?;
+        if self.clickhouse_ca.is_some() && !url.tls {
+            anyhow::bail!("--clickhouse-ca is for https:// URLs");
+        }
+        url.ca.clone_from(&self.clickhouse_ca);
+        if let Some(u) = &self.clickhouse_user {
+            url.user = Some(u.clone());
+        }
+        if let Some(p) = &self.clickhouse_password {
+            url.password = Some(p.clone());
+        }
+        if url.tls {
+            clickhouse::tls::config(url.ca.as_deref()).map_err(anyhow::Error::msg)?;
+        }
+        Ok(url)
+    }
 }
 
 /// This machine's host name (`/proc/sys/kernel/hostname`, else `$HOSTNAME`, else "unknown").
@@ -83,7 +130,7 @@ impl ClickHouseArgs {
         let Some(url) = &self.clickhouse else {
             return Ok(None);
         };
-        let url = clickhouse::Url::parse(url)?;
+        let url = self.tls.url(url)?;
         let mut cfg = clickhouse::SinkConfig::new(url);
         cfg.spool_dir = self.clickhouse_spool.clone();
         cfg.spool_max_bytes = self.clickhouse_spool_mb.max(1).saturating_mul(1 << 20);
@@ -229,9 +276,13 @@ pub enum SchemaTarget {
 pub struct SchemaArgs {
     pub target: SchemaTarget,
 
-    /// Run the statements on this ClickHouse server (http://...) instead of printing them.
+    /// Run the statements on this ClickHouse server (http:// or https://) instead of
+    /// printing them.
     #[arg(long, value_name = "URL")]
     pub apply: Option<String>,
+
+    #[command(flatten)]
+    pub tls: ClickHouseConnArgs,
 }
 
 /// `dbtap schema clickhouse [--apply URL]`.
@@ -244,7 +295,7 @@ pub fn schema(args: &SchemaArgs) -> Result<()> {
         }
         return Ok(());
     };
-    let url = clickhouse::Url::parse(url)?;
+    let url = args.tls.url(url)?;
     for s in ddl {
         clickhouse::http::post(&url, &[], s.as_bytes(), clickhouse::Timeouts::default())
             .with_context(|| format!("ClickHouse {}", url.display()))?;
@@ -256,8 +307,9 @@ pub fn schema(args: &SchemaArgs) -> Result<()> {
 #[derive(Args, Debug, Clone, Default)]
 pub struct FleetUiArgs {
     /// Browse the rows the agents sent to this ClickHouse (`--clickhouse` of digest and live),
-    /// read into memory at start: the hosts' rows merged (filter them with --clickhouse-host;
-    /// the server, database, user and client filters of the UI work as on one host).
+    /// read into memory and followed (new rows read every --clickhouse-refresh): the hosts'
+    /// rows merged, or one host's with the UI's host filter; the server, database, user and
+    /// client filters work as on one host.
     #[arg(long, value_name = "URL", conflicts_with = "store")]
     pub clickhouse: Option<String>,
 
@@ -265,64 +317,47 @@ pub struct FleetUiArgs {
     #[arg(long = "clickhouse-host", value_name = "NAME", requires = "clickhouse")]
     pub clickhouse_host: Vec<String>,
 
-    /// How far back from the newest row to read.
-    #[arg(long = "clickhouse-range", default_value = "24h", value_name = "DURATION",
+    /// The window: how far back from the newest row to read (it moves with the newest row).
+    #[arg(long = "clickhouse-range", default_value = "7d", value_name = "DURATION",
           value_parser = crate::cli::parse_duration)]
     pub clickhouse_range: Duration,
+
+    /// How often to read the rows inserted since the last read (0s: only at start and on
+    /// GET /api/refresh).
+    #[arg(long = "clickhouse-refresh", default_value = "10s", value_name = "DURATION",
+          value_parser = crate::cli::parse_duration)]
+    pub clickhouse_refresh: Duration,
+
+    /// Most rows held in memory; past it the oldest minutes are left out (counted in
+    /// /api/meta's `fleet`).
+    #[arg(
+        long = "clickhouse-max-rows",
+        default_value_t = 2_000_000,
+        value_name = "N"
+    )]
+    pub clickhouse_max_rows: u64,
+
+    #[command(flatten)]
+    pub tls: ClickHouseConnArgs,
 }
 
-/// The fleet's rows in an in-memory store, and one source per host (its span).
-pub fn load_ui(args: &FleetUiArgs) -> Result<Option<(store::Store, Vec<web::Source>)>> {
+/// The fleet's rows in memory (all hosts merged, and one store per host), followed.
+pub fn load_ui(args: &FleetUiArgs) -> Result<Option<std::sync::Arc<crate::fleetui::FleetUi>>> {
     let Some(url) = &args.clickhouse else {
         return Ok(None);
     };
-    let url = clickhouse::Url::parse(url)?;
-    let table = clickhouse::schema::MINUTES;
-    let hosts = &args.clickhouse_host;
-    let spans = clickhouse::read::host_spans(&url, table, hosts)
-        .with_context(|| format!("ClickHouse {}", url.display()))?;
-    let Some(last) = spans.iter().map(|s| s.last).max() else {
-        anyhow::bail!(
-            "ClickHouse {}: no rows in {table} for those hosts",
-            url.display()
-        );
-    };
-    let to = last + 60;
-    let from = (to - args.clickhouse_range.as_secs() as i64).max(0) / 60 * 60;
-    let cfg = store::StoreConfig {
-        retention: store::Retention::default(),
-        max_bytes: None,
-        examples: false,
-    };
-    let mut st = store::Store::memory(cfg)?;
-    let mut day = from;
-    while day < to {
-        let end = ((day / 86_400 + 1) * 86_400).min(to);
-        let rows = clickhouse::read::read_rows(&url, table, hosts, day, end)
-            .with_context(|| format!("ClickHouse {}", url.display()))?;
-        import(&mut st, &rows)?;
-        day = end;
-    }
-    st.finish()?;
-    let sources = spans
-        .into_iter()
-        .map(|s| web::Source {
-            label: s.host,
-            from: s.first.max(from),
-            to: s.last + 60,
-            store: None,
-        })
-        .collect();
-    Ok(Some((st, sources)))
+    let url = args.tls.url(url)?;
+    let ui = crate::fleetui::FleetUi::start(url, args)?;
+    Ok(Some(ui))
 }
 
 /// Rows ordered by minute into the store, a minute at a time.
-fn import(st: &mut store::Store, rows: &[clickhouse::Row]) -> Result<()> {
+pub fn import(st: &mut store::Store, rows: &[&clickhouse::Row]) -> Result<()> {
     for minute in rows.chunk_by(|a, b| a.ts == b.ts) {
         let Some(first) = minute.first() else {
             continue;
         };
-        let m: Vec<store::ImportRow> = minute.iter().map(import_row).collect();
+        let m: Vec<store::ImportRow> = minute.iter().map(|r| import_row(r)).collect();
         st.import_minute(i64::from(first.ts) / 60 * 60, &m)?;
     }
     Ok(())

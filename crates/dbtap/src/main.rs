@@ -7,6 +7,7 @@ mod cli;
 mod config;
 mod diffcmd;
 mod fleet;
+mod fleetui;
 mod fp;
 mod parallel;
 mod pipeline;

@@ -158,9 +158,14 @@ pub fn run(args: UiArgs) -> Result<()> {
     let token = args.web.token()?;
     let mut store_b = None;
     let fleet = crate::fleet::load_ui(&args.fleet)?;
-    let fleet_hosts = fleet.as_ref().map(|(_, s)| s.len());
-    let (store, mode, sources, examples) = match (&args.store, fleet) {
-        (_, Some((s, sources))) => (s, web::Mode::Captures, sources, false),
+    let fleet_hosts = fleet
+        .as_ref()
+        .map(|f| web::FleetView::sources(f.as_ref()).len());
+    let (store, mode, sources, examples) = match (&args.store, &fleet) {
+        (_, Some(f)) => {
+            let sources = web::FleetView::sources(f.as_ref());
+            (f.store(), web::Mode::Captures, sources, false)
+        }
         (Some(p), None) => {
             let s = store::Store::open_read_only(p)
                 .with_context(|| format!("--store {}", p.display()))?;
@@ -172,10 +177,11 @@ pub fn run(args: UiArgs) -> Result<()> {
                 sources.push(store_source(pb, &b, "b")?);
                 store_b = Some(Arc::new(Mutex::new(b)));
             }
-            (s, web::Mode::Store, sources, true)
+            (Arc::new(Mutex::new(s)), web::Mode::Store, sources, true)
         }
         (None, None) => {
             let (s, sources) = digest_captures(&args)?;
+            let s = Arc::new(Mutex::new(s));
             (s, web::Mode::Captures, sources, !args.no_examples)
         }
     };
@@ -188,7 +194,7 @@ pub fn run(args: UiArgs) -> Result<()> {
         (None, None) => format!("{} capture(s)", sources.len()),
     };
     let app = web::App {
-        store: Arc::new(Mutex::new(store)),
+        store,
         store_b,
         mode,
         sources,
@@ -196,6 +202,7 @@ pub fn run(args: UiArgs) -> Result<()> {
         live: None,
         metrics: None,
         token: token.clone(),
+        fleet: fleet.map(|f| f as Arc<dyn web::FleetView>),
     };
     let server = web::serve(args.listen, app)?;
     let stop = Arc::new(AtomicBool::new(false));

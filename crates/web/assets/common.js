@@ -2,8 +2,9 @@
 // JSON API, the header bar, the range picker, the dimension filter chips, number formatting
 // (durations arrive in microseconds), sparklines and uPlot charts.
 
-export const FILTERS = ['server', 'database', 'user', 'client', 'protocol', 'q'];
-export const DIMS = ['server', 'database', 'user', 'client', 'protocol'];
+// `host` (the agent) exists under `dbtap ui --clickhouse` only.
+export const FILTERS = ['host', 'server', 'database', 'user', 'client', 'protocol', 'q'];
+export const DIMS = ['host', 'server', 'database', 'user', 'client', 'protocol'];
 const VIEW_KEYS = ['from', 'to', ...FILTERS, 'token'];
 
 // ---------- URL state ----------
@@ -215,13 +216,38 @@ export async function header(active) {
     const m = await meta();
     const span = m.span ? `${fmtTime(m.span.from, false)} – ${fmtTime(m.span.to, false)}` : 'no data yet';
     const mode = m.mode === 'captures' ? `${m.sources.length} capture${m.sources.length === 1 ? '' : 's'}` : m.mode;
-    info.textContent = `${mode} · ${span} · v${m.version}`;
+    info.textContent = m.fleet ? fleetInfo(m, span) : `${mode} · ${span} · v${m.version}`;
     if (m.mode !== 'live') nav.querySelector('[data-page=live]')?.classList.add('muted');
+    if (m.fleet && m.fleet.refresh_s > 0 && active === '/') followFleet(info, m.fleet.refresh_s);
     return m;
   } catch (e) {
     showError(e);
     return null;
   }
+}
+
+/** The header's text under `dbtap ui --clickhouse`: hosts, span, rows held and left out. */
+function fleetInfo(m, span) {
+  const f = m.fleet;
+  const n = m.sources.length;
+  const out = f.rows_left_out ? ` (${fmtInt(f.rows_left_out)} left out)` : '';
+  const err = f.last_error ? ` · ClickHouse: ${f.last_error}` : '';
+  return `fleet: ${n} host${n === 1 ? '' : 's'} · ${span} · ${fmtInt(f.rows_held)} rows${out}${err} · v${m.version}`;
+}
+
+/** The Top page over the fleet redraws after each of the server's reads of new rows. */
+function followFleet(info, refreshS) {
+  setInterval(async () => {
+    metaPromise = null;
+    try {
+      const m = await meta();
+      const span = m.span ? `${fmtTime(m.span.from, false)} – ${fmtTime(m.span.to, false)}` : 'no data yet';
+      info.textContent = fleetInfo(m, span);
+      window.dispatchEvent(new Event('viewchange'));
+    } catch (e) {
+      showError(e);
+    }
+  }, Math.max(5, refreshS) * 1000);
 }
 
 // ---------- range picker ----------

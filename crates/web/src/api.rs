@@ -2,7 +2,7 @@
 //! `crates/metrics`' routes unchanged), and the JSON API over the store (`docs/api.md`).
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
@@ -149,6 +149,15 @@ fn api(app: &App, path: &str, p: &Params) -> ApiResult {
         "/api/dims" => dims(app, p),
         "/api/group" => group(app, p),
         "/api/compare" => compare(app, p),
+        "/api/refresh" => match &app.fleet {
+            Some(f) => {
+                f.refresh_now();
+                Ok(serialized(&f.status()))
+            }
+            None => Err(ApiError::NotFound(
+                "not a fleet (dbtap ui --clickhouse)".into(),
+            )),
+        },
         "/api/live" => match &app.live {
             Some(l) => Ok(serialized(&l.live_json())),
             None => Err(ApiError::NotFound("not live".into())),
@@ -160,9 +169,18 @@ fn api(app: &App, path: &str, p: &Params) -> ApiResult {
     }
 }
 
-/// The store, also after a thread panicked while holding it.
-fn store(app: &App) -> std::sync::MutexGuard<'_, store::Store> {
-    lock(&app.store)
+/// The store a request reads: with `host=H` under `dbtap ui --clickhouse`, that agent host's;
+/// otherwise the one store (a `host` elsewhere is a 400).
+fn pick(app: &App, p: &Params) -> Result<Arc<Mutex<store::Store>>, ApiError> {
+    match (p.get("host"), &app.fleet) {
+        (None, _) => Ok(Arc::clone(&app.store)),
+        (Some(h), Some(f)) => f
+            .host_store(h)
+            .ok_or_else(|| ApiError::NotFound(format!("no host {} in the fleet", shown(h)))),
+        (Some(_), None) => Err(ApiError::Bad(
+            "the host filter is for dbtap ui --clickhouse".into(),
+        )),
+    }
 }
 
 fn lock(m: &Mutex<store::Store>) -> std::sync::MutexGuard<'_, store::Store> {
@@ -170,7 +188,7 @@ fn lock(m: &Mutex<store::Store>) -> std::sync::MutexGuard<'_, store::Store> {
 }
 
 fn range(app: &App, p: &Params, from: &str, to: &str) -> Result<store::RangeQuery, ApiError> {
-    let span = store(app).span()?;
+    let span = lock(pick(app, p)?.as_ref()).span()?;
     p.range(from, to, span, now_s()).map_err(ApiError::Bad)
 }
 
@@ -182,6 +200,8 @@ struct Meta<'a> {
     examples: bool,
     sources: &'a [crate::Source],
     live: Option<LiveMeta>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    fleet: Option<serde_json::Value>,
 }
 
 #[derive(Serialize)]
@@ -196,16 +216,18 @@ struct LiveMeta {
 }
 
 fn meta(app: &App) -> ApiResult {
-    let span = store(app).span()?.map(|(from, to)| Span { from, to });
+    let span = lock(&app.store).span()?.map(|(from, to)| Span { from, to });
+    let sources = app.fleet.as_ref().map(|f| f.sources());
     Ok(serialized(&Meta {
         version: env!("CARGO_PKG_VERSION"),
         mode: app.mode,
         span,
         examples: app.examples,
-        sources: &app.sources,
+        sources: sources.as_deref().unwrap_or(&app.sources),
         live: app.live.as_ref().map(|l| LiveMeta {
             interval_s: l.interval_s(),
         }),
+        fleet: app.fleet.as_ref().map(|f| f.status()),
     }))
 }
 
@@ -228,12 +250,55 @@ fn top(app: &App, p: &Params) -> ApiResult {
         limit: p.count("limit", 50, MAX_LIMIT).map_err(ApiError::Bad)?,
         spark_points: p.count("points", 60, MAX_POINTS).map_err(ApiError::Bad)?,
     };
-    Ok(serialized(&store(app).top(&q)?))
+    Ok(serialized(&lock(pick(app, p)?.as_ref()).top(&q)?))
 }
 
 fn dims(app: &App, p: &Params) -> ApiResult {
     let q = range(app, p, "from", "to")?;
-    Ok(serialized(&store(app).dims(&q)?))
+    let mut answer = lock(pick(app, p)?.as_ref()).dims(&q)?;
+    if let Some(f) = &app.fleet {
+        answer
+            .dims
+            .insert("host".into(), host_shares(f.as_ref(), &q)?);
+    }
+    Ok(serialized(&answer))
+}
+
+/// `/api/dims`'s `host` line under `dbtap ui --clickhouse`: each host's queries and service
+/// time in the range (the other filters applied), from its own store.
+fn host_shares(
+    f: &dyn crate::FleetView,
+    q: &store::RangeQuery,
+) -> Result<Vec<store::Share>, ApiError> {
+    let mut v = Vec::new();
+    for s in f.sources() {
+        let Some(st) = f.host_store(&s.label) else {
+            continue;
+        };
+        let d = lock(&st).dims(q)?;
+        let (count, us) = d.dims.get("protocol").map_or((0, 0.0), |p| {
+            p.iter()
+                .fold((0, 0.0), |(c, u), x| (c + x.count, u + x.service_sum_us))
+        });
+        if count > 0 {
+            v.push(store::Share {
+                value: s.label,
+                count,
+                service_sum_us: us,
+                share: 0.0,
+            });
+        }
+    }
+    let total: f64 = v.iter().map(|s| s.service_sum_us).sum();
+    for s in &mut v {
+        s.share = if total > 0.0 {
+            s.service_sum_us / total
+        } else {
+            0.0
+        };
+    }
+    v.sort_by(|a, b| b.service_sum_us.total_cmp(&a.service_sum_us));
+    Ok(v)
 }
 
 fn group(app: &App, p: &Params) -> ApiResult {
@@ -247,7 +312,7 @@ fn group(app: &App, p: &Params) -> ApiResult {
         },
         points: p.count("points", 120, MAX_POINTS).map_err(ApiError::Bad)?,
     };
-    let answer = store(app).group(&q)?;
+    let answer = lock(pick(app, p)?.as_ref()).group(&q)?;
     if answer.group.first_seen.is_none() {
         return Err(ApiError::NotFound(format!(
             "no group {}/{}/{} in the store",
@@ -269,8 +334,8 @@ fn compare(app: &App, p: &Params) -> ApiResult {
     let two = a_is_b || b_is_b;
     let (a, b) = if two {
         (
-            store_range(store_a, p, "a_from", "a_to")?,
-            store_range(store_b, p, "b_from", "b_to")?,
+            store_range(&store_a, p, "a_from", "a_to")?,
+            store_range(&store_b, p, "b_from", "b_to")?,
         )
     } else {
         let b = range(app, p, "b_from", "b_to")?;
@@ -290,8 +355,8 @@ fn compare(app: &App, p: &Params) -> ApiResult {
         (false, _) => format!("{}..{}", r.from_s, r.to_s),
         (true, on_b) => format!("{}:{}..{}", if on_b { "b" } else { "a" }, r.from_s, r.to_s),
     };
-    let side_a = lock(store_a).side(&a, &label(&a, a_is_b))?;
-    let side_b = lock(store_b).side(&b, &label(&b, b_is_b))?;
+    let side_a = lock(&store_a).side(&a, &label(&a, a_is_b))?;
+    let side_b = lock(&store_b).side(&b, &label(&b, b_is_b))?;
     let d = diff::compare(&side_a, &side_b, &diff::Settings::default());
     let mut out = Vec::new();
     diff::render::json(&d, &mut out)
@@ -300,14 +365,14 @@ fn compare(app: &App, p: &Params) -> ApiResult {
 }
 
 /// The store the parameter `name` (`a` or `b`, default `a`) names, and whether it is B.
-fn side_store<'a>(
-    app: &'a App,
+fn side_store(
+    app: &App,
     p: &Params,
     name: &str,
-) -> Result<(&'a Mutex<store::Store>, bool), ApiError> {
+) -> Result<(Arc<Mutex<store::Store>>, bool), ApiError> {
     match (p.get(name).unwrap_or("a"), &app.store_b) {
-        ("a", _) => Ok((&app.store, false)),
-        ("b", Some(b)) => Ok((b, true)),
+        ("a", _) => Ok((pick(app, p)?, false)),
+        ("b", Some(b)) => Ok((Arc::clone(b), true)),
         ("b", None) => Err(ApiError::Bad(format!(
             "{name}=b: no second store (dbtap ui --store A --compare-store B)"
         ))),
@@ -355,6 +420,7 @@ mod tests {
             live: None,
             metrics: None,
             token: token.map(str::to_string),
+            fleet: None,
         }
     }
 
@@ -434,6 +500,55 @@ mod tests {
             assert_eq!(v["after"]["queries"], 0, "{body}");
         }
         assert_eq!(get(&a, "/api/compare?b_store=ab", None).0, 400);
+    }
+
+    /// One host, `h1`, with an empty store.
+    struct OneHost(Arc<Mutex<store::Store>>);
+
+    impl crate::FleetView for OneHost {
+        fn host_store(&self, host: &str) -> Option<Arc<Mutex<store::Store>>> {
+            (host == "h1").then(|| Arc::clone(&self.0))
+        }
+        fn sources(&self) -> Vec<crate::Source> {
+            vec![crate::Source {
+                label: "h1".into(),
+                from: 0,
+                to: 60,
+                store: None,
+            }]
+        }
+        fn status(&self) -> serde_json::Value {
+            serde_json::json!({"rows_held": 0})
+        }
+        fn refresh_now(&self) {}
+    }
+
+    #[test]
+    fn the_host_filter_reads_the_fleet_hosts_store() {
+        let plain = app(None);
+        assert_eq!(get(&plain, "/api/top?host=h1", None).0, 400);
+        assert_eq!(get(&plain, "/api/refresh", None).0, 404);
+        let mut a = app(None);
+        let st = store::Store::memory(store::StoreConfig::default()).expect("memory store");
+        a.fleet = Some(Arc::new(OneHost(Arc::new(Mutex::new(st)))));
+        for url in [
+            "/api/top?host=h1",
+            "/api/dims?host=h1",
+            "/api/compare?host=h1",
+        ] {
+            assert_eq!(get(&a, url, None).0, 200, "{url}");
+        }
+        assert_eq!(get(&a, "/api/top?host=h2", None).0, 404);
+        let (s, b) = get(&a, "/api/meta", None);
+        assert_eq!(s, 200);
+        let v: serde_json::Value = serde_json::from_str(&b).expect("json");
+        assert_eq!(v["fleet"]["rows_held"], 0, "{b}");
+        assert_eq!(v["sources"][0]["label"], "h1", "{b}");
+        let (s, b) = get(&a, "/api/refresh", None);
+        assert_eq!((s, b.as_str()), (200, "{\"rows_held\":0}\n"));
+        let (_, b) = get(&a, "/api/dims", None);
+        let v: serde_json::Value = serde_json::from_str(&b).expect("json");
+        assert!(v["dims"]["host"].is_array(), "{b}");
     }
 
     #[test]

@@ -11,6 +11,7 @@
 
 mod api;
 mod assets;
+mod fleet;
 mod params;
 mod server;
 
@@ -18,6 +19,7 @@ use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
 
+pub use fleet::FleetView;
 pub use params::{parse_relative, resolve_range};
 pub use server::{Server, serve};
 
@@ -64,6 +66,8 @@ pub struct App {
     pub metrics: Option<Arc<dyn metrics::Provider>>,
     /// When set, every route but `/assets/` needs `Authorization: Bearer T` or `?token=T`.
     pub token: Option<String>,
+    /// `dbtap ui --clickhouse`: the hosts' stores (the `host` filter) and the follower.
+    pub fleet: Option<Arc<dyn FleetView>>,
 }
 
 /// The access token from `--token-file FILE` (its first line, trimmed), else the environment

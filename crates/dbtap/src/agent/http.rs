@@ -53,6 +53,7 @@ pub(super) fn serve(
         live: plan.live_view.clone().map(|v| v as Arc<dyn web::LiveView>),
         metrics: Some(provider),
         token: plan.token.clone(),
+        fleet: None,
     };
     Ok(Some(web::serve(addr, app)?))
 }
