@@ -45,7 +45,7 @@ section "integration tests (python3 -m pytest tests/integration)"
 # (32768-60999): a client socket of an earlier test may hold one when a server binds it, and
 # the server fails ("Address already in use"; seen once for 38160). Reserve them so the kernel
 # never hands them out to clients (root only; otherwise say so and go on).
-TEST_PORTS="33306,35432,35440,36379,36390,36479,37017,38110-38169,38200-38399,40000,38400-38599"
+TEST_PORTS="33306,35432,35440,36379,36390,36479,37017,38110-38169,38200-38399,40000,38400-38799"
 RESERVED=/proc/sys/net/ipv4/ip_local_reserved_ports
 if [ -w "$RESERVED" ]; then
   current=$(cat "$RESERVED")
