@@ -3,6 +3,7 @@
 //! as `Event`s: opens, data with exact per-direction stream offsets, closes.
 #![forbid(unsafe_code)]
 
+mod dispatch;
 mod procfs;
 mod record;
 mod tracer;

@@ -2,7 +2,7 @@
 //! memory), attaching it to the discovered processes, and turning ring records into `Event`s.
 
 use std::cell::RefCell;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::path::PathBuf;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
@@ -11,8 +11,8 @@ use libbpf_rs::{
     Link, MapCore, MapFlags, Object, ObjectBuilder, RingBuffer, RingBufferBuilder, UprobeOpts,
 };
 
-use crate::record::{self, Raw};
-use crate::{Addr, Config, Error, Event, Stats, Target, procfs};
+use crate::dispatch::{Core, Sink};
+use crate::{Config, Error, Event, Stats, Target, procfs};
 
 static BPF_OBJ: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/dbtap.bpf.o"));
 
@@ -38,37 +38,18 @@ const SSL_FUNCS: &[(&str, &str)] = &[
 /// How often `poll` looks for new server processes and libssl files.
 const RESCAN: Duration = Duration::from_secs(10);
 
-/// Cap on sockets remembered in user space (owner pid, data seen: for closes at process exit
-/// and gaps at the end).
-const MAX_SOCKS: usize = 1 << 20;
-
-/// What user space knows of a socket it announced.
-#[derive(Clone, Copy, Debug, Default)]
-struct SockSeen {
-    /// The process that last used it (its exit closes the socket).
-    pid: u32,
-    /// The end of the last data seen, [outbound, inbound].
-    next: [u64; 2],
-    /// Whether the last data was TLS plaintext.
-    tls: bool,
-    /// The traced process is the client: its reads are server->client.
-    outgoing: bool,
-}
-
 /// A running tracer. Not `Send`: build it on the thread that polls it.
 pub struct Tracer {
     // Field order is drop order: the ring and the links go before the object owning the fds.
     ring: RingBuffer<'static>,
     links: Vec<Link>,
     obj: Object,
+    /// Records copied out of the ring for `poll`'s callback (a tracer without a sink).
     queue: Rc<RefCell<Vec<u8>>>,
+    core: Rc<RefCell<Core>>,
     targets: Vec<Target>,
     /// Probed (libssl, pid); pid -1: every process mapping it.
     libs: HashSet<(PathBuf, i32)>,
-    mono_to_real: i128,
-    socks: HashMap<u64, SockSeen, foldhash::fast::RandomState>,
-    spare: SockSeen,
-    stats: Stats,
     cfg: Config,
     next_scan: Instant,
 }
@@ -110,6 +91,59 @@ fn load(ring_bytes: u32) -> Result<Object, Error> {
     open.load().map_err(|e| err("loading the BPF programs", e))
 }
 
+/// System calls traced at their exit (classic tracepoints syscalls:sys_exit_NAME).
+const EXIT_CALLS: &[&str] = &[
+    "read", "write", "readv", "writev", "connect", "accept", "accept4", "sendto", "recvfrom",
+    "sendmsg", "recvmsg",
+];
+
+/// The raw syscall programs that the classic tracepoints replace where tracefs has them.
+const RAW_SYSCALL_PROGS: &[&str] = &["on_sys_enter", "on_sys_exit"];
+
+/// Attaches program `name` to syscalls:`tps`; `None` if it is missing or one attach fails.
+fn attach_syscall_prog(obj: &mut Object, name: &str, tps: &[String]) -> Option<Vec<Link>> {
+    let p = obj.progs_mut().find(|p| p.name() == name)?;
+    tps.iter()
+        .map(|tp| {
+            p.attach_tracepoint(libbpf_rs::TracepointCategory::Syscalls, tp)
+                .ok()
+        })
+        .collect()
+}
+
+/// close(2) at its entry and the traced calls at their exit on the classic per-syscall
+/// tracepoints: the kernel then runs no program for the other system calls (the raw
+/// sys_enter/sys_exit tracepoints run one for every call of every process). `None` when they
+/// cannot be attached (no tracefs, or an object without them).
+fn attach_syscall_tracepoints(obj: &mut Object) -> Option<Vec<Link>> {
+    let mut links = attach_syscall_prog(obj, "tp_enter_close", &["sys_enter_close".into()])?;
+    let exits: Vec<String> = EXIT_CALLS.iter().map(|c| format!("sys_exit_{c}")).collect();
+    links.extend(attach_syscall_prog(obj, "tp_sys_exit", &exits)?);
+    Some(links)
+}
+
+/// Attaches the kernel-side programs: the syscall ones (classic tracepoints, else the raw
+/// sys_enter/sys_exit ones) and the process fork/exit ones.
+fn attach_tracepoints(obj: &mut Object) -> Result<Vec<Link>, Error> {
+    let mut links = attach_syscall_tracepoints(obj).unwrap_or_default();
+    let classic = !links.is_empty();
+    for p in obj.progs_mut() {
+        let name = p.name().to_string_lossy().into_owned();
+        let tp_btf = p
+            .section()
+            .to_str()
+            .is_some_and(|s| s.starts_with("tp_btf/"));
+        if !tp_btf || (classic && RAW_SYSCALL_PROGS.contains(&name.as_str())) {
+            continue;
+        }
+        links.push(
+            p.attach()
+                .map_err(|e| err(&format!("attaching {name}"), e))?,
+        );
+    }
+    Ok(links)
+}
+
 fn map<'o>(obj: &'o Object, name: &str) -> Result<libbpf_rs::Map<'o>, Error> {
     obj.maps()
         .find(|m| m.name() == name)
@@ -117,15 +151,26 @@ fn map<'o>(obj: &'o Object, name: &str) -> Result<libbpf_rs::Map<'o>, Error> {
 }
 
 impl Tracer {
-    /// Finds the server processes, loads and attaches the programs.
+    /// Finds the server processes, loads and attaches the programs; `poll` hands the events
+    /// to its callback (the records copied out of the ring first).
     pub fn start(cfg: &Config) -> Result<Tracer, Error> {
+        Tracer::start_with(cfg, None)
+    }
+
+    /// The same, the events going to `sink` straight from the ring (no copy of the records)
+    /// during `poll`, whose callback then gets none.
+    pub fn start_with_sink(cfg: &Config, sink: Box<dyn FnMut(Event<'_>)>) -> Result<Tracer, Error> {
+        Tracer::start_with(cfg, Some(sink))
+    }
+
+    fn start_with(cfg: &Config, sink: Option<Sink>) -> Result<Tracer, Error> {
         crate::available().map_err(Error)?;
         let targets = procfs::discover(cfg);
         if targets.is_empty() {
             return Err(Error("no server process found to trace (none listens on the given ports or sockets; try --pid or --process)".into()));
         }
         let ring_bytes = ring_size(cfg.ring_bytes);
-        let obj = load(ring_bytes)?;
+        let mut obj = load(ring_bytes)?;
         let mut conf = Vec::with_capacity(16);
         conf.extend_from_slice(&u32::from(cfg.tcp_plaintext).to_le_bytes());
         // copy_twice: 0, data goes straight into the ring where the kernel can (6.16+).
@@ -143,40 +188,40 @@ impl Tracer {
         }
         let queue = Rc::new(RefCell::new(Vec::new()));
         let q = Rc::clone(&queue);
+        let socks_map = map(&obj, "socks")
+            .ok()
+            .and_then(|m| libbpf_rs::MapHandle::try_from(&m).ok());
+        let sinking = sink.is_some();
+        let core = Rc::new(RefCell::new(Core::new(
+            mono_to_real(),
+            cfg.ports.clone(),
+            socks_map,
+            sink,
+        )));
+        let c = Rc::clone(&core);
         let ring_map = map(&obj, "ring")?;
         let mut rb = RingBufferBuilder::new();
         rb.add(&ring_map, move |data: &[u8]| {
-            let mut q = q.borrow_mut();
-            q.extend_from_slice(&(data.len() as u32).to_le_bytes());
-            q.extend_from_slice(data);
+            if sinking {
+                c.borrow_mut().sink_record(data);
+            } else {
+                let mut q = q.borrow_mut();
+                q.extend_from_slice(&(data.len() as u32).to_le_bytes());
+                q.extend_from_slice(data);
+            }
             0
         })
         .map_err(|e| err("the ring buffer", e))?;
         let ring = rb.build().map_err(|e| err("the ring buffer", e))?;
-        let mut links = Vec::new();
-        for p in obj.progs_mut() {
-            if p.section()
-                .to_str()
-                .is_some_and(|s| s.starts_with("tp_btf/"))
-            {
-                links.push(
-                    p.attach().map_err(|e| {
-                        err(&format!("attaching {}", p.name().to_string_lossy()), e)
-                    })?,
-                );
-            }
-        }
+        let links = attach_tracepoints(&mut obj)?;
         let mut t = Tracer {
             ring,
             links,
             obj,
             queue,
+            core,
             targets,
             libs: HashSet::new(),
-            mono_to_real: mono_to_real(),
-            socks: HashMap::default(),
-            spare: SockSeen::default(),
-            stats: Stats::default(),
             cfg: cfg.clone(),
             next_scan: Instant::now() + RESCAN,
         };
@@ -280,7 +325,8 @@ impl Tracer {
     }
 
     /// Waits up to `timeout` for records (the kernel wakes this side only when much is pending),
-    /// then hands out everything pending; returns the number of events.
+    /// then hands out everything pending (to the sink of a tracer that has one, else to `f`);
+    /// returns the number of events.
     pub fn poll(
         &mut self,
         timeout: Duration,
@@ -297,7 +343,18 @@ impl Tracer {
         self.ring
             .consume()
             .map_err(|e| err("reading the ring", e))?;
+        let mut n = self.core.borrow_mut().take_delivered();
+        if !self.core.borrow().has_sink() {
+            n += self.dispatch_queue(f);
+        }
+        n += self.drain_lost_closes(f);
+        Ok(n)
+    }
+
+    /// The records copied out of the ring, to `f`.
+    fn dispatch_queue(&mut self, f: &mut dyn FnMut(Event<'_>)) -> usize {
         let buf = std::mem::take(&mut *self.queue.borrow_mut());
+        let mut core = self.core.borrow_mut();
         let mut n = 0;
         let mut at = 0;
         while let Some(len) = buf
@@ -309,164 +366,14 @@ impl Tracer {
                 break;
             };
             at += 4 + len as usize;
-            n += self.dispatch(rec, f);
+            n += core.dispatch(rec, f);
         }
-        n += self.drain_lost_closes(f);
         let mut back = self.queue.borrow_mut();
         if back.is_empty() && buf.capacity() <= 16 << 20 {
             let mut buf = buf;
             buf.clear();
             *back = buf;
         }
-        Ok(n)
-    }
-
-    fn real(&self, mono: u64) -> u64 {
-        u64::try_from(i128::from(mono) + self.mono_to_real).unwrap_or(0)
-    }
-
-    fn dispatch(&mut self, rec: &[u8], f: &mut dyn FnMut(Event<'_>)) -> usize {
-        self.stats.records += 1;
-        let Some(raw) = record::decode(rec) else {
-            self.stats.bad_records += 1;
-            return 0;
-        };
-        match raw {
-            Raw::Open {
-                sock,
-                ts,
-                pid,
-                local,
-                peer,
-                peer_pid,
-                accepted,
-                outgoing,
-            } => {
-                if self.socks.contains_key(&sock) {
-                    // Announced late (the ring had no room for the first Open): its data came
-                    // first and an Open was made for it then.
-                    self.stats.late_opens += 1;
-                    return 0;
-                }
-                let outgoing =
-                    outgoing || (!accepted && connected_to_server(&self.cfg.ports, &local, &peer));
-                let s = self.seen(sock);
-                s.pid = pid;
-                s.outgoing = outgoing;
-                let ts_ns = self.real(ts);
-                f(Event::Open {
-                    sock,
-                    ts_ns,
-                    pid,
-                    local,
-                    peer,
-                    peer_pid,
-                    accepted,
-                    outgoing,
-                });
-                1
-            }
-            Raw::Data {
-                sock,
-                ts,
-                pid,
-                inbound,
-                offset,
-                len,
-                bytes,
-                tls,
-            } => {
-                let ts_ns = self.real(ts);
-                let mut n = 1;
-                if !self.socks.contains_key(&sock) {
-                    self.stats.synthesized_opens += 1;
-                    let unknown = Addr::Unix(String::new());
-                    let peer = unknown.clone();
-                    f(Event::Open {
-                        sock,
-                        ts_ns,
-                        pid,
-                        local: unknown,
-                        peer,
-                        peer_pid: None,
-                        accepted: false,
-                        outgoing: false,
-                    });
-                    n += 1;
-                }
-                let s = self.seen(sock);
-                s.pid = pid;
-                s.tls = tls;
-                let d = &mut s.next[usize::from(inbound)];
-                *d = (*d).max(offset.saturating_add(len));
-                let inbound = inbound != s.outgoing;
-                self.stats.data_records += 1;
-                self.stats.bytes += bytes.len() as u64;
-                f(Event::Data {
-                    sock,
-                    ts_ns,
-                    pid,
-                    inbound,
-                    offset,
-                    len,
-                    bytes,
-                    tls,
-                });
-                n
-            }
-            Raw::Close { sock, ts, ends, .. } => self.close(sock, ts, Some(ends), f),
-            Raw::Exit { ts, pid } => self.exited(pid, ts, f),
-        }
-    }
-
-    /// The user-space state of `sock` (not remembered beyond `MAX_SOCKS` sockets).
-    fn seen(&mut self, sock: u64) -> &mut SockSeen {
-        if self.socks.len() >= MAX_SOCKS && !self.socks.contains_key(&sock) {
-            self.spare = SockSeen::default();
-            return &mut self.spare;
-        }
-        self.socks.entry(sock).or_default()
-    }
-
-    /// Closes `sock`; bytes the kernel counted (`ends`) but no record brought (lost at the
-    /// very end) become a gap first.
-    fn close(
-        &mut self,
-        sock: u64,
-        ts: u64,
-        ends: Option<[u64; 2]>,
-        f: &mut dyn FnMut(Event<'_>),
-    ) -> usize {
-        let ts_ns = self.real(ts);
-        // One close per open: a socket closed already (its last user exited while a process
-        // it was shared with still held it, then closed it) or never announced is not closed.
-        let Some(s) = self.socks.remove(&sock) else {
-            self.stats.unknown_closes += 1;
-            return 0;
-        };
-        let mut n = 1;
-        if let Some(ends) = ends {
-            for (dir, &end) in ends.iter().enumerate() {
-                let next = s.next[dir];
-                if end > next {
-                    // An empty record at the end offset: the bytes before it were lost (a
-                    // gap), not cut by the copy limit.
-                    let (pid, inbound, tls) = (s.pid, (dir == 1) != s.outgoing, s.tls);
-                    f(Event::Data {
-                        sock,
-                        ts_ns,
-                        pid,
-                        inbound,
-                        offset: end,
-                        len: 0,
-                        bytes: &[],
-                        tls,
-                    });
-                    n += 1;
-                }
-            }
-        }
-        f(Event::Close { sock, ts_ns });
         n
     }
 
@@ -500,49 +407,19 @@ impl Tracer {
         let now = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
         let ts = u64::try_from(now.tv_sec).unwrap_or(0) * 1_000_000_000
             + u64::try_from(now.tv_nsec).unwrap_or(0);
-        let mut n = 0;
-        for (sock, ends) in lost {
-            self.stats.lost_closes += 1;
-            n += self.close(sock, ts, Some(ends), f);
-        }
-        n
-    }
-
-    /// A traced process exited: the sockets it used last closed without close(2).
-    fn exited(&mut self, pid: u32, ts: u64, f: &mut dyn FnMut(Event<'_>)) -> usize {
-        let gone: Vec<u64> = self
-            .socks
-            .iter()
-            .filter(|(_, s)| s.pid == pid)
-            .map(|(&k, _)| k)
-            .collect();
-        let ends: Vec<(u64, Option<[u64; 2]>)> = match map(&self.obj, "socks") {
-            Err(_) => gone.iter().map(|&s| (s, None)).collect(),
-            Ok(m) => gone
-                .iter()
-                .map(|&sock| {
-                    let key = sock.to_le_bytes();
-                    let v = m.lookup(&key, MapFlags::ANY).ok().flatten();
-                    let _ = m.delete(&key);
-                    let ends = v.and_then(|v| {
-                        let out = u64::from_le_bytes(v.get(..8)?.try_into().ok()?);
-                        Some([out, u64::from_le_bytes(v.get(8..16)?.try_into().ok()?)])
-                    });
-                    (sock, ends)
-                })
-                .collect(),
-        };
-        let mut n = 0;
-        for (sock, ends) in ends {
-            self.stats.exit_closes += 1;
-            n += self.close(sock, ts, ends, f);
-        }
-        n
+        self.core.borrow_mut().with_out(f, |core, f| {
+            let mut n = 0;
+            for (sock, ends) in lost {
+                core.stats.lost_closes += 1;
+                n += core.close(sock, ts, Some(ends), f);
+            }
+            n
+        })
     }
 
     /// Counters since start (kernel-side losses summed over CPUs).
     pub fn stats(&self) -> Stats {
-        let mut s = self.stats;
+        let mut s = self.core.borrow().stats;
         let k = map(&self.obj, "counters")
             .ok()
             .and_then(|m| {
@@ -586,31 +463,9 @@ impl Tracer {
     }
 }
 
-/// A TCP connection first seen mid-stream whose local port is none of the configured server
-/// ports and whose peer's is: the traced process connected out to a server (it is the client).
-fn connected_to_server(ports: &[u16], local: &Addr, peer: &Addr) -> bool {
-    match (local, peer) {
-        (Addr::Ip(l), Addr::Ip(p)) => !ports.contains(&l.port()) && ports.contains(&p.port()),
-        _ => false,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_tcp_connection_to_a_server_port_from_another_port_is_outgoing() {
-        let ip = |s: &str| Addr::Ip(s.parse().unwrap());
-        let ports = [6379];
-        let out = |l: &str, p: &str| connected_to_server(&ports, &ip(l), &ip(p));
-        assert!(out("127.0.0.1:40000", "127.0.0.1:6379"));
-        assert!(!out("127.0.0.1:6379", "127.0.0.1:40000"));
-        assert!(!out("127.0.0.1:6379", "127.0.0.1:6379"));
-        assert!(!out("127.0.0.1:40000", "127.0.0.1:5432"));
-        let unix = Addr::Unix("/run/redis.sock".into());
-        assert!(!connected_to_server(&ports, &unix, &ip("127.0.0.1:6379")));
-    }
 
     #[test]
     fn ring_sizes() {

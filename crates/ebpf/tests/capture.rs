@@ -2,10 +2,12 @@
 //! and checks the events byte for byte. Skips with a message where BPF cannot load, unless
 //! DBTAP_REQUIRE_CAPTURE=1 (then it fails).
 
+use std::cell::RefCell;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use ebpf::{Addr, Config, Event, Tracer};
@@ -59,10 +61,9 @@ struct Seen {
     closes: Vec<u64>,
 }
 
-fn collect(t: &mut Tracer, seen: &mut Seen, until: impl Fn(&Seen) -> bool) {
-    let end = Instant::now() + Duration::from_secs(10);
-    while !until(seen) && Instant::now() < end {
-        t.poll(Duration::from_millis(50), &mut |e| match e {
+impl Seen {
+    fn add(&mut self, e: Event<'_>) {
+        match e {
             Event::Open {
                 sock,
                 local,
@@ -70,7 +71,7 @@ fn collect(t: &mut Tracer, seen: &mut Seen, until: impl Fn(&Seen) -> bool) {
                 peer_pid,
                 accepted,
                 ..
-            } => seen.opens.push((sock, local, peer, peer_pid, accepted)),
+            } => self.opens.push((sock, local, peer, peer_pid, accepted)),
             Event::Data {
                 sock,
                 inbound,
@@ -79,10 +80,28 @@ fn collect(t: &mut Tracer, seen: &mut Seen, until: impl Fn(&Seen) -> bool) {
                 bytes,
                 tls,
                 ..
-            } => seen
+            } => self
                 .data
                 .push((sock, inbound, offset, len, bytes.to_vec(), tls)),
-            Event::Close { sock, .. } => seen.closes.push(sock),
+            Event::Close { sock, .. } => self.closes.push(sock),
+        }
+    }
+}
+
+fn collect(t: &mut Tracer, seen: &mut Seen, until: impl Fn(&Seen) -> bool) {
+    let end = Instant::now() + Duration::from_secs(10);
+    while !until(seen) && Instant::now() < end {
+        t.poll(Duration::from_millis(50), &mut |e| seen.add(e))
+            .unwrap_or_else(|e| panic!("poll: {e}"));
+    }
+}
+
+/// `collect` for a tracer with a sink: the sink fills `seen`, `poll`'s callback gets nothing.
+fn collect_sunk(t: &mut Tracer, seen: &Rc<RefCell<Seen>>, until: impl Fn(&Seen) -> bool) {
+    let end = Instant::now() + Duration::from_secs(10);
+    while !until(&seen.borrow()) && Instant::now() < end {
+        t.poll(Duration::from_millis(50), &mut |e| {
+            panic!("a tracer with a sink hands no event to poll's callback: {e:?}")
         })
         .unwrap_or_else(|e| panic!("poll: {e}"));
     }
@@ -136,17 +155,34 @@ c.close()
 
 #[test]
 fn unix_socket_stream_is_exact() {
+    unix_socket_stream(false);
+}
+
+/// The same with the events handed to a sink straight from the ring.
+#[test]
+fn unix_socket_stream_is_exact_through_a_sink() {
+    unix_socket_stream(true);
+}
+
+fn unix_socket_stream(sink: bool) {
     if !can_run() {
         return;
     }
-    let dir = out_dir("unix");
+    let dir = out_dir(if sink { "unix-sink" } else { "unix" });
     let path = dir.join("srv.sock");
     let mut server = python(UNIX_SERVER, &[path.to_str().unwrap_or("")]);
     let cfg = Config {
         pids: vec![server.id()],
         ..Config::default()
     };
-    let mut t = Tracer::start(&cfg).unwrap_or_else(|e| panic!("start: {e}"));
+    let sunk = Rc::new(RefCell::new(Seen::default()));
+    let mut t = if sink {
+        let s = Rc::clone(&sunk);
+        Tracer::start_with_sink(&cfg, Box::new(move |e| s.borrow_mut().add(e)))
+    } else {
+        Tracer::start(&cfg)
+    }
+    .unwrap_or_else(|e| panic!("start: {e}"));
     let mut c = UnixStream::connect(&path).unwrap_or_else(|e| panic!("connect: {e}"));
     let big_in: Vec<u8> = (0..100000u32).map(|i| (i % 241) as u8).collect();
     c.write_all(b"ping").unwrap_or_else(|e| panic!("{e}"));
@@ -158,7 +194,12 @@ fn unix_socket_stream_is_exact() {
     c.write_all(b"x").unwrap_or_else(|e| panic!("{e}"));
     let _ = server.wait();
     let mut seen = Seen::default();
-    collect(&mut t, &mut seen, |s| !s.closes.is_empty());
+    if sink {
+        collect_sunk(&mut t, &sunk, |s| !s.closes.is_empty());
+        seen = sunk.take();
+    } else {
+        collect(&mut t, &mut seen, |s| !s.closes.is_empty());
+    }
     assert_eq!(seen.opens.len(), 1, "{seen:?}");
     let (sock, local, peer, peer_pid, accepted) = seen.opens[0].clone();
     assert_eq!(local, Addr::Unix(path.display().to_string()));

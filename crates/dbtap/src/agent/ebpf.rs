@@ -7,7 +7,9 @@
 //! The tracer is built on its thread (its kernel objects stay there); the start result comes
 //! back on a channel, so `auto` can fall back to packets with the reason.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
+use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::Sender;
@@ -83,7 +85,16 @@ pub(super) fn spawn(
     let handle = std::thread::Builder::new()
         .name("dbtap-ebpf".into())
         .spawn(move || {
-            let tracer = match ebpf::Tracer::start(&cfg) {
+            let state = Rc::new(RefCell::new(State {
+                engine: Some(Engine::new(&settings, flow_cfg, live)),
+                w: Writer {
+                    rotator: writer,
+                    buf: Vec::with_capacity(1 << 16),
+                    error: None,
+                },
+                procs: Procs::default(),
+            }));
+            let tracer = match ebpf::Tracer::start_with_sink(&cfg, sink(&state)) {
                 Ok(t) => t,
                 Err(e) => {
                     let _ = started_tx.send(Err(e.to_string()));
@@ -91,8 +102,7 @@ pub(super) fn spawn(
                 }
             };
             let _ = started_tx.send(Ok(summary(&tracer)));
-            let engine = Engine::new(&settings, flow_cfg, live);
-            run(idx, tracer, engine, writer, &ctl, &tx);
+            run(idx, tracer, &state, &ctl, &tx);
         })
         .context("starting the eBPF thread")?;
     Ok(match started_rx.recv_timeout(START_TIMEOUT) {
@@ -258,31 +268,61 @@ fn health(
     h
 }
 
+/// What the tracer's events feed, shared by its sink (during polls) and the thread's loop
+/// (between them); the engine is taken out at the end.
+struct State {
+    engine: Option<Engine<LiveConsumer>>,
+    w: Writer,
+    procs: Procs,
+}
+
+/// The tracer's sink: each event, straight from the ring, as records to the files and engine.
+fn sink(state: &Rc<RefCell<State>>) -> Box<dyn FnMut(ebpf::Event<'_>)> {
+    let state = Rc::clone(state);
+    Box::new(move |ev| {
+        let mut s = state.borrow_mut();
+        let State { engine, w, procs } = &mut *s;
+        let Some(engine) = engine else {
+            return;
+        };
+        record(ev, procs, &mut |r| {
+            w.write(r);
+            engine.stream_record(r);
+        });
+    })
+}
+
+/// The window report of one interval.
+fn interval_report(idx: usize, s: &mut State, tracer: &ebpf::Tracer) -> Option<WorkerReport> {
+    let engine = s.engine.as_mut()?;
+    let (window, servers) = engine.consumer_mut().take_window();
+    let minutes = engine.consumer_mut().take_minutes();
+    Some(WorkerReport {
+        worker: idx,
+        window,
+        servers,
+        minutes,
+        health: health(engine, tracer, &mut s.w),
+        ring: live::RingStats::default(),
+        open_connections: engine.open_streams(),
+        error: None,
+        last: false,
+    })
+}
+
 /// The tracer thread: events → records → files and engine → window, until stopped.
 fn run(
     idx: usize,
     mut tracer: ebpf::Tracer,
-    mut engine: Engine<LiveConsumer>,
-    rotator: Option<Rotator>,
+    state: &Rc<RefCell<State>>,
     ctl: &Control,
     tx: &Sender<WorkerReport>,
 ) {
     let mut seen_epoch = ctl.epoch.load(Ordering::Acquire);
-    let mut procs = Procs::default();
-    let mut w = Writer {
-        rotator,
-        buf: Vec::with_capacity(1 << 16),
-        error: None,
-    };
-    let mut take = |ev: ebpf::Event<'_>, engine: &mut Engine<LiveConsumer>, w: &mut Writer| {
-        record(ev, &mut procs, &mut |r| {
-            w.write(r);
-            engine.stream_record(r);
-        });
-    };
     let error = loop {
         let stop = ctl.stop.load(Ordering::Acquire);
-        let polled = tracer.poll(POLL, &mut |ev| take(ev, &mut engine, &mut w));
+        // The events go to the sink; the callback gets none.
+        let polled = tracer.poll(POLL, &mut |_| {});
         let error = polled.err().map(|e| e.to_string());
         if stop || error.is_some() {
             break error;
@@ -290,31 +330,28 @@ fn run(
         if !ctl.interval_ended(&mut seen_epoch) {
             continue;
         }
-        let (window, servers) = engine.consumer_mut().take_window();
-        let minutes = engine.consumer_mut().take_minutes();
-        let report = WorkerReport {
-            worker: idx,
-            window,
-            servers,
-            minutes,
-            health: health(&engine, &tracer, &mut w),
-            ring: live::RingStats::default(),
-            open_connections: engine.open_streams(),
-            error: None,
-            last: false,
+        let Some(report) = interval_report(idx, &mut state.borrow_mut(), &tracer) else {
+            break None;
         };
         if tx.send(report).is_err() {
             return;
         }
     };
     // Drain what the ring still holds, then close every stream.
-    let _ = tracer.poll(Duration::ZERO, &mut |ev| take(ev, &mut engine, &mut w));
+    let _ = tracer.poll(Duration::ZERO, &mut |_| {});
+    let (engine, rotator, werror) = {
+        let mut s = state.borrow_mut();
+        (s.engine.take(), s.w.rotator.take(), s.w.error.take())
+    };
+    let Some(engine) = engine else {
+        return;
+    };
     let (mut consumer, mut h) = engine.finish(vec!["ebpf".to_string()], 0);
     tracer_counts(&mut h, &tracer);
-    if let Some(e) = &w.error {
-        h.warnings.push(e.clone());
+    if let Some(e) = werror {
+        h.warnings.push(e);
     }
-    if let Some(r) = w.rotator.take() {
+    if let Some(r) = rotator {
         let _ = r.close();
     }
     let (window, servers) = consumer.take_window();

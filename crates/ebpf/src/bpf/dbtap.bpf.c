@@ -608,6 +608,32 @@ int BPF_PROG(on_sys_enter, struct pt_regs *regs, long id)
 	return 0;
 }
 
+/* The same on the classic per-syscall tracepoints (syscalls:sys_enter_close, and below the
+ * sys_exit_* of the traced calls; the tracer attaches these when tracefs has them, the tp_btf
+ * pair otherwise): the kernel runs them only for those calls, where the raw sys_enter/sys_exit
+ * tracepoints run a program for every system call of every process on the machine. Layouts
+ * from events/syscalls/sys_{enter_close,exit_read}/format. */
+struct sc_enter_close {
+	u64 common;
+	int nr;
+	u64 fd;
+};
+
+struct sc_exit {
+	u64 common;
+	int nr;
+	long ret;
+};
+
+SEC("tracepoint")
+int tp_enter_close(struct sc_enter_close *ctx)
+{
+	if (!is_traced())
+		return 0;
+	on_close(ctx->fd);
+	return 0;
+}
+
 static __always_inline void on_accepted(u32 fd)
 {
 	u64 sk = 0;
@@ -642,12 +668,9 @@ static __always_inline void on_connected(u32 fd)
 		st->announced = 1;
 }
 
-SEC("tp_btf/sys_exit")
-int BPF_PROG(on_sys_exit, struct pt_regs *regs, long ret)
+/* The exit of a traced call `op` (not close) of a traced process, its arguments in `regs`. */
+static __always_inline int sys_exit(struct pt_regs *regs, int op, long ret)
 {
-	int op = op_of(regs->orig_ax);
-	if (!op || op == DOP_CLOSE || !is_traced())
-		return 0;
 	u32 fd = regs->di;
 	/* Accepts and connects need no entry record: one blocked since before start still counts. */
 	if (op == DOP_ACCEPT) {
@@ -701,6 +724,29 @@ int BPF_PROG(on_sys_exit, struct pt_regs *regs, long ret)
 	}
 	}
 	return 0;
+}
+
+SEC("tp_btf/sys_exit")
+int BPF_PROG(on_sys_exit, struct pt_regs *regs, long ret)
+{
+	int op = op_of(regs->orig_ax);
+	if (!op || op == DOP_CLOSE || !is_traced())
+		return 0;
+	return sys_exit(regs, op, ret);
+}
+
+/* Attached to syscalls:sys_exit_{read,write,readv,writev,connect,accept,accept4,sendto,recvfrom,
+ * sendmsg,recvmsg}: the arguments come from the task's user registers. */
+SEC("tracepoint")
+int tp_sys_exit(struct sc_exit *ctx)
+{
+	int op = op_of(ctx->nr);
+	if (!op || op == DOP_CLOSE || !is_traced())
+		return 0;
+	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
+	if (!regs)
+		return 0;
+	return sys_exit(regs, op, ctx->ret);
 }
 
 SEC("tp_btf/sched_process_fork")
