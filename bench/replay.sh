@@ -1,15 +1,23 @@
 #!/usr/bin/env bash
-# dbtap replay at --max for Redis beside redis-benchmark's own rate on the captured workload.
+# dbtap replay at --max per protocol beside the original clients' rate on the captured workload.
 #
-#   bash bench/replay.sh        # needs a release build (cargo build --release -p dbtap),
-#                               # redis-server, redis-benchmark, tcpdump, redis-py
+#   bash bench/replay.sh [redis] [mysql] [postgres] [mongodb]   # default: all four
 #
-# redis-benchmark (-P 16 and -P 1, 8 clients, set/get/incr/lpush) runs against server A
-# (127.0.0.1:38440) under tcpdump on lo; the capture is replayed with --max onto server B
-# (127.0.0.1:38441), timed by /usr/bin/time; B's INFO commandstats must count exactly A's
-# requests. Prints a table: requests/s of redis-benchmark and of the replay (requests sent
-# over the replay's wall time, reading the capture excluded), and dbtap's CPU (user+sys of
-# the whole process, reading included) per 10k requests. REPLAY_BENCH_N sets -n (100000).
+# Needs a release build (cargo build --release -p dbtap, or DBTAP_BIN), tcpdump, and the servers
+# and clients of tests/setup.sh: redis-server + redis-benchmark (-P 16 and -P 1, 8 clients),
+# MariaDB + sysbench (oltp_read_only, prepared statements, 4 threads), PostgreSQL + pgbench
+# (-M extended, 4 clients, -S and tpcb), the MongoDB test server + pymongo venv (4 clients,
+# finds with getMore chains). Each workload runs on server A (ports 38630-38637) under tcpdump
+# on lo; the capture is replayed with --max onto server B, timed by /usr/bin/time. B's own
+# statistics must count exactly A's requests (INFO commandstats, Com_* deltas,
+# pg_stat_statements calls, dbtapCommandCounts), else the run fails. Prints one table: the
+# capture's peak rate (most requests started in a 1 s window), the client's average rate, the
+# replay's rate at --max (requests sent over the replay's wall time, reading the capture
+# excluded), its ratio to the peak, and dbtap's CPU (user+sys of the whole process, reading
+# included) per 10k requests. REPLAY_BENCH_N sets redis-benchmark's -n (100000),
+# REPLAY_BENCH_SECONDS the other workloads' duration (5). REPLAY_BENCH_AB=/other/dbtap also
+# replays each capture with that binary right after (an interleaved A/B, rows marked);
+# REPLAY_BENCH_PERF=1 runs each replay under `perf record -g` (bench/out/replay/perf-*.data).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 exec /usr/bin/python3 bench/replay_bench.py "$@"

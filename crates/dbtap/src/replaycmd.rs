@@ -129,6 +129,21 @@ pub struct ReplayArgs {
         requires = "target_tls"
     )]
     pub target_server_name: Option<String>,
+    /// PEM file of dbtap's client certificate (chain) for targets that require one (MariaDB
+    /// `REQUIRE X509`, PostgreSQL `clientcert`, Redis `tls-auth-clients`); with --target-key.
+    #[arg(
+        long = "target-cert",
+        value_name = "FILE",
+        requires_all = ["target_tls", "target_key"]
+    )]
+    pub target_cert: Option<PathBuf>,
+    /// PEM file of the private key of --target-cert.
+    #[arg(
+        long = "target-key",
+        value_name = "FILE",
+        requires_all = ["target_tls", "target_cert"]
+    )]
+    pub target_key: Option<PathBuf>,
 }
 
 fn parse_factor(s: &str) -> Result<f64, String> {
@@ -269,6 +284,7 @@ impl ReplayArgs {
             ca: self.target_ca.clone(),
             insecure: self.target_insecure,
             server_name: self.target_server_name.clone(),
+            client_cert: self.target_cert.clone().zip(self.target_key.clone()),
         };
         Ok(Some(
             replay::tls::Tls::new(&o, host).map_err(anyhow::Error::msg)?,

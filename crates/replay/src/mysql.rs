@@ -241,6 +241,25 @@ pub fn native_scramble(password: &[u8], salt: &[u8]) -> Vec<u8> {
     h1.iter().zip(h3.iter()).map(|(a, b)| a ^ b).collect()
 }
 
+/// MySQL 8's default authentication plugin.
+pub const CACHING_SHA2: &str = "caching_sha2_password";
+
+/// The `caching_sha2_password` scramble (its fast path): SHA256(password) XOR
+/// SHA256(SHA256(SHA256(password)) . nonce); empty for an empty password.
+pub fn caching_sha2_scramble(password: &[u8], nonce: &[u8]) -> Vec<u8> {
+    use sha2::Sha256;
+    if password.is_empty() {
+        return Vec::new();
+    }
+    let h1 = Sha256::digest(password);
+    let h2 = Sha256::digest(h1);
+    let mut m = Sha256::new();
+    m.update(h2);
+    m.update(nonce);
+    let h3 = m.finalize();
+    h1.iter().zip(h3.iter()).map(|(a, b)| a ^ b).collect()
+}
+
 /// The parts of a server greeting a login needs.
 #[derive(Debug, Default)]
 pub struct Greeting {

@@ -48,6 +48,31 @@ pub fn rewrite(r: &Request, creds: &Credentials) -> Send {
     }
 }
 
+/// Appends what is sent for `r` to `out` (its captured bytes, but for AUTH, HELLO and the
+/// subscriptions: see [`rewrite`]); the replies it gets, or why it is not sent. No allocation
+/// for the common command.
+pub fn append(r: &Request, creds: &Credentials, out: &mut Vec<u8>) -> Result<usize, &'static str> {
+    let Some(name) = r.args().next() else {
+        out.extend_from_slice(&r.bytes);
+        return Ok(0);
+    };
+    let special = matches!(
+        name.first(),
+        Some(b'a' | b'A' | b'h' | b'H' | b'p' | b'P' | b's' | b'S' | b'u' | b'U')
+    );
+    if !special {
+        out.extend_from_slice(&r.bytes);
+        return Ok(1);
+    }
+    match rewrite(r, creds) {
+        Send::Bytes(b, n) => {
+            out.extend_from_slice(&b);
+            Ok(n)
+        }
+        Send::Dropped(why) => Err(why),
+    }
+}
+
 /// `[user] password` for AUTH, if a password is given.
 pub fn auth_args(creds: &Credentials) -> Option<Vec<String>> {
     let p = creds.password.clone()?;
@@ -87,10 +112,13 @@ fn hello(args: &[&[u8]], creds: &Credentials) -> Vec<u8> {
 /// WAIT): its reply is waited for at most the block wait.
 pub fn blocks(r: &Request) -> bool {
     let mut args = r.args();
-    let Some(name) = args.next().map(upper) else {
+    let Some(name) = args.next() else {
         return false;
     };
-    match name.as_slice() {
+    if !matches!(name.first(), Some(b'b' | b'B' | b'w' | b'W' | b'x' | b'X')) {
+        return false;
+    }
+    match upper(name).as_slice() {
         b"BLPOP" | b"BRPOP" | b"BRPOPLPUSH" | b"BLMOVE" | b"BLMPOP" | b"BZPOPMIN" | b"BZPOPMAX"
         | b"BZMPOP" | b"WAIT" | b"WAITAOF" => true,
         b"XREAD" | b"XREADGROUP" => args.any(|a| upper(a) == b"BLOCK"),
@@ -101,8 +129,9 @@ pub fn blocks(r: &Request) -> bool {
 /// The database a request selects, if it is a SELECT.
 pub fn selects(r: &Request) -> Option<Vec<u8>> {
     let mut args = r.args();
-    let name = args.next().map(upper)?;
-    (name == b"SELECT").then(|| args.next().map(<[u8]>::to_vec))?
+    let name = args.next()?;
+    name.eq_ignore_ascii_case(b"SELECT")
+        .then(|| args.next().map(<[u8]>::to_vec))?
 }
 
 #[cfg(test)]

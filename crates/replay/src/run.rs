@@ -3,20 +3,18 @@
 //! replies (closed loop). What it sends and receives is fed to a protocol session of the
 //! target, whose events go to the caller's sink on one collector thread.
 
-use std::io::{ErrorKind, Read, Write};
-use std::net::TcpStream;
-use std::os::unix::net::UnixStream;
+use std::io::ErrorKind;
 use std::path::PathBuf;
 use std::sync::atomic::AtomicU64;
 use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use proto::{ConnMeta, Direction, Endpoint, Health, QueryEvent, Session, SessionConfig, Sink};
+use proto::{ConnMeta, Direction, Health, QueryEvent, Session, SessionConfig, Sink};
 
 use crate::capture::Plan;
 use crate::fidelity::{Fidelity, Tally};
-use crate::redis::{self, Credentials, Send};
+use crate::redis::{self, Credentials};
 use crate::resp::{self, Frame};
 use crate::schedule::{self, Timing};
 
@@ -54,11 +52,45 @@ pub trait EventSink: std::marker::Send + 'static {
 /// Target events queued for the collector at most (a session waits when it is full).
 const EVENT_QUEUE: usize = 1 << 16;
 
-// Nearly every message is an event: boxing it would add an allocation per event.
-#[allow(clippy::large_enum_variant)]
+/// Events a session thread hands to the collector at once: one channel message (and at most
+/// one wake-up of the collector) per this many events, not per event.
+const EVENT_BATCH: usize = 64;
+
 enum Msg {
-    Event(QueryEvent),
+    Events(Vec<QueryEvent>),
     Close(u64, u64),
+}
+
+thread_local! {
+    /// This thread's session events not yet sent to the collector.
+    static PENDING: std::cell::RefCell<Vec<QueryEvent>> = const {
+        std::cell::RefCell::new(Vec::new())
+    };
+}
+
+/// Queues a target event for the collector (sent with the next [`EVENT_BATCH`]).
+fn send_event(tx: &mpsc::SyncSender<Msg>, ev: QueryEvent) {
+    PENDING.with_borrow_mut(|p| {
+        p.push(ev);
+        if p.len() >= EVENT_BATCH {
+            let _ = tx.send(Msg::Events(std::mem::take(p)));
+        }
+    });
+}
+
+/// Sends this thread's queued events.
+fn flush_events(tx: &mpsc::SyncSender<Msg>) {
+    PENDING.with_borrow_mut(|p| {
+        if !p.is_empty() {
+            let _ = tx.send(Msg::Events(std::mem::take(p)));
+        }
+    });
+}
+
+/// Tells the collector that connection `id` ended, after its queued events.
+fn send_close(tx: &mpsc::SyncSender<Msg>, id: u64, ts: u64) {
+    flush_events(tx);
+    let _ = tx.send(Msg::Close(id, ts));
 }
 
 /// What every session thread shares.
@@ -170,11 +202,11 @@ fn start<S: EventSink>(
     mut sink: S,
     mongo: mongo::Shared,
 ) -> (Arc<Ctx>, std::thread::JoinHandle<S>) {
-    let (tx, rx) = mpsc::sync_channel(EVENT_QUEUE);
+    let (tx, rx) = mpsc::sync_channel(EVENT_QUEUE / EVENT_BATCH);
     let collector = std::thread::spawn(move || {
         for m in rx {
             match m {
-                Msg::Event(ev) => sink.event(ev),
+                Msg::Events(evs) => evs.into_iter().for_each(|ev| sink.event(ev)),
                 Msg::Close(c, ts) => sink.close(c, ts),
             }
         }
@@ -267,107 +299,6 @@ fn release(ctx: &Ctx) {
     cv.notify_one();
 }
 
-enum Stream {
-    Tcp(TcpStream),
-    Unix(UnixStream),
-    Tls(Box<crate::tls::TlsStream>),
-}
-
-impl Stream {
-    fn connect(t: &Target) -> std::io::Result<Stream> {
-        Ok(match t {
-            Target::Tcp(a) => {
-                let s = TcpStream::connect(a)?;
-                s.set_nodelay(true)?;
-                Stream::Tcp(s)
-            }
-            Target::Unix(p) => Stream::Unix(UnixStream::connect(p)?),
-        })
-    }
-
-    fn set_timeout(&self, d: Duration) -> std::io::Result<()> {
-        let d = Some(d.max(Duration::from_millis(1)));
-        match self {
-            Stream::Tcp(s) => s.set_read_timeout(d),
-            Stream::Unix(s) => s.set_read_timeout(d),
-            Stream::Tls(s) => s.sock.set_read_timeout(d),
-        }
-    }
-
-    /// [`upgrade`](Stream::upgrade) in place (a connection already wrapped in a session).
-    fn upgrade_in_place(&mut self, tls: &crate::tls::Tls) -> std::io::Result<()> {
-        let Stream::Tcp(s) = self else {
-            return Err(std::io::Error::other("TLS needs a TCP target"));
-        };
-        let tcp = s.try_clone()?;
-        *self = Stream::Tls(Box::new(tls.connect(tcp)?));
-        Ok(())
-    }
-
-    /// The TLS handshake over this TCP connection (`--target-tls`).
-    fn upgrade(self, tls: &crate::tls::Tls) -> std::io::Result<Stream> {
-        match self {
-            Stream::Tcp(s) => Ok(Stream::Tls(Box::new(tls.connect(s)?))),
-            _ => Err(std::io::Error::other("TLS needs a TCP target")),
-        }
-    }
-
-    fn endpoints(&self) -> (Endpoint, Endpoint) {
-        let unknown = || Endpoint::unix("");
-        match self {
-            Stream::Tcp(s) => (
-                s.local_addr().map_or_else(|_| unknown(), Endpoint::from),
-                s.peer_addr().map_or_else(|_| unknown(), Endpoint::from),
-            ),
-            Stream::Tls(s) => (
-                s.sock
-                    .local_addr()
-                    .map_or_else(|_| unknown(), Endpoint::from),
-                s.sock
-                    .peer_addr()
-                    .map_or_else(|_| unknown(), Endpoint::from),
-            ),
-            Stream::Unix(s) => (
-                unknown(),
-                s.peer_addr()
-                    .ok()
-                    .and_then(|a| {
-                        a.as_pathname()
-                            .map(|p| Endpoint::unix(&p.to_string_lossy()))
-                    })
-                    .unwrap_or_else(unknown),
-            ),
-        }
-    }
-}
-
-impl Read for Stream {
-    fn read(&mut self, b: &mut [u8]) -> std::io::Result<usize> {
-        match self {
-            Stream::Tcp(s) => s.read(b),
-            Stream::Unix(s) => s.read(b),
-            Stream::Tls(s) => s.read(b),
-        }
-    }
-}
-
-impl Write for Stream {
-    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        match self {
-            Stream::Tcp(s) => s.write(b),
-            Stream::Unix(s) => s.write(b),
-            Stream::Tls(s) => s.write(b),
-        }
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        match self {
-            Stream::Tcp(s) => s.flush(),
-            Stream::Unix(s) => s.flush(),
-            Stream::Tls(s) => s.flush(),
-        }
-    }
-}
-
 /// The events of a target session, sent to the collector.
 struct ChanSink<'a> {
     tx: &'a mpsc::SyncSender<Msg>,
@@ -376,7 +307,7 @@ struct ChanSink<'a> {
 
 impl Sink for ChanSink<'_> {
     fn event(&mut self, ev: QueryEvent) {
-        let _ = self.tx.send(Msg::Event(ev));
+        send_event(self.tx, ev);
     }
     fn health(&mut self) -> &mut Health {
         &mut self.health
@@ -384,6 +315,8 @@ impl Sink for ChanSink<'_> {
 }
 
 mod conn;
+mod stream;
+use stream::Stream;
 pub mod live;
 mod mongo;
 mod my;
@@ -453,17 +386,20 @@ fn batches<'a>(
     }
 }
 
-/// Replays one session copy.
+/// Replays one session copy (its events all sent to the collector when it returns).
 fn run_session(ctx: &Ctx, plan: &Plan, offsets: &[u64]) -> Tally {
-    if plan.protocol == proto::Protocol::Mysql {
-        return my::run_session(ctx, plan, offsets);
-    }
-    if plan.protocol == proto::Protocol::Postgres {
-        return pg::run_session(ctx, plan, offsets);
-    }
-    if plan.protocol == proto::Protocol::Mongodb {
-        return mongo::run_session(ctx, plan, offsets);
-    }
+    let t = match plan.protocol {
+        proto::Protocol::Mysql => my::run_session(ctx, plan, offsets),
+        proto::Protocol::Postgres => pg::run_session(ctx, plan, offsets),
+        proto::Protocol::Mongodb => mongo::run_session(ctx, plan, offsets),
+        _ => redis_session(ctx, plan, offsets),
+    };
+    flush_events(&ctx.tx);
+    t
+}
+
+/// Replays one Redis session copy.
+fn redis_session(ctx: &Ctx, plan: &Plan, offsets: &[u64]) -> Tally {
     let mut t = Tally::default();
     let mut conn: Option<TargetConn> = None;
     let creds = ctx.opts.creds.for_user(plan.user.as_deref());
@@ -472,6 +408,7 @@ fn run_session(ctx: &Ctx, plan: &Plan, offsets: &[u64]) -> Tally {
         .as_ref()
         .filter(|_| !plan.saw_open)
         .map(|d| d.as_bytes().to_vec());
+    let mut out = Vec::new();
     for (batch, off) in batches(ctx, plan, offsets) {
         let late = ctx.wait_until(off);
         if conn.is_none() {
@@ -482,12 +419,11 @@ fn run_session(ctx: &Ctx, plan: &Plan, offsets: &[u64]) -> Tally {
             continue;
         };
         ctx.record_lag(&mut t, late);
-        let mut out = Vec::new();
+        out.clear();
         let (mut expect, mut blocking) = (0usize, false);
         for r in &batch.requests {
-            match redis::rewrite(r, &creds) {
-                Send::Bytes(b, n) => {
-                    out.extend_from_slice(&b);
+            match redis::append(r, &creds, &mut out) {
+                Ok(n) => {
                     expect += n;
                     t.sent += 1;
                     blocking |= redis::blocks(r);
@@ -495,7 +431,7 @@ fn run_session(ctx: &Ctx, plan: &Plan, offsets: &[u64]) -> Tally {
                         db = Some(d);
                     }
                 }
-                Send::Dropped(why) => t.skip(why, 1),
+                Err(why) => t.skip(why, 1),
             }
         }
         if out.is_empty() {
@@ -580,5 +516,5 @@ fn close_session(s: &mut dyn Session, id: u64, ctx: &Ctx) {
         health: Health::default(),
     };
     s.close(ts, &mut sink);
-    let _ = ctx.tx.send(Msg::Close(id, ts));
+    send_close(&ctx.tx, id, ts);
 }

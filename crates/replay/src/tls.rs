@@ -1,6 +1,7 @@
 //! TLS to the target (`--target-tls`): a rustls client (the `ring` provider: no system
 //! libraries to build) verifying the target's certificate against `--target-ca` or the system's
-//! roots, or not at all under `--target-insecure` (the handshake's signatures are still checked).
+//! roots, or not at all under `--target-insecure` (the handshake's signatures are still checked);
+//! with `--target-cert`/`--target-key`, dbtap shows its own client certificate.
 //! Redis speaks TLS from the first byte; MySQL and PostgreSQL upgrade after their SSLRequest.
 
 use std::io;
@@ -11,7 +12,7 @@ use std::sync::Arc;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::{CryptoProvider, verify_tls12_signature, verify_tls13_signature};
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::{
     ClientConfig, ClientConnection, DigitallySignedStruct, RootCertStore, SignatureScheme,
 };
@@ -25,6 +26,9 @@ pub struct TlsOptions {
     pub insecure: bool,
     /// The name the certificate must hold (else the target's host).
     pub server_name: Option<String>,
+    /// PEM files of dbtap's own certificate chain and its private key (`--target-cert`,
+    /// `--target-key`), for targets that require client certificates.
+    pub client_cert: Option<(PathBuf, PathBuf)>,
 }
 
 /// A ready client configuration and the name to verify.
@@ -51,15 +55,21 @@ impl Tls {
         let builder = ClientConfig::builder_with_provider(provider())
             .with_safe_default_protocol_versions()
             .map_err(|e| format!("--target-tls: {e}"))?;
-        let config = if o.insecure {
+        let builder = if o.insecure {
             builder
                 .dangerous()
                 .with_custom_certificate_verifier(Arc::new(NoVerify(provider())))
-                .with_no_client_auth()
         } else {
-            builder
-                .with_root_certificates(roots(o.ca.as_ref())?)
-                .with_no_client_auth()
+            builder.with_root_certificates(roots(o.ca.as_ref())?)
+        };
+        let config = match &o.client_cert {
+            None => builder.with_no_client_auth(),
+            Some((cert, key)) => {
+                let (chain, key) = client_identity(cert, key)?;
+                builder
+                    .with_client_auth_cert(chain, key)
+                    .map_err(|e| format!("--target-cert/--target-key: {e}"))?
+            }
         };
         Ok(Tls {
             config: Arc::new(config),
@@ -77,6 +87,26 @@ impl Tls {
         }
         Ok(s)
     }
+}
+
+/// The client certificate chain and private key (PEM: PKCS#8, PKCS#1 or SEC1 key).
+fn client_identity(
+    cert: &PathBuf,
+    key: &PathBuf,
+) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>), String> {
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
+        .map_err(|e| format!("--target-cert {}: {e}", cert.display()))?
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("--target-cert {}: {e}", cert.display()))?;
+    if chain.is_empty() {
+        return Err(format!(
+            "--target-cert {}: no certificate in it",
+            cert.display()
+        ));
+    }
+    let key = PrivateKeyDer::from_pem_file(key)
+        .map_err(|e| format!("--target-key {}: {e}", key.display()))?;
+    Ok((chain, key))
 }
 
 fn roots(ca: Option<&PathBuf>) -> Result<RootCertStore, String> {
@@ -175,6 +205,16 @@ mod tests {
             Tls::new(&missing, "127.0.0.1")
                 .unwrap_err()
                 .contains("--target-ca")
+        );
+        let no_cert = TlsOptions {
+            insecure: true,
+            client_cert: Some(("/nonexistent/c.pem".into(), "/nonexistent/k.pem".into())),
+            ..TlsOptions::default()
+        };
+        assert!(
+            Tls::new(&no_cert, "127.0.0.1")
+                .unwrap_err()
+                .contains("--target-cert")
         );
     }
 }

@@ -129,3 +129,24 @@ fn ed25519_signature_verifies() {
     assert!(vk.verify_strict(&[8u8; 32], &s).is_err());
     assert_ne!(ed25519_signature(b"other", &nonce), sig);
 }
+
+/// `caching_sha2_password`'s scramble against an independent implementation: vectors computed
+/// with PyMySQL 1.0.2 (`pymysql._auth.scramble_caching_sha2`). Untested against a MySQL 8
+/// server (none installs here; MariaDB has no such plugin).
+#[test]
+fn caching_sha2_scramble_matches_pymysql() {
+    let nonce: Vec<u8> = (1..=20).collect();
+    let hex = |v: Vec<u8>| v.iter().map(|b| format!("{b:02x}")).collect::<String>();
+    assert_eq!(
+        hex(caching_sha2_scramble(b"secret", &nonce)),
+        "746ebe205d56a0707acb3e796e834e0dd7b1d61743b26bd5202c7a623230c7c9"
+    );
+    assert_eq!(
+        hex(caching_sha2_scramble(
+            b"my-secret-pw",
+            b"abcdefghijklmnopqrst"
+        )),
+        "0fb6a4e36d251a85b81e511e96a77e564e8076644031bb6e019b611b7ee3ef41"
+    );
+    assert!(caching_sha2_scramble(b"", &nonce).is_empty());
+}

@@ -16,6 +16,8 @@ pub(super) struct TargetConn {
     stream: Stream,
     session: Box<dyn Session>,
     rbuf: Vec<u8>,
+    /// What each read reads into (allocated once).
+    buf: Vec<u8>,
     /// Replies still owed from earlier batches (a reply timeout carries them over).
     owed: usize,
 }
@@ -53,6 +55,7 @@ impl TargetConn {
             stream,
             session,
             rbuf: Vec::new(),
+            buf: vec![0u8; 64 << 10],
             owed: 0,
         };
         if n > 0 {
@@ -102,7 +105,6 @@ impl TargetConn {
             ctx.opts.reply_timeout
         };
         let deadline = Instant::now() + wait;
-        let mut buf = vec![0u8; 64 << 10];
         while self.owed > 0 {
             let Some(left) = deadline.checked_duration_since(Instant::now()) else {
                 return self.timed_out(blocking, t);
@@ -110,7 +112,7 @@ impl TargetConn {
             if self.stream.set_timeout(left).is_err() {
                 return false;
             }
-            let k = match self.stream.read(&mut buf) {
+            let k = match self.stream.read(&mut self.buf) {
                 Ok(0) => {
                     t.skip("connection_closed_by_target", 1);
                     return false;
@@ -122,7 +124,7 @@ impl TargetConn {
                     return false;
                 }
             };
-            let got = buf.get(..k).unwrap_or_default();
+            let got = self.buf.get(..k).unwrap_or_default();
             feed(
                 self.session.as_mut(),
                 Direction::ToClient,
@@ -158,7 +160,6 @@ impl TargetConn {
     /// Keeps the connection open until `off_ns` from the replay's start (the captured
     /// connection's end), reading what the server pushes (a subscriber's messages).
     pub(super) fn hold_until(&mut self, ctx: &Ctx, off_ns: u64) {
-        let mut buf = vec![0u8; 64 << 10];
         loop {
             let now = ctx.start.elapsed().as_nanos() as u64;
             if now >= off_ns
@@ -169,10 +170,10 @@ impl TargetConn {
             {
                 return;
             }
-            match self.stream.read(&mut buf) {
+            match self.stream.read(&mut self.buf) {
                 Ok(0) => return,
                 Ok(k) => {
-                    let got = buf.get(..k).unwrap_or_default();
+                    let got = self.buf.get(..k).unwrap_or_default();
                     feed(
                         self.session.as_mut(),
                         Direction::ToClient,

@@ -20,7 +20,7 @@ struct ChanSink<'a> {
 
 impl Sink for ChanSink<'_> {
     fn event(&mut self, ev: QueryEvent) {
-        let _ = self.tx.send(Msg::Event(ev));
+        super::send_event(self.tx, ev);
     }
     fn health(&mut self) -> &mut Health {
         &mut self.health
@@ -33,6 +33,8 @@ struct Conn {
     session: Box<dyn Session>,
     /// Server bytes read and not yet split into messages.
     inbuf: Vec<u8>,
+    /// Where the first message not yet returned starts in `inbuf`.
+    at: usize,
     buf: Vec<u8>,
 }
 
@@ -58,15 +60,29 @@ impl Conn {
         Ok(())
     }
 
-    /// The next whole server message (type, body), its bytes fed to the session.
+    /// The next whole server message (type, body).
     fn next(&mut self, ctx: &Ctx, deadline: Instant) -> Result<(u8, Vec<u8>), Stop> {
+        let (t, body) = self.next_msg(ctx, deadline)?;
+        Ok((t, self.inbuf.get(body).unwrap_or_default().to_vec()))
+    }
+
+    /// The next whole server message: its type and where its body is in `inbuf` (valid until
+    /// the next call). Every read is fed to the session as it comes, whole; nothing is copied
+    /// but into `inbuf`.
+    fn next_msg(
+        &mut self,
+        ctx: &Ctx,
+        deadline: Instant,
+    ) -> Result<(u8, std::ops::Range<usize>), Stop> {
         loop {
-            if let Some((t, body, used)) = server_message(&self.inbuf) {
-                let body = body.to_vec();
-                let raw: Vec<u8> = self.inbuf.drain(..used).collect();
-                self.feed(ctx, Direction::ToClient, &raw);
+            let rest = self.inbuf.get(self.at..).unwrap_or_default();
+            if let Some((t, _, used)) = server_message(rest) {
+                let body = self.at + 5..self.at + used;
+                self.at += used;
                 return Ok((t, body));
             }
+            self.inbuf.drain(..self.at.min(self.inbuf.len()));
+            self.at = 0;
             let left = deadline
                 .checked_duration_since(Instant::now())
                 .ok_or(Stop::Timeout)?;
@@ -74,8 +90,14 @@ impl Conn {
             match self.stream.read(&mut self.buf) {
                 Ok(0) => return Err(Stop::Closed),
                 Ok(k) => {
-                    let got = self.buf.get(..k).unwrap_or_default().to_vec();
-                    self.inbuf.extend_from_slice(&got);
+                    let got = self.buf.get(..k).unwrap_or_default();
+                    let mut s = ChanSink {
+                        tx: &ctx.tx,
+                        health: Health::default(),
+                    };
+                    self.session
+                        .feed(Direction::ToClient, got, ctx.now_ns(), &mut s);
+                    self.inbuf.extend_from_slice(got);
                 }
                 Err(e) if is_timeout(&e) => return Err(Stop::Timeout),
                 Err(_) => return Err(Stop::Lost),
@@ -96,6 +118,7 @@ impl Conn {
             stream,
             session,
             inbuf: Vec::new(),
+            at: 0,
             buf: vec![0u8; 64 << 10],
         };
         let deadline = Instant::now() + ctx.opts.reply_timeout.max(Duration::from_secs(5));
@@ -168,9 +191,9 @@ impl Conn {
         let deadline = Instant::now() + ctx.opts.reply_timeout;
         let mut got = 0;
         while got < expect {
-            match self.next(ctx, deadline) {
-                Ok((b'Z', _)) => got += 1,
-                Ok((b'G', _)) => {
+            match self.next_msg(ctx, deadline).map(|(t, _)| t) {
+                Ok(b'Z') => got += 1,
+                Ok(b'G') => {
                     // COPY FROM STDIN: its captured data, or (none captured) a CopyFail.
                     let fail;
                     let m = match copy {
