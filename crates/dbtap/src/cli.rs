@@ -162,7 +162,7 @@ pub struct LiveArgs {
 
     /// Columns of the interval lines, comma separated, from: time, server, count, qps, avg,
     /// p50, p95, p99, max, svc_avg, svc_p50, svc_p95, svc_p99, svc_max, errors, pkts_in,
-    /// pkts_out, mbps_in, mbps_out, drops, conns. avg..max are response times as the client saw
+    /// pkts_out, mbps_in, mbps_out, drops, conns, pause_ms. avg..max are response times as the client saw
     /// them; svc_avg..svc_max are service times (without queueing behind earlier requests on
     /// the same connection, as the digest ranks by).
     #[arg(
@@ -233,6 +233,9 @@ pub enum Field {
     MbpsOut,
     Drops,
     Conns,
+    /// The packet reader's longest pause in the interval, ms (how long the capture ring went
+    /// unread while packets waited; long pauses before drops mean a starved agent).
+    PauseMs,
 }
 
 /// Parses `500ms`, `10s`, `5m`, `1h`, `1h30m`, or a plain number of seconds.

@@ -52,7 +52,8 @@ mod sys;
 
 pub use bpf::{FilterSpec, Insn, and, compile_expr, sample_keeps, servers_filter};
 pub use ring::{
-    Packet, Ring, RingConfig, RingStats, interface_index, loopback_index, open_group, walk_block,
+    LONG_PAUSE_NS, Packet, Ring, RingConfig, RingStats, block_wait_ns, interface_index,
+    loopback_index, open_group, walk_block,
 };
 
 /// The link type of [`Packet::data`]: raw IP (LINKTYPE_RAW), whatever the device.
