@@ -82,6 +82,13 @@ pub struct CaptureArgs {
     #[arg(long = "ring-mb", default_value_t = 32, value_name = "MIB")]
     pub ring_mb: u32,
 
+    /// The capture threads' scheduling: `normal` (as started), `nice` (nice -10), `fifo`
+    /// (real-time SCHED_FIFO priority 1: a thread runs as soon as packets wake it, so a busy
+    /// host does not starve it into drops). `nice` and `fifo` need CAP_SYS_NICE; without it
+    /// the threads stay normal and stderr says so.
+    #[arg(long = "reader-priority", value_enum, default_value_t = ReaderPriorityArg::Normal, value_name = "HOW")]
+    pub reader_priority: ReaderPriorityArg,
+
     /// Where connections are read. `packet`: network packets (AF_PACKET; plaintext TCP only).
     /// `ebpf`: the server processes' sockets, traced in the kernel (Unix sockets, TCP, and TLS
     /// plaintext from the libssl they map; needs root or CAP_BPF+CAP_PERFMON). `auto`: packets
@@ -206,6 +213,14 @@ pub enum Source {
     /// Packets for plaintext TCP, eBPF for Unix sockets and TLS (packets only where eBPF
     /// cannot run).
     Auto,
+}
+
+/// `--reader-priority`.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReaderPriorityArg {
+    Normal,
+    Nice,
+    Fifo,
 }
 
 /// Interval line columns.

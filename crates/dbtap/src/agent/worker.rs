@@ -232,10 +232,14 @@ pub(super) fn spawn(
         };
         let (ctl, tx) = (Arc::clone(ctl), tx.clone());
         let name = c.interface.clone();
+        let prio = reader_priority(c.reader_priority);
         handles.push(
             std::thread::Builder::new()
                 .name(format!("dbtap-capture-{i}"))
                 .spawn(move || {
+                    if let Err(e) = live::set_reader_priority(prio) {
+                        eprintln!("dbtap: capture thread {i} keeps its priority ({e})");
+                    }
                     let engine = Engine::new(&settings, flow_cfg, consumer);
                     worker(i, ring, engine, writer, ctl, tx, name)
                 })
@@ -243,6 +247,16 @@ pub(super) fn spawn(
         );
     }
     Ok(handles)
+}
+
+/// What `--reader-priority` asks for.
+fn reader_priority(p: crate::cli::ReaderPriorityArg) -> live::ReaderPriority {
+    use crate::cli::ReaderPriorityArg as A;
+    match p {
+        A::Normal => live::ReaderPriority::Normal,
+        A::Nice => live::ReaderPriority::Nice(-10),
+        A::Fifo => live::ReaderPriority::Fifo(1),
+    }
 }
 
 /// The `--write` file set of a worker, which stops writing (and says why, once) at the first
