@@ -14,7 +14,9 @@ Checked:
   the text health block's reader line show the drops and the pause together, and fewer SETs are
   counted than the server answered;
 - the same traffic without a stop: no drops, every SET counted, no pause anywhere near a stop
-  (under 500 ms: the machine is shared, so a short scheduling delay is allowed).
+  (under 500 ms: the machine is shared, so a short scheduling delay is allowed);
+- the capture thread runs at SCHED_FIFO by default as root (`--reader-priority auto`), and at
+  the normal policy with `--reader-priority normal` (read from /proc, not from dbtap).
 """
 
 from __future__ import annotations
@@ -210,3 +212,23 @@ def test_unstopped_reader_drops_nothing_and_pauses_briefly(redis_srv):
     assert sets_counted(d) == truth, (sets_counted(d), truth)
     assert cap["reader_pause_max_ms"] < 500, cap
     assert max(interval_pauses(live.stdout)) < 500, live.stdout
+
+
+def capture_thread_policy(pid: int) -> int:
+    """The scheduling policy (proc(5) stat field 41: 0 normal, 1 SCHED_FIFO) of dbtap's
+    capture thread."""
+    for t in Path(f"/proc/{pid}/task").iterdir():
+        if (t / "comm").read_text().strip() == "dbtap-capture-0":
+            stat = (t / "stat").read_text()
+            return int(stat[stat.rindex(")") + 2:].split()[38])
+    raise AssertionError("no dbtap-capture-0 thread")
+
+
+@pytest.mark.parametrize("extra,policy", [([], 1), (["--reader-priority", "fifo"], 1),
+                                          (["--reader-priority", "normal"], 0)])
+def test_reader_priority(redis_srv, extra, policy):
+    with Live("-i", "lo", "--port", str(PORT), "--interval", "0", *extra) as live:
+        time.sleep(0.3)
+        assert capture_thread_policy(live.pid) == policy
+        live.stop()
+    assert live.rc == 0 and "keeps its priority" not in live.stderr, live.stderr

@@ -84,9 +84,10 @@ pub struct CaptureArgs {
 
     /// The capture threads' scheduling: `normal` (as started), `nice` (nice -10), `fifo`
     /// (real-time SCHED_FIFO priority 1: a thread runs as soon as packets wake it, so a busy
-    /// host does not starve it into drops). `nice` and `fifo` need CAP_SYS_NICE; without it
-    /// the threads stay normal and stderr says so.
-    #[arg(long = "reader-priority", value_enum, default_value_t = ReaderPriorityArg::Normal, value_name = "HOW")]
+    /// host does not starve it into drops), `auto` (`fifo` where permitted, else `normal`,
+    /// silently). `nice` and `fifo` need CAP_SYS_NICE; without it the threads stay normal and
+    /// stderr says so.
+    #[arg(long = "reader-priority", value_enum, default_value_t = ReaderPriorityArg::Auto, value_name = "HOW")]
     pub reader_priority: ReaderPriorityArg,
 
     /// Where connections are read. `packet`: network packets (AF_PACKET; plaintext TCP only).
@@ -218,6 +219,7 @@ pub enum Source {
 /// `--reader-priority`.
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ReaderPriorityArg {
+    Auto,
     Normal,
     Nice,
     Fifo,

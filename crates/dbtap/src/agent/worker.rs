@@ -232,12 +232,14 @@ pub(super) fn spawn(
         };
         let (ctl, tx) = (Arc::clone(ctl), tx.clone());
         let name = c.interface.clone();
-        let prio = reader_priority(c.reader_priority);
+        let (prio, c_prio) = (reader_priority(c.reader_priority), c.reader_priority);
         handles.push(
             std::thread::Builder::new()
                 .name(format!("dbtap-capture-{i}"))
                 .spawn(move || {
-                    if let Err(e) = live::set_reader_priority(prio) {
+                    if let Err(e) = live::set_reader_priority(prio)
+                        && c_prio != crate::cli::ReaderPriorityArg::Auto
+                    {
                         eprintln!("dbtap: capture thread {i} keeps its priority ({e})");
                     }
                     let engine = Engine::new(&settings, flow_cfg, consumer);
@@ -255,7 +257,7 @@ fn reader_priority(p: crate::cli::ReaderPriorityArg) -> live::ReaderPriority {
     match p {
         A::Normal => live::ReaderPriority::Normal,
         A::Nice => live::ReaderPriority::Nice(-10),
-        A::Fifo => live::ReaderPriority::Fifo(1),
+        A::Fifo | A::Auto => live::ReaderPriority::Fifo(1),
     }
 }
 
