@@ -82,6 +82,14 @@ pub struct CaptureArgs {
     #[arg(long = "ring-mb", default_value_t = 32, value_name = "MIB")]
     pub ring_mb: u32,
 
+    /// The capture threads' scheduling: `normal` (as started), `nice` (nice -10), `fifo`
+    /// (real-time SCHED_FIFO priority 1: a thread runs as soon as packets wake it, so a busy
+    /// host does not starve it into drops), `auto` (`fifo` where permitted, else `normal`,
+    /// silently). `nice` and `fifo` need CAP_SYS_NICE; without it the threads stay normal and
+    /// stderr says so.
+    #[arg(long = "reader-priority", value_enum, default_value_t = ReaderPriorityArg::Auto, value_name = "HOW")]
+    pub reader_priority: ReaderPriorityArg,
+
     /// Where connections are read. `packet`: network packets (AF_PACKET; plaintext TCP only).
     /// `ebpf`: the server processes' sockets, traced in the kernel (Unix sockets, TCP, and TLS
     /// plaintext from the libssl they map; needs root or CAP_BPF+CAP_PERFMON). `auto`: packets
@@ -162,7 +170,7 @@ pub struct LiveArgs {
 
     /// Columns of the interval lines, comma separated, from: time, server, count, qps, avg,
     /// p50, p95, p99, max, svc_avg, svc_p50, svc_p95, svc_p99, svc_max, errors, pkts_in,
-    /// pkts_out, mbps_in, mbps_out, drops, conns. avg..max are response times as the client saw
+    /// pkts_out, mbps_in, mbps_out, drops, conns, pause_ms. avg..max are response times as the client saw
     /// them; svc_avg..svc_max are service times (without queueing behind earlier requests on
     /// the same connection, as the digest ranks by).
     #[arg(
@@ -208,6 +216,15 @@ pub enum Source {
     Auto,
 }
 
+/// `--reader-priority`.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReaderPriorityArg {
+    Auto,
+    Normal,
+    Nice,
+    Fifo,
+}
+
 /// Interval line columns.
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 #[value(rename_all = "snake_case")]
@@ -233,6 +250,9 @@ pub enum Field {
     MbpsOut,
     Drops,
     Conns,
+    /// The packet reader's longest pause in the interval, ms (how long the capture ring went
+    /// unread while packets waited; long pauses before drops mean a starved agent).
+    PauseMs,
 }
 
 /// Parses `500ms`, `10s`, `5m`, `1h`, `1h30m`, or a plain number of seconds.

@@ -451,6 +451,7 @@ fn ctx(time: &str, secs: f64, no_servers: bool, by: TimelineBy) -> LineCtx<'_> {
         sample: 1,
         drops: 0,
         conns: 0,
+        pause_ns: 0,
         no_servers,
         offline: Some(Offline {
             per_group: by == TimelineBy::Group,

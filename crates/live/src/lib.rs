@@ -47,12 +47,15 @@
 #![deny(unsafe_code)]
 
 pub mod bpf;
+mod prio;
 mod ring;
 mod sys;
 
 pub use bpf::{FilterSpec, Insn, and, compile_expr, sample_keeps, servers_filter};
+pub use prio::{ReaderPriority, set_reader_priority};
 pub use ring::{
-    Packet, Ring, RingConfig, RingStats, interface_index, loopback_index, open_group, walk_block,
+    LONG_PAUSE_NS, Packet, Ring, RingConfig, RingStats, block_wait_ns, interface_index,
+    loopback_index, open_group, walk_block,
 };
 
 /// The link type of [`Packet::data`]: raw IP (LINKTYPE_RAW), whatever the device.

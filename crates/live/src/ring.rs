@@ -75,7 +75,20 @@ pub struct RingStats {
     /// ready, and skipped ahead to the oldest ready block (see [`Ring::poll`]). The kernel
     /// fills blocks in order, so this should stay 0; it is counted so that it would show.
     pub resyncs: u64,
+    /// The reader's longest pause: the longest a retired block (packets waiting) stayed in
+    /// the ring before the reader read it, in nanoseconds, measured from the block's last
+    /// packet. A stopped, starved or busy reader shows here; the kernel drops packets once a
+    /// pause lasts longer than the ring holds at the traffic's rate.
+    pub pause_max_ns: u64,
+    /// Reads that came after a pause of at least [`LONG_PAUSE_NS`] (one per return of the
+    /// reader to a ring with blocks that waited that long).
+    pub long_pauses: u64,
+    /// The ring's size in bytes (blocks times block size).
+    pub ring_bytes: u64,
 }
+
+/// A reader pause at least this long (100 ms) is counted in [`RingStats::long_pauses`].
+pub const LONG_PAUSE_NS: u64 = 100_000_000;
 
 /// A TPACKET_V3 receive ring on one AF_PACKET socket.
 pub struct Ring {
@@ -87,6 +100,8 @@ pub struct Ring {
     /// The block the reader waits on next (crate-visible for the tests).
     pub(crate) cur: usize,
     stats: RingStats,
+    /// The longest block wait since [`Ring::take_interval_pause`] was last called, ns.
+    interval_pause_ns: u64,
     ifindex: i32,
 }
 
@@ -243,7 +258,11 @@ impl Ring {
             block_size,
             block_count,
             cur: 0,
-            stats: RingStats::default(),
+            stats: RingStats {
+                ring_bytes: (block_size * block_count) as u64,
+                ..RingStats::default()
+            },
+            interval_pause_ns: 0,
             ifindex,
         })
     }
@@ -332,17 +351,39 @@ impl Ring {
     fn drain(&mut self, f: &mut impl FnMut(&Packet<'_>)) -> Option<usize> {
         let mut blocks = 0;
         let mut handed = 0;
+        let mut longest = 0;
         while blocks < self.block_count {
             let off = self.cur * self.block_size;
             if self.map.block_status(off) & libc::TP_STATUS_USER == 0 {
                 break;
             }
-            handed += walk_block(self.map.block(off, self.block_size), &mut *f);
+            let block = self.map.block(off, self.block_size);
+            // One clock read per block (1 MiB by default), before the block is walked: the
+            // wait is how long the block sat retired, not how long the walk took.
+            longest = longest.max(block_wait_ns(block, realtime_ns()));
+            handed += walk_block(block, &mut *f);
             self.map.release(off);
             self.cur = (self.cur + 1) % self.block_count;
             blocks += 1;
         }
+        if blocks > 0 {
+            self.note_pause(longest);
+        }
         (blocks > 0).then_some(handed)
+    }
+
+    fn note_pause(&mut self, ns: u64) {
+        self.stats.pause_max_ns = self.stats.pause_max_ns.max(ns);
+        self.interval_pause_ns = self.interval_pause_ns.max(ns);
+        if ns >= LONG_PAUSE_NS {
+            self.stats.long_pauses += 1;
+        }
+    }
+
+    /// The reader's longest pause since the last call (or since the ring opened), ns; the
+    /// next period starts at 0.
+    pub fn take_interval_pause(&mut self) -> u64 {
+        std::mem::take(&mut self.interval_pause_ns)
     }
 
     /// Kernel counters accumulated since the ring was opened (the kernel resets its own on
@@ -401,6 +442,30 @@ fn u32_at(b: &[u8], off: usize) -> Option<u32> {
     Some(u32::from_ne_bytes(
         b.get(off..off.checked_add(4)?)?.try_into().ok()?,
     ))
+}
+
+/// The wall clock, ns since the epoch (the clock of the kernel's packet timestamps).
+fn realtime_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
+/// How long a retired block has waited to be read at `now_ns` (wall clock, ns since the
+/// epoch): from `ts_last_pkt` of its `tpacket_hdr_v1` (at 40: seconds, then nanoseconds at 44),
+/// which is when the kernel closed a full block. A block retired by the timeout also counts
+/// up to `retire_ms` before it was handed over. 0 for an empty or short block, or a clock that
+/// went back.
+pub fn block_wait_ns(block: &[u8], now_ns: u64) -> u64 {
+    let (Some(num), Some(sec), Some(nsec)) =
+        (u32_at(block, 12), u32_at(block, 40), u32_at(block, 44))
+    else {
+        return 0;
+    };
+    if num == 0 {
+        return 0;
+    }
+    now_ns.saturating_sub(u64::from(sec) * 1_000_000_000 + u64::from(nsec))
 }
 
 /// Hands every packet of one TPACKET_V3 block to `f`; returns how many it handed.

@@ -356,3 +356,23 @@ pub(crate) fn pcap_compile(
         out
     }
 }
+
+/// `setpriority(PRIO_PROCESS, gettid(), nice)`: the calling thread's nice value (Linux
+/// schedules threads on their own; a negative value needs CAP_SYS_NICE).
+pub(crate) fn set_thread_nice(nice: c_int) -> io::Result<()> {
+    // SAFETY: gettid has no preconditions and cannot fail.
+    let tid = unsafe { libc::gettid() };
+    // SAFETY: a system call on the calling thread's own id; no memory is passed.
+    cvt(unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, nice) }).map(drop)
+}
+
+/// `sched_setscheduler(0, SCHED_FIFO, prio)`: the calling thread (pid 0 is the caller's own
+/// thread on Linux) in the real-time FIFO class at `prio` (needs CAP_SYS_NICE or
+/// RLIMIT_RTPRIO).
+pub(crate) fn set_thread_fifo(prio: c_int) -> io::Result<()> {
+    let param = libc::sched_param {
+        sched_priority: prio,
+    };
+    // SAFETY: `param` is a valid sched_param that outlives the call, which only reads it.
+    cvt(unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) }).map(drop)
+}

@@ -818,3 +818,95 @@ fn reader_behind_the_kernel_skips_ahead_to_the_ready_block() {
     assert!(ring.cur < 3, "reading went on from the ready blocks");
     drop((client, server));
 }
+
+// ---------------------------------------------------------------- reader pauses
+
+/// A block with `n` packets whose last one the kernel stamped `sec`.`nsec`.
+fn block_stamped(n: u32, sec: u32, nsec: u32) -> Vec<u8> {
+    let mut b = vec![0u8; 64];
+    b[12..16].copy_from_slice(&n.to_ne_bytes());
+    b[40..44].copy_from_slice(&sec.to_ne_bytes());
+    b[44..48].copy_from_slice(&nsec.to_ne_bytes());
+    b
+}
+
+#[test]
+fn block_wait_counts_from_the_last_packet() {
+    let now = 1_700_000_001_250_000_000;
+    assert_eq!(
+        crate::block_wait_ns(&block_stamped(3, 1_700_000_000, 500_000_000), now),
+        750_000_000
+    );
+    // Empty, short, or stamped after "now" (a clock that went back): no wait.
+    assert_eq!(crate::block_wait_ns(&block_stamped(0, 1, 0), now), 0);
+    assert_eq!(crate::block_wait_ns(&[0u8; 44], now), 0);
+    assert_eq!(
+        crate::block_wait_ns(&block_stamped(1, 1_800_000_000, 0), now),
+        0
+    );
+}
+
+proptest! {
+    #[test]
+    fn block_wait_never_panics(block in proptest::collection::vec(any::<u8>(), 0..96), now in any::<u64>()) {
+        let w = crate::block_wait_ns(&block, now);
+        prop_assert!(w <= now);
+    }
+}
+
+#[test]
+fn a_reader_that_does_not_read_shows_its_pause() {
+    use std::io::{Read, Write};
+    use std::time::Duration;
+
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let spec = FilterSpec {
+        ports: vec![port],
+        loopback_ifindex: crate::loopback_index(),
+        ..FilterSpec::default()
+    };
+    let cfg = crate::RingConfig {
+        interface: "lo".into(),
+        block_size: 128 << 10,
+        block_count: 4,
+        retire_ms: 10,
+        fanout_group: None,
+    };
+    let Some(mut ring) = lo_ring(&cfg, &spec) else {
+        return;
+    };
+    assert_eq!(ring.stats().unwrap().ring_bytes, 512 << 10);
+    let mut client = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let (mut server, _) = listener.accept().unwrap();
+    let mut got = [0u8; 5];
+    client.write_all(b"first").unwrap();
+    server.read_exact(&mut got).unwrap();
+    // The reader looks away for 400 ms while a block waits.
+    std::thread::sleep(Duration::from_millis(400));
+    let n = ring.poll(Duration::from_millis(100), |_| {}).unwrap();
+    assert!(n >= 1, "the packets were read");
+    let paused = ring.take_interval_pause();
+    let s = ring.stats().unwrap();
+    assert!(
+        (300_000_000..5_000_000_000).contains(&paused),
+        "pause {paused} ns"
+    );
+    assert_eq!(s.pause_max_ns, paused);
+    assert_eq!(s.long_pauses, 1);
+    // Now the reader waits in poll when the next packets come: no long pause.
+    let waiter = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(50));
+        client.write_all(b"again").unwrap();
+        client
+    });
+    let mut handed = 0;
+    while handed == 0 {
+        handed = ring.poll(Duration::from_secs(2), |_| {}).unwrap();
+    }
+    let client = waiter.join().unwrap();
+    server.read_exact(&mut got).unwrap();
+    assert!(ring.take_interval_pause() < 100_000_000);
+    assert_eq!(ring.stats().unwrap().long_pauses, 1);
+    drop((client, server));
+}

@@ -20,8 +20,10 @@
 pub mod codes;
 pub mod dims;
 pub mod http;
+pub mod pause;
 pub mod process;
 pub mod prom;
 
 pub use http::{Provider, Server, Window, serve};
+pub use pause::{ReaderPause, write_reader_pause};
 pub use prom::{AgentInfo, Exporter, KernelStats};

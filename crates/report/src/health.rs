@@ -94,6 +94,15 @@ pub struct LiveHealth {
     /// was multiplied by N, so counts are estimates. 0 or 1: everything was captured. Not a
     /// counter: merged by maximum.
     pub sampled_one_in: u32,
+    /// The packet reader's longest pause, ms: the longest a block of the capture ring waited
+    /// to be read. Drops after long pauses mean a starved or stopped agent; drops with short
+    /// pauses, bursts beyond the ring. Not a counter: merged by maximum.
+    pub reader_pause_max_ms: u64,
+    /// How many times the reader came back to the ring after a pause of 100 ms or more.
+    pub reader_long_pauses: u64,
+    /// The capture rings' size, MiB (every capture thread's ring); 0 without a packet ring
+    /// (the eBPF source, capture files), when none of the reader fields is shown.
+    pub ring_mb: u64,
 }
 
 /// Connections that arrived as byte streams with exact gaps (the eBPF source: Unix sockets, TLS
@@ -480,6 +489,9 @@ impl CaptureHealth {
         if let Some(l) = &o.live {
             let mine = self.live.get_or_insert_with(LiveHealth::default);
             mine.sampled_one_in = mine.sampled_one_in.max(l.sampled_one_in);
+            mine.reader_pause_max_ms = mine.reader_pause_max_ms.max(l.reader_pause_max_ms);
+            mine.reader_long_pauses = mine.reader_long_pauses.saturating_add(l.reader_long_pauses);
+            mine.ring_mb = mine.ring_mb.saturating_add(l.ring_mb);
         }
         self.first_ts_ns = match (self.first_ts_ns, o.first_ts_ns) {
             (Some(a), Some(b)) => Some(a.min(b)),
@@ -547,6 +559,12 @@ impl Serialize for CaptureHealth {
                 m.serialize_entry(c.name, &v)?;
             }
         }
+        if let Some(l) = self.live.as_ref().filter(|l| l.ring_mb > 0) {
+            // A packet ring's reader only (not the eBPF source).
+            m.serialize_entry("reader_pause_max_ms", &l.reader_pause_max_ms)?;
+            m.serialize_entry("reader_long_pauses", &l.reader_long_pauses)?;
+            m.serialize_entry("ring_mb", &l.ring_mb)?;
+        }
         let sampled = self.sampled_one_in();
         if sampled > 1 {
             m.serialize_entry("sampled_one_in", &sampled)?;
@@ -584,6 +602,15 @@ impl<'de> Visitor<'de> for HealthVisitor {
                     h.live
                         .get_or_insert_with(LiveHealth::default)
                         .sampled_one_in = v;
+                }
+                "reader_pause_max_ms" | "reader_long_pauses" | "ring_mb" => {
+                    let v: u64 = map.next_value()?;
+                    let l = h.live.get_or_insert_with(LiveHealth::default);
+                    *match key.as_str() {
+                        "reader_pause_max_ms" => &mut l.reader_pause_max_ms,
+                        "reader_long_pauses" => &mut l.reader_long_pauses,
+                        _ => &mut l.ring_mb,
+                    } = v;
                 }
                 name => match counter(name) {
                     Some(c) => {
@@ -684,6 +711,48 @@ mod tests {
                 c.name
             );
         }
+    }
+
+    #[test]
+    fn json_round_trip_keeps_the_reader_pauses() {
+        let mut h = every_counter_set();
+        h.live = Some(LiveHealth {
+            kernel_drops: 3,
+            sampled_one_in: 0,
+            reader_pause_max_ms: 512,
+            reader_long_pauses: 2,
+            ring_mb: 32,
+        });
+        let s = serde_json::to_string(&h).unwrap_or_default();
+        assert!(
+            s.contains("\"reader_pause_max_ms\":512,\"reader_long_pauses\":2,\"ring_mb\":32"),
+            "{s}"
+        );
+        let back: CaptureHealth = serde_json::from_str(&s).unwrap_or_default();
+        assert_eq!(back, h);
+        // Two capture threads: the longest pause, the pauses and the rings added up.
+        let mut m = h.clone();
+        m.add(&CaptureHealth {
+            live: Some(LiveHealth {
+                reader_pause_max_ms: 7,
+                reader_long_pauses: 1,
+                ring_mb: 32,
+                ..LiveHealth::default()
+            }),
+            ..CaptureHealth::default()
+        });
+        let l = m.live.unwrap_or_default();
+        assert_eq!(
+            (l.reader_pause_max_ms, l.reader_long_pauses, l.ring_mb),
+            (512, 3, 64)
+        );
+        // Without a packet ring (the eBPF source) there are no reader fields.
+        let ebpf = CaptureHealth {
+            live: Some(LiveHealth::default()),
+            ..CaptureHealth::default()
+        };
+        let s = serde_json::to_string(&ebpf).unwrap_or_default();
+        assert!(!s.contains("reader_pause") && !s.contains("ring_mb"), "{s}");
     }
 
     #[test]

@@ -311,6 +311,23 @@ fn sum_rows(out: &mut impl Write, s: &Stats, whole: Option<&Stats>) -> io::Resul
     Ok(())
 }
 
+/// The packet reader's pauses, for a live capture that dropped packets or paused for long: a
+/// starved or stopped agent (long pauses) told from bursts beyond the ring (short ones).
+fn reader_pause_note(l: &crate::health::LiveHealth) -> String {
+    let why = if l.reader_long_pauses > 0 {
+        "dbtap did not read the ring for that long (a starved or stopped agent)"
+    } else {
+        "the reader kept up: bursts beyond the ring, or the kernel"
+    };
+    format!(
+        "capture reader: longest pause {} ms, {} pause{} of 100 ms or more, ring {} MiB: {why}",
+        thousands(l.reader_pause_max_ms),
+        thousands(l.reader_long_pauses),
+        if l.reader_long_pauses == 1 { "" } else { "s" },
+        l.ring_mb
+    )
+}
+
 fn health_block(
     out: &mut impl Write,
     p: &Painter,
@@ -338,6 +355,11 @@ fn health_block(
             h.sampled_one_in()
         );
         writeln!(out, "{}", p.yellow(&line))?;
+    }
+    if let Some(l) = h.live.as_ref().filter(|l| l.ring_mb > 0)
+        && (l.kernel_drops > 0 || l.reader_long_pauses > 0)
+    {
+        writeln!(out, "#   {}", reader_pause_note(l))?;
     }
     for c in COUNTERS {
         let Some(note) = c.note else { continue };

@@ -94,6 +94,15 @@ impl metrics::http::Provider for HttpProvider {
                 self.setup.sample.max(1),
                 &mut out,
             );
+            if snap.kernel.ring_bytes > 0 {
+                let pause = metrics::ReaderPause {
+                    interval_ns: snap.pause_ns,
+                    max_ns: snap.kernel.pause_max_ns,
+                    long_pauses: snap.kernel.long_pauses,
+                    ring_bytes: snap.kernel.ring_bytes,
+                };
+                metrics::write_reader_pause(pause, &mut out);
+            }
         }
         if let Some(f) = &self.fleet {
             super::fleet::metrics(f, &mut out);

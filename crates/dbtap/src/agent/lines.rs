@@ -44,6 +44,7 @@ pub(crate) fn field_header(f: Field, sampled: bool) -> &'static str {
         Field::MbpsOut => "Mbit_out/s",
         Field::Drops => "drops",
         Field::Conns => "conns",
+        Field::PauseMs => "pause_ms",
     }
 }
 
@@ -62,6 +63,8 @@ pub(crate) struct LineCtx<'a> {
     pub(crate) sample: u64,
     pub(crate) drops: u64,
     pub(crate) conns: usize,
+    /// The packet reader's longest pause during the interval, ns.
+    pub(crate) pause_ns: u64,
     /// No server has been seen yet: the one line shows "-" as its server.
     pub(crate) no_servers: bool,
     /// Lines of a capture file (`digest --timeline`): no kernel drops and no connection count
@@ -105,7 +108,7 @@ pub(crate) fn cell(f: Field, name: &str, w: &ServerWindow, c: &LineCtx<'_>) -> S
         Field::PktsIn | Field::PktsOut | Field::MbpsIn | Field::MbpsOut if no_packets => {
             "-".to_string()
         }
-        Field::Drops | Field::Conns if c.offline.is_some() => "-".to_string(),
+        Field::Drops | Field::Conns | Field::PauseMs if c.offline.is_some() => "-".to_string(),
         Field::Count => (w.count * c.sample).to_string(),
         Field::Qps => format!("{:.1}", per_s(w.count)),
         Field::Avg => us(w.latency.mean_ns().map(|m| m as u64)),
@@ -125,6 +128,7 @@ pub(crate) fn cell(f: Field, name: &str, w: &ServerWindow, c: &LineCtx<'_>) -> S
         Field::MbpsOut => format!("{:.2}", per_s(w.bytes_out) * 8.0 / 1e6),
         Field::Drops => c.drops.to_string(),
         Field::Conns => c.conns.to_string(),
+        Field::PauseMs => (c.pause_ns / 1_000_000).to_string(),
     }
 }
 
@@ -290,6 +294,7 @@ impl Lines {
             sample,
             drops,
             conns: iv.open_connections,
+            pause_ns: iv.pause_ns,
             no_servers: self.known_servers.is_empty(),
             offline: None,
         };
@@ -359,6 +364,7 @@ mod tests {
             sample: 4,
             drops: 0,
             conns: 3,
+            pause_ns: 0,
             no_servers: false,
             offline: None,
         };

@@ -21,6 +21,8 @@ pub(super) struct Snapshot {
     pub(super) total: Aggregator,
     pub(super) health: CaptureHealth,
     pub(super) kernel: live::RingStats,
+    /// The packet reader's longest pause during the last interval (any worker), ns.
+    pub(super) pause_ns: u64,
 }
 
 impl Snapshot {
@@ -33,6 +35,7 @@ impl Snapshot {
             total: Aggregator::new(agg_cfg.clone()),
             health: CaptureHealth::default(),
             kernel: live::RingStats::default(),
+            pause_ns: 0,
         }
     }
 }
@@ -43,6 +46,8 @@ pub(super) struct Interval {
     pub(super) servers: super::worker::ServerMap,
     pub(super) health: CaptureHealth,
     pub(super) ring: live::RingStats,
+    /// The packet reader's longest pause during the interval (any worker), ns.
+    pub(super) pause_ns: u64,
     pub(super) open_connections: usize,
     /// The workers' minute bins of the interval (history store), not yet merged.
     pub(super) minutes: Vec<(i64, Aggregator)>,
@@ -163,6 +168,7 @@ fn collect(
         servers: Default::default(),
         health: CaptureHealth::default(),
         ring: live::RingStats::default(),
+        pause_ns: 0,
         open_connections: 0,
         minutes: Vec::new(),
     };
@@ -179,6 +185,7 @@ fn collect(
                     out.servers.entry(k).or_default().merge(&v);
                 }
                 out.open_connections += r.open_connections;
+                out.pause_ns = out.pause_ns.max(r.pause_ns);
                 out.minutes.extend(r.minutes);
                 latest[i] = Some((r.health, r.ring));
                 if let Some(e) = r.error {
@@ -209,6 +216,9 @@ fn collect(
         out.ring.drops += r.drops;
         out.ring.freeze_q += r.freeze_q;
         out.ring.resyncs += r.resyncs;
+        out.ring.pause_max_ns = out.ring.pause_max_ns.max(r.pause_max_ns);
+        out.ring.long_pauses += r.long_pauses;
+        out.ring.ring_bytes += r.ring_bytes;
     }
     out
 }
@@ -233,6 +243,7 @@ pub(super) fn publish(
     s.window_secs = secs;
     s.window_end_ns = end_ns;
     s.kernel = iv.ring;
+    s.pause_ns = iv.pause_ns;
     let views = views.then(|| {
         let (mut window, mut total) = (iv.window.clone(), s.total.clone());
         window.scale(sample);
@@ -275,6 +286,9 @@ fn live_health(
     h.live = Some(report::LiveHealth {
         kernel_drops: ring.drops,
         sampled_one_in: c.sample.max(1),
+        reader_pause_max_ms: ring.pause_max_ns / 1_000_000,
+        reader_long_pauses: ring.long_pauses,
+        ring_mb: ring.ring_bytes >> 20,
     });
     h
 }

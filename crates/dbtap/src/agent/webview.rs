@@ -63,6 +63,7 @@ impl LiveLines {
             sample: self.sample,
             drops,
             conns: iv.open_connections,
+            pause_ns: iv.pause_ns,
             no_servers: st.known.is_empty(),
             offline: None,
         };

@@ -180,6 +180,8 @@ pub(super) struct WorkerReport {
     pub(super) health: CaptureHealth,
     /// Cumulative since start.
     pub(super) ring: live::RingStats,
+    /// The packet reader's longest pause during the interval, ns.
+    pub(super) pause_ns: u64,
     pub(super) open_connections: usize,
     pub(super) error: Option<String>,
     pub(super) last: bool,
@@ -230,10 +232,16 @@ pub(super) fn spawn(
         };
         let (ctl, tx) = (Arc::clone(ctl), tx.clone());
         let name = c.interface.clone();
+        let (prio, c_prio) = (reader_priority(c.reader_priority), c.reader_priority);
         handles.push(
             std::thread::Builder::new()
                 .name(format!("dbtap-capture-{i}"))
                 .spawn(move || {
+                    if let Err(e) = live::set_reader_priority(prio)
+                        && c_prio != crate::cli::ReaderPriorityArg::Auto
+                    {
+                        eprintln!("dbtap: capture thread {i} keeps its priority ({e})");
+                    }
                     let engine = Engine::new(&settings, flow_cfg, consumer);
                     worker(i, ring, engine, writer, ctl, tx, name)
                 })
@@ -241,6 +249,16 @@ pub(super) fn spawn(
         );
     }
     Ok(handles)
+}
+
+/// What `--reader-priority` asks for.
+fn reader_priority(p: crate::cli::ReaderPriorityArg) -> live::ReaderPriority {
+    use crate::cli::ReaderPriorityArg as A;
+    match p {
+        A::Normal => live::ReaderPriority::Normal,
+        A::Nice => live::ReaderPriority::Nice(-10),
+        A::Fifo | A::Auto => live::ReaderPriority::Fifo(1),
+    }
 }
 
 /// The `--write` file set of a worker, which stops writing (and says why, once) at the first
@@ -334,6 +352,7 @@ fn worker(
             minutes,
             health: writer.annotate(health),
             ring: ring.stats().unwrap_or_default(),
+            pause_ns: ring.take_interval_pause(),
             open_connections: engine.open_connections(),
             error: None,
             last: false,
@@ -344,10 +363,15 @@ fn worker(
     };
     // Drain what the kernel still holds, then close every connection: their events join the
     // last window.
-    let ring_stats = ring.stats().unwrap_or_default();
+    let mut ring_stats = ring.stats().unwrap_or_default();
     let _ = ring.poll(Duration::ZERO, |p| {
         take_packet(p, &mut engine, &mut writer, &name)
     });
+    // The last drain's wait counts among the pauses (the drops stay those counted above).
+    let pause_ns = ring.take_interval_pause();
+    if let Ok(s) = ring.stats() {
+        (ring_stats.pause_max_ns, ring_stats.long_pauses) = (s.pause_max_ns, s.long_pauses);
+    }
     let (mut consumer, health) = engine.finish(vec![name.clone()], 0);
     let (window, servers) = consumer.take_window();
     let minutes = consumer.take_minutes();
@@ -362,6 +386,7 @@ fn worker(
         minutes,
         health,
         ring: ring_stats,
+        pause_ns,
         open_connections: 0,
         error,
         last: true,
