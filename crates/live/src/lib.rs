@@ -52,7 +52,7 @@ mod ring;
 mod sys;
 
 pub use bpf::{FilterSpec, Insn, and, compile_expr, sample_keeps, servers_filter};
-pub use prio::{ReaderPriority, set_reader_priority};
+pub use prio::{FifoGuard, ReaderPriority, set_reader_priority};
 pub use ring::{
     LONG_PAUSE_NS, Packet, Ring, RingConfig, RingStats, block_wait_ns, interface_index,
     loopback_index, open_group, walk_block,

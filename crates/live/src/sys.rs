@@ -376,3 +376,30 @@ pub(crate) fn set_thread_fifo(prio: c_int) -> io::Result<()> {
     // SAFETY: `param` is a valid sched_param that outlives the call, which only reads it.
     cvt(unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) }).map(drop)
 }
+
+/// `sched_setscheduler(0, SCHED_OTHER, 0)`: the calling thread back in the normal class.
+pub(crate) fn set_thread_normal() -> io::Result<()> {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: `param` is a valid sched_param that outlives the call, which only reads it.
+    cvt(unsafe { libc::sched_setscheduler(0, libc::SCHED_OTHER, &param) }).map(drop)
+}
+
+/// The calling thread's CPU time in nanoseconds (`CLOCK_THREAD_CPUTIME_ID`; 0 if it fails).
+pub(crate) fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec for the duration of the call.
+    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } != 0 {
+        return 0;
+    }
+    (ts.tv_sec as u64).saturating_mul(1_000_000_000) + ts.tv_nsec as u64
+}
+
+/// The calling thread's scheduling policy (`sched_getscheduler(0)`; -1 if it fails).
+#[cfg(test)]
+pub(crate) fn thread_policy() -> c_int {
+    // SAFETY: no memory is passed; pid 0 is the calling thread.
+    unsafe { libc::sched_getscheduler(0) }
+}
