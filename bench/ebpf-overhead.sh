@@ -5,7 +5,11 @@
 #   bash bench/ebpf-overhead.sh                          # 10 s per run, 2 rounds, 4 threads
 #   bash bench/ebpf-overhead.sh --seconds 5 --rounds 1   # a quick look
 #   bash bench/ebpf-overhead.sh --rate 600               # sysbench paced at 600 tx/s (~9.6k QPS)
-#   options: --seconds N  --rounds N  --threads N  --table-size N  --rate TPS
+#   bash bench/ebpf-overhead.sh --rate 600 --rounds 12 --only ebpf   # baseline and ebpf only
+#   options: --seconds N  --rounds N  --threads N  --table-size N  --rate TPS  --only COND,...
+#
+# The report also pairs every condition with its baseline of the same round (drift between
+# rounds moves both), and prints the median of those paired differences with every round's.
 #
 # Unpaced (the default), sysbench saturates the machine and every condition competes for the
 # cores: the extra CPU then mixes work with contention. Paced (--rate), every condition serves
@@ -38,7 +42,7 @@ ROOT=$(pwd)
 OUT=$ROOT/bench/out
 W=$OUT/work-ebpf-overhead
 PORT=38250
-SECONDS_PER_RUN=10 ROUNDS=2 THREADS=4 TABLE_SIZE=10000 RATE=0
+SECONDS_PER_RUN=10 ROUNDS=2 THREADS=4 TABLE_SIZE=10000 RATE=0 ONLY=
 ARGS=("$@")
 need() { [ "$#" -ge 2 ] && [[ "$2" =~ ^[0-9]+$ ]] || { echo "$1 needs a number" >&2; exit 2; }; }
 while [ "$#" -gt 0 ]; do
@@ -48,6 +52,7 @@ while [ "$#" -gt 0 ]; do
     --threads) need "$@"; THREADS=$2; shift 2 ;;
     --table-size) need "$@"; TABLE_SIZE=$2; shift 2 ;;
     --rate) need "$@"; RATE=$2; shift 2 ;;
+    --only) [ "$#" -ge 2 ] || { echo "--only needs a list of conditions" >&2; exit 2; }; ONLY=$2; shift 2 ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 0 ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
@@ -92,8 +97,8 @@ cargo build --release -p dbtap 2>&1 | tail -n 2
 DBTAP=${DBTAP_BIN:-$ROOT/target/release/dbtap}
 
 mkdir -p "$W"
-echo "== sysbench oltp_read_only, $THREADS threads, ${SECONDS_PER_RUN} s x 6 conditions x $ROUNDS rounds, MariaDB on its Unix socket and 127.0.0.1:$PORT"
+echo "== sysbench oltp_read_only, $THREADS threads, ${SECONDS_PER_RUN} s x ${ONLY:-6 conditions} x $ROUNDS rounds, MariaDB on its Unix socket and 127.0.0.1:$PORT"
 "$PY" bench/ebpf_overhead.py --port "$PORT" --seconds "$SECONDS_PER_RUN" --rounds "$ROUNDS" \
   --threads "$THREADS" --table-size "$TABLE_SIZE" --rate "$RATE" --workdir "$W" \
-  --out "$OUT/ebpf-overhead.md" --dbtap "$DBTAP" \
+  --out "$OUT/ebpf-overhead.md" --dbtap "$DBTAP" ${ONLY:+--only "$ONLY"} \
   --command "bash bench/ebpf-overhead.sh${ARGS[*]:+ ${ARGS[*]}}"

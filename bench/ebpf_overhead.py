@@ -200,6 +200,29 @@ def fmt(x, spec: str, none: str = "-") -> str:
     return none if x is None else format(x, spec)
 
 
+def paired_lines(by: dict, P) -> None:
+    """Per round, a condition's CPU against its baseline's in the same round: the machine's
+    drift between rounds (which moves every condition of a round together) cancels."""
+    for c in CONDITIONS:
+        if c == BASE[c] or not by.get(c):
+            continue
+        base = {r["round"]: r for r in by[BASE[c]]}
+        diffs = []
+        for r in by[c]:
+            b = base.get(r["round"])
+            if b is None:
+                continue
+            d = per10k(r, "mysqld_cpu_s") - per10k(b, "mysqld_cpu_s")
+            if "cap_cpu_s" in r:
+                d += per10k(r, "cap_cpu_s")
+            diffs.append(d)
+        if not diffs:
+            continue
+        diffs.sort()
+        P(f"- {LABELS[c]}: total extra CPU per 10k QPS paired with its baseline in the same round: "
+          f"median {statistics.median(diffs):+.4f} (rounds: {', '.join(f'{d:+.4f}' for d in diffs)}).")
+
+
 def report(a, runs: list[dict], meta: dict) -> tuple[str, bool]:
     by = {c: [r for r in runs if r["condition"] == c] for c in CONDITIONS}
     ok_all = True
@@ -208,7 +231,7 @@ def report(a, runs: list[dict], meta: dict) -> tuple[str, bool]:
     P("# dbtap live --source ebpf: overhead on a busy MariaDB over its Unix socket")
     P("")
     P(f"sysbench {meta['sysbench']} oltp_read_only, --db-ps-mode=auto, {a.threads} threads, "
-      f"{a.table_size} rows, {pacing(a)}, {a.seconds} s per run, {a.rounds} round(s) of the six conditions "
+      f"{a.table_size} rows, {pacing(a)}, {a.seconds} s per run, {a.rounds} round(s) of the {len(CONDITIONS)} conditions "
       f"interleaved (order rotated each round), against {meta['server']} (private datadir, "
       f"Unix socket and 127.0.0.1:{a.port}). Medians over rounds. Machine: {os.cpu_count()} cores "
       f"({platform.machine()}, {platform.release()}), shared; load before {meta['load_before']}, "
@@ -274,6 +297,8 @@ def report(a, runs: list[dict], meta: dict) -> tuple[str, bool]:
         P(f"- lost records at this rate with the default ring (summed over the rounds): {e['lost']} "
           f"({'none' if not e['lost'] else 'NOT zero'}).")
     P("")
+    paired_lines(by, P)
+    P("")
     P("## Every run")
     P("")
     P("| round | condition | QPS | p95 ms | queries | mysqld CPU s | dbtap CPU s | Com_stmt_execute "
@@ -308,7 +333,16 @@ def main() -> int:
     p.add_argument("--out", required=True)
     p.add_argument("--dbtap", required=True)
     p.add_argument("--command", default="bash bench/ebpf-overhead.sh")
+    p.add_argument("--only", default="", help="conditions to run, comma-separated (their "
+                   "baselines are added): e.g. ebpf for baseline and ebpf only")
     a = p.parse_args()
+    if a.only:
+        want = [c.strip() for c in a.only.split(",") if c.strip()]
+        bad = [c for c in want if c not in CONDITIONS]
+        if bad:
+            die(f"--only: unknown condition(s) {', '.join(bad)} (known: {', '.join(CONDITIONS)})")
+        keep = set(want) | {BASE[c] for c in want}
+        CONDITIONS[:] = [c for c in CONDITIONS if c in keep]
     work = Path(a.workdir).resolve()
     work.mkdir(parents=True, exist_ok=True)
     srv = eh.Maria(a.port, work / "server")
