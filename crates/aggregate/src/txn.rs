@@ -326,6 +326,49 @@ impl Transactions {
         &self.totals
     }
 
+    /// Adds the transactions of `o`, a tracker fed the events of other connections (ids
+    /// distinct from this one's) of the same stream: the totals add, the top lists are the top
+    /// of both, the connections still tracked are both's.
+    pub fn merge(&mut self, o: Transactions) {
+        let k = self.cfg.top;
+        let t = &mut self.totals;
+        let ot = &o.totals;
+        t.transactions += ot.transactions;
+        t.committed += ot.committed;
+        t.rolled_back += ot.rolled_back;
+        t.other_end += ot.other_end;
+        t.closed += ot.closed;
+        t.duration_ns += ot.duration_ns;
+        t.idle_ns += ot.idle_ns;
+        t.statements += ot.statements;
+        t.untracked += ot.untracked;
+        self.conns.extend(o.conns);
+        for x in o.top_txns {
+            push_top(&mut self.top_txns, x, k, txn_order);
+        }
+        for c in o.top_conns {
+            push_top(&mut self.top_conns, c, k, conn_order);
+        }
+    }
+
+    /// Renames every connection id through `f`, which must keep their order (the parallel
+    /// digest numbers connections as one reader would only at the end).
+    pub fn renumber(&mut self, f: impl Fn(u64) -> u64) {
+        self.conns = std::mem::take(&mut self.conns)
+            .into_iter()
+            .map(|(id, mut st)| {
+                st.who.conn = f(st.who.conn);
+                (f(id), st)
+            })
+            .collect();
+        for t in &mut self.top_txns {
+            t.who.conn = f(t.who.conn);
+        }
+        for c in &mut self.top_conns {
+            c.who.conn = f(c.who.conn);
+        }
+    }
+
     /// Connections tracked now (in or after a transaction, not yet closed).
     pub fn tracked_connections(&self) -> usize {
         self.conns.len()
