@@ -511,6 +511,44 @@ mod tests {
         assert_eq!(top[1].idle_ns, 2 * MS);
     }
 
+    /// Connections split over two trackers, merged and renumbered, report what one tracker fed
+    /// every event reports.
+    #[test]
+    fn merged_parts_equal_one_tracker() {
+        let cfg = TxnConfig {
+            top: 3,
+            max_conns: 100,
+        };
+        let mut one = Transactions::new(cfg.clone());
+        let mut parts = [Transactions::new(cfg.clone()), Transactions::new(cfg)];
+        for c in 1..=10u64 {
+            let evs = [
+                ev(c, "begin", c * MS, (c + 1) * MS, Some(T)),
+                ev(c, "update", 20 * MS, (21 + c % 4) * MS, Some(T)),
+                ev(c, "commit", 40 * MS + c, 41 * MS, Some(Idle)),
+                ev(c, "begin", 50 * MS, 51 * MS, Some(T)),
+            ];
+            for e in &evs {
+                one.record(e, key(c % 3));
+                // The part numbers connection c as 100 c (its order kept).
+                let mut pe = e.clone();
+                pe.conn = 100 * c;
+                parts[(c % 2) as usize].record(&pe, key(c % 3));
+            }
+            if c % 3 == 0 {
+                one.close(c, 60 * MS);
+                parts[(c % 2) as usize].close(100 * c, 60 * MS);
+            }
+        }
+        let [mut a, b] = parts;
+        a.merge(b);
+        a.renumber(|p| p / 100);
+        assert_eq!(a.totals(), one.totals());
+        assert_eq!(a.top_transactions(), one.top_transactions());
+        assert_eq!(a.top_connections(), one.top_connections());
+        assert_eq!(a.tracked_connections(), one.tracked_connections());
+    }
+
     #[test]
     fn bounded() {
         let mut t = Transactions::new(TxnConfig {
