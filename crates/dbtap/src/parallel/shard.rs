@@ -8,7 +8,6 @@ use std::collections::HashMap;
 use std::hash::BuildHasher;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 
 use aggregate::{Aggregator, GroupKey, Stats};
@@ -34,14 +33,14 @@ const QUEUE: usize = 4;
 const EXPIRE_EVERY_NS: u64 = 1_000_000_000;
 
 /// Frames read in a row, shared by every worker: their bytes back to back, and per frame its
-/// link type, time and end offset.
+/// link type, time, end offset and worker.
 #[derive(Default)]
 struct Chunk {
     name: Arc<str>,
     /// Sequence number of the first frame (frames are numbered from 0 over all files).
     first_seq: u64,
     data: Vec<u8>,
-    frames: Vec<(u32, u64, usize)>,
+    frames: Vec<(u32, u64, usize, u32)>,
 }
 
 /// Where an event stands in one thread's order: (frame, 0) for the events of a frame, (frame,
@@ -127,7 +126,6 @@ pub(super) fn run(
     for f in files {
         inputs.push(Input::check(f)?);
     }
-    let stop = AtomicBool::new(false);
     let per = super::worker_settings(settings, threads);
     let consumers: Vec<DigestConsumer> = (0..threads).map(|_| fresh()).collect();
     std::thread::scope(|s| {
@@ -136,14 +134,14 @@ pub(super) fn run(
         let mut handles = Vec::new();
         for (w, c) in consumers.into_iter().enumerate() {
             let (tx, rx) = sync_channel::<Arc<Chunk>>(QUEUE);
-            let (per, stop, back) = (&per, &stop, back_tx.clone());
-            handles.push(s.spawn(move || worker((w, threads), per, c, (rx, back), stop)));
+            let (per, back) = (&per, back_tx.clone());
+            handles.push(s.spawn(move || worker((w, threads), per, c, (rx, back))));
             to.push(tx);
         }
         drop(back_tx);
         let total_len: u64 = inputs.iter().filter_map(Input::input_len).sum();
         let bar = pipeline::progress_bar(settings.progress, total_len);
-        let read_end = read(inputs, (to, back_rx), &stop, bar);
+        let read_end = read(inputs, (to, back_rx), bar);
         let mut parts = Vec::new();
         let mut fallback = read_end.fallback.clone();
         for h in handles {
@@ -182,11 +180,12 @@ fn finish(parts: Vec<Part>, read_end: ReadEnd, settings: &Settings) -> Outcome<D
 fn read(
     inputs: Vec<Input>,
     (to, back): (Vec<SyncSender<Arc<Chunk>>>, Receiver<Chunk>),
-    stop: &AtomicBool,
     bar: Option<indicatif::ProgressBar>,
 ) -> ReadEnd {
     let mut end = ReadEnd::default();
     let (mut seq, mut done_len) = (0u64, 0u64);
+    let n = to.len() as u64;
+    let hasher = foldhash::fast::FixedState::with_seed(0x5eed);
     let fresh = |name: &Arc<str>, seq: u64| {
         let mut c = back.try_recv().unwrap_or_else(|_| Chunk {
             data: Vec::with_capacity(CHUNK_BYTES + (64 << 10)),
@@ -200,7 +199,7 @@ fn read(
     };
     let send = |c: Chunk| {
         let c = Arc::new(c);
-        to.iter().all(|tx| tx.send(c.clone()).is_ok()) && !stop.load(Ordering::Relaxed)
+        to.iter().all(|tx| tx.send(c.clone()).is_ok())
     };
     'files: for input in inputs {
         let mut reader = match input.open() {
@@ -227,10 +226,14 @@ fn read(
                 end.fallback = Some("a socket-stream capture".into());
                 break 'files;
             }
+            let Some(w) = owner(&hasher, lt, frame.data, n) else {
+                end.fallback = Some("IP fragments".into());
+                break 'files;
+            };
             end.first_ts.get_or_insert(ts);
             end.last_ts = Some(end.last_ts.map_or(ts, |l| l.max(ts)));
             chunk.data.extend_from_slice(frame.data);
-            chunk.frames.push((lt, ts, chunk.data.len()));
+            chunk.frames.push((lt, ts, chunk.data.len(), w));
             seq += 1;
             if chunk.data.len() >= CHUNK_BYTES || chunk.frames.len() >= CHUNK_FRAMES {
                 if let Some(b) = &bar {
@@ -257,12 +260,12 @@ fn read(
 
 /// The worker of a frame: its connection's (both directions hash alike), worker 0 for frames
 /// without TCP; `None` for an IP fragment (its connection is not known before reassembly).
-fn owner(hasher: &foldhash::fast::FixedState, lt: u32, data: &[u8], n: u64) -> Option<usize> {
+fn owner(hasher: &foldhash::fast::FixedState, lt: u32, data: &[u8], n: u64) -> Option<u32> {
     Some(match wire::decode(lt, data) {
         Decoded::Tcp(t) => {
             let a = (t.src, t.sport);
             let b = (t.dst, t.dport);
-            (hasher.hash_one(if a < b { (a, b) } else { (b, a) }) % n) as usize
+            (hasher.hash_one(if a < b { (a, b) } else { (b, a) }) % n) as u32
         }
         Decoded::Fragment(_) => return None,
         _ => 0,
@@ -271,14 +274,13 @@ fn owner(hasher: &foldhash::fast::FixedState, lt: u32, data: &[u8], n: u64) -> O
 
 type Inbox = (Receiver<Arc<Chunk>>, SyncSender<Chunk>);
 
-/// A worker: every frame's header, its own frames through its engine and consumer, every idle
-/// expiry one thread would run; then its part.
+/// A worker: its own frames (the reader found their worker while copying them) through its
+/// engine and consumer, every idle expiry one thread would run; then its part.
 fn worker(
     (w, n): (usize, usize),
     (settings, flow): &(Settings, FlowConfig),
     mut inner: DigestConsumer,
     (rx, back): Inbox,
-    stop: &AtomicBool,
 ) -> Result<Part, String> {
     // Each worker's share of the transaction tracker's connections: past it, one thread might
     // have tracked what a worker could not (a fallback).
@@ -299,19 +301,14 @@ fn worker(
     };
     let mut engine = Engine::new(settings, flow.clone(), shard);
     engine.external_expire();
-    let hasher = foldhash::fast::FixedState::with_seed(0x5eed);
     let (mut peak, mut last_expire) = (0usize, 0u64);
     for chunk in rx {
         let mut start = 0;
-        for (i, &(lt, ts, end)) in chunk.frames.iter().enumerate() {
+        for (i, &(lt, ts, end, o)) in chunk.frames.iter().enumerate() {
             let data = chunk.data.get(start..end).unwrap_or_default();
             start = end;
             let seq = chunk.first_seq + i as u64;
-            let Some(o) = owner(&hasher, lt, data, n as u64) else {
-                stop.store(true, Ordering::Relaxed);
-                return Err("IP fragments".into());
-            };
-            if o == w {
+            if o as usize == w {
                 engine.consumer_mut().key = (seq, 0);
                 engine.frame(lt, data, ts, &chunk.name);
                 peak = peak.max(engine.parts().table_len);
