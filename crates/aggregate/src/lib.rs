@@ -240,6 +240,21 @@ impl Aggregator {
         self.totals.unique_groups = self.groups.len() as u64;
     }
 
+    /// Puts the groups in the order of `rank` (stable): after merging the parts of one event
+    /// stream (the parallel digest), the order one reader would have seen them first in.
+    pub fn order_groups<K: Ord>(&mut self, rank: impl Fn(&GroupKey) -> K) {
+        self.groups.sort_by_cached_key(|g| rank(&g.key));
+        self.index.clear();
+        for (i, g) in self.groups.iter().enumerate() {
+            self.index.insert(g.key, i);
+        }
+    }
+
+    /// The transaction tracker, when on, to merge parts into ([`txn::Transactions::merge`]).
+    pub fn transactions_mut(&mut self) -> Option<&mut txn::Transactions> {
+        self.txns.as_deref_mut()
+    }
+
     /// All groups in the order they were first seen, the overflow group (if any) last.
     pub fn groups(&self) -> impl Iterator<Item = &Group> {
         self.groups.iter().chain(self.overflow.iter())

@@ -326,6 +326,49 @@ impl Transactions {
         &self.totals
     }
 
+    /// Adds the transactions of `o`, a tracker fed the events of other connections (ids
+    /// distinct from this one's) of the same stream: the totals add, the top lists are the top
+    /// of both, the connections still tracked are both's.
+    pub fn merge(&mut self, o: Transactions) {
+        let k = self.cfg.top;
+        let t = &mut self.totals;
+        let ot = &o.totals;
+        t.transactions += ot.transactions;
+        t.committed += ot.committed;
+        t.rolled_back += ot.rolled_back;
+        t.other_end += ot.other_end;
+        t.closed += ot.closed;
+        t.duration_ns += ot.duration_ns;
+        t.idle_ns += ot.idle_ns;
+        t.statements += ot.statements;
+        t.untracked += ot.untracked;
+        self.conns.extend(o.conns);
+        for x in o.top_txns {
+            push_top(&mut self.top_txns, x, k, txn_order);
+        }
+        for c in o.top_conns {
+            push_top(&mut self.top_conns, c, k, conn_order);
+        }
+    }
+
+    /// Renames every connection id through `f`, which must keep their order (the parallel
+    /// digest numbers connections as one reader would only at the end).
+    pub fn renumber(&mut self, f: impl Fn(u64) -> u64) {
+        self.conns = std::mem::take(&mut self.conns)
+            .into_iter()
+            .map(|(id, mut st)| {
+                st.who.conn = f(st.who.conn);
+                (f(id), st)
+            })
+            .collect();
+        for t in &mut self.top_txns {
+            t.who.conn = f(t.who.conn);
+        }
+        for c in &mut self.top_conns {
+            c.who.conn = f(c.who.conn);
+        }
+    }
+
     /// Connections tracked now (in or after a transaction, not yet closed).
     pub fn tracked_connections(&self) -> usize {
         self.conns.len()
@@ -466,6 +509,44 @@ mod tests {
         assert_eq!(top[0].idle_ns, 49 * MS);
         assert_eq!(top[1].ended, TxnEnd::Rollback);
         assert_eq!(top[1].idle_ns, 2 * MS);
+    }
+
+    /// Connections split over two trackers, merged and renumbered, report what one tracker fed
+    /// every event reports.
+    #[test]
+    fn merged_parts_equal_one_tracker() {
+        let cfg = TxnConfig {
+            top: 3,
+            max_conns: 100,
+        };
+        let mut one = Transactions::new(cfg.clone());
+        let mut parts = [Transactions::new(cfg.clone()), Transactions::new(cfg)];
+        for c in 1..=10u64 {
+            let evs = [
+                ev(c, "begin", c * MS, (c + 1) * MS, Some(T)),
+                ev(c, "update", 20 * MS, (21 + c % 4) * MS, Some(T)),
+                ev(c, "commit", 40 * MS + c, 41 * MS, Some(Idle)),
+                ev(c, "begin", 50 * MS, 51 * MS, Some(T)),
+            ];
+            for e in &evs {
+                one.record(e, key(c % 3));
+                // The part numbers connection c as 100 c (its order kept).
+                let mut pe = e.clone();
+                pe.conn = 100 * c;
+                parts[(c % 2) as usize].record(&pe, key(c % 3));
+            }
+            if c % 3 == 0 {
+                one.close(c, 60 * MS);
+                parts[(c % 2) as usize].close(100 * c, 60 * MS);
+            }
+        }
+        let [mut a, b] = parts;
+        a.merge(b);
+        a.renumber(|p| p / 100);
+        assert_eq!(a.totals(), one.totals());
+        assert_eq!(a.top_transactions(), one.top_transactions());
+        assert_eq!(a.top_connections(), one.top_connections());
+        assert_eq!(a.tracked_connections(), one.tracked_connections());
     }
 
     #[test]

@@ -22,6 +22,8 @@ use wire::Decoded;
 
 use crate::pipeline::{self, Consumer, Engine, Settings};
 
+mod shard;
+
 /// Frames read before every worker is sent its share (one epoch; pipelined requests make many
 /// events per frame, and an epoch's events are held until every worker has done it)...
 const EPOCH_FRAMES: usize = 1024;
@@ -502,7 +504,7 @@ pub(crate) fn digest(
     args: &crate::cli::DigestArgs,
     settings: &Settings,
     consumer: crate::DigestConsumer,
-    fresh: impl FnOnce() -> crate::DigestConsumer,
+    fresh: impl Fn() -> crate::DigestConsumer,
 ) -> Result<(crate::DigestConsumer, CaptureHealth)> {
     let files = &args.input.files;
     // One thread unless asked: on the 2-core machine measured, the threads cost more CPU than
@@ -519,7 +521,14 @@ pub(crate) fn digest(
         }
         return pipeline::run(files, settings, consumer);
     }
-    match run(files, settings, threads, consumer)? {
+    // --mergeable's time blocks add floating-point sums in event order: the events go to one
+    // consumer (`run`). Otherwise every worker digests its connections (`shard`).
+    let outcome = if consumer.recorder.is_some() {
+        run(files, settings, threads, consumer)?
+    } else {
+        shard::run(files, settings, threads, &fresh)?
+    };
+    match outcome {
         Outcome::Done(c, h) => Ok((c, h)),
         Outcome::Fallback(why) => {
             if args.threads.is_some() {

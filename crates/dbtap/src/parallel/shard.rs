@@ -1,0 +1,455 @@
+//! The sharded parallel digest: every worker runs the whole one-thread digest (reassembly,
+//! parsing, fingerprinting, aggregation) on its share of the connections, and the aggregates
+//! are merged at the end. Nothing crosses threads per event; what one thread would decide by
+//! arrival order (the order groups are first seen, connection ids) is rebuilt from a global
+//! key, and what a merge cannot rebuild (a bound reached) is a fallback to one thread.
+
+use std::collections::HashMap;
+use std::hash::BuildHasher;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
+
+use aggregate::{Aggregator, GroupKey, Stats};
+use anyhow::Result;
+use capture::Input;
+use flow::FlowConfig;
+use proto::{ConnMeta, QueryEvent};
+use wire::Decoded;
+
+use super::{Outcome, ReadEnd, WorkerEnd};
+use crate::DigestConsumer;
+use crate::pipeline::{self, Consumer, Engine, Settings};
+
+/// Frame bytes per chunk (a chunk holds at most this plus one frame) ...
+const CHUNK_BYTES: usize = 4 << 20;
+/// ... or frames.
+const CHUNK_FRAMES: usize = 1 << 15;
+/// Chunks queued per worker: with [`CHUNK_BYTES`], what bounds memory besides the engines' own
+/// caps (every chunk is shared by all workers: about `QUEUE + 2` chunks live, 24 MiB).
+const QUEUE: usize = 4;
+/// How often one thread's engine closes idle connections, in packet time
+/// (`pipeline::EXPIRE_EVERY_NS`).
+const EXPIRE_EVERY_NS: u64 = 1_000_000_000;
+
+/// Frames read in a row, shared by every worker: their bytes back to back, and per frame its
+/// link type, time, end offset and worker.
+#[derive(Default)]
+struct Chunk {
+    name: Arc<str>,
+    /// Sequence number of the first frame (frames are numbered from 0 over all files).
+    first_seq: u64,
+    data: Vec<u8>,
+    frames: Vec<(u32, u64, usize, u32)>,
+}
+
+/// Where an event stands in one thread's order: (frame, 0) for the events of a frame, (frame,
+/// 1) for those of the idle expiry after it, (`u64::MAX`, connection) for those of the end.
+type Key = (u64, u64);
+
+/// A worker's consumer: the digest's, fed with connection ids as one thread will number them
+/// once the merge knows every worker's (the frame each connection opened at, plus one), and
+/// noting the key at which each group was first seen.
+struct Shard {
+    inner: DigestConsumer,
+    key: Key,
+    finishing: bool,
+    /// This engine's connection id to the provisional one.
+    ids: HashMap<u64, u64, foldhash::fast::RandomState>,
+    last: (u64, u64),
+    /// Provisional ids in the order opened (ascending).
+    opens: Vec<u64>,
+    firsts: Vec<(Key, GroupKey)>,
+    /// Two connections opened at one frame: provisional ids would collide.
+    clash: bool,
+}
+
+impl Shard {
+    fn id(&mut self, local: u64) -> u64 {
+        if self.last.0 == local {
+            return self.last.1;
+        }
+        let g = self.ids.get(&local).copied().unwrap_or(0);
+        self.last = (local, g);
+        g
+    }
+}
+
+impl Consumer for Shard {
+    fn event(&mut self, mut ev: QueryEvent) {
+        ev.conn = self.id(ev.conn);
+        let key = if self.finishing {
+            (u64::MAX, ev.conn)
+        } else {
+            self.key
+        };
+        let before = self.inner.agg.totals().unique_groups;
+        self.inner.event(ev);
+        if self.inner.agg.totals().unique_groups > before
+            && let Some(g) = self.inner.agg.groups().nth(before as usize)
+        {
+            self.firsts.push((key, g.key));
+        }
+    }
+
+    fn conn_open(&mut self, meta: &ConnMeta) {
+        let g = self.key.0.saturating_add(1);
+        self.clash |= self.opens.last().is_some_and(|&l| l >= g) || self.key.1 != 0;
+        self.opens.push(g);
+        self.ids.insert(meta.id, g);
+        self.last = (0, 0);
+    }
+
+    fn close(&mut self, conn: u64, ts_ns: u64) {
+        let g = self.id(conn);
+        self.ids.remove(&conn);
+        self.last = (0, 0);
+        self.inner.close(g, ts_ns);
+    }
+}
+
+/// What a worker hands back.
+struct Part {
+    shard: Shard,
+    end: WorkerEnd,
+}
+
+/// Runs `files` on `threads` workers, each with a consumer made by `fresh`, and merges them.
+pub(super) fn run(
+    files: &[PathBuf],
+    settings: &Settings,
+    threads: usize,
+    fresh: &dyn Fn() -> DigestConsumer,
+) -> Result<Outcome<DigestConsumer>> {
+    capture::check_inputs(files)?;
+    let mut inputs = Vec::with_capacity(files.len());
+    for f in files {
+        inputs.push(Input::check(f)?);
+    }
+    let per = super::worker_settings(settings, threads);
+    let consumers: Vec<DigestConsumer> = (0..threads).map(|_| fresh()).collect();
+    std::thread::scope(|s| {
+        let (back_tx, back_rx) = sync_channel::<Chunk>(QUEUE + 2);
+        let mut to = Vec::new();
+        let mut handles = Vec::new();
+        for (w, c) in consumers.into_iter().enumerate() {
+            let (tx, rx) = sync_channel::<Arc<Chunk>>(QUEUE);
+            let (per, back) = (&per, back_tx.clone());
+            handles.push(s.spawn(move || worker((w, threads), per, c, (rx, back))));
+            to.push(tx);
+        }
+        drop(back_tx);
+        let total_len: u64 = inputs.iter().filter_map(Input::input_len).sum();
+        let bar = pipeline::progress_bar(settings.progress, total_len);
+        let read_end = read(inputs, (to, back_rx), bar);
+        let mut parts = Vec::new();
+        let mut fallback = read_end.fallback.clone();
+        for h in handles {
+            match h.join() {
+                Ok(Ok(p)) => parts.push(p),
+                Ok(Err(why)) => fallback = fallback.or(Some(why)),
+                Err(_) => anyhow::bail!("a digest worker panicked"),
+            }
+        }
+        if let Some(why) = fallback {
+            return Ok(Outcome::Fallback(why));
+        }
+        Ok(finish(parts, read_end, settings))
+    })
+}
+
+/// The merge of the workers' parts, or why it would not be one thread's result.
+fn finish(parts: Vec<Part>, read_end: ReadEnd, settings: &Settings) -> Outcome<DigestConsumer> {
+    let mut ends = Vec::with_capacity(parts.len());
+    let mut shards = Vec::with_capacity(parts.len());
+    for p in parts {
+        ends.push(p.end);
+        shards.push(p.shard);
+    }
+    let consumer = match merge(shards) {
+        Ok(c) => c,
+        Err(why) => return Outcome::Fallback(why),
+    };
+    match super::health(ends, read_end, settings) {
+        Ok(h) => Outcome::Done(consumer, h),
+        Err(why) => Outcome::Fallback(why),
+    }
+}
+
+/// The reader: frames in order, in chunks broadcast to every worker.
+fn read(
+    inputs: Vec<Input>,
+    (to, back): (Vec<SyncSender<Arc<Chunk>>>, Receiver<Chunk>),
+    bar: Option<indicatif::ProgressBar>,
+) -> ReadEnd {
+    let mut end = ReadEnd::default();
+    let (mut seq, mut done_len) = (0u64, 0u64);
+    let n = to.len() as u64;
+    let hasher = foldhash::fast::FixedState::with_seed(0x5eed);
+    let fresh = |name: &Arc<str>, seq: u64| {
+        let mut c = back.try_recv().unwrap_or_else(|_| Chunk {
+            data: Vec::with_capacity(CHUNK_BYTES + (64 << 10)),
+            ..Chunk::default()
+        });
+        c.data.clear();
+        c.frames.clear();
+        c.name = name.clone();
+        c.first_seq = seq;
+        c
+    };
+    let send = |c: Chunk| {
+        let c = Arc::new(c);
+        to.iter().all(|tx| tx.send(c.clone()).is_ok())
+    };
+    'files: for input in inputs {
+        let mut reader = match input.open() {
+            Ok(r) => r,
+            Err(e) => {
+                end.fallback = Some(format!("{e}"));
+                break;
+            }
+        };
+        let name: Arc<str> = reader.name().into();
+        let mut chunk = fresh(&name, seq);
+        loop {
+            let frame = match reader.next_frame() {
+                Ok(Some(f)) => f,
+                Ok(None) => break,
+                Err(e) => {
+                    let w = format!("{e}; the report covers what was read before it");
+                    end.read_warnings.push(w);
+                    break;
+                }
+            };
+            let (lt, ts) = (frame.linktype, frame.ts_ns);
+            if lt == stream::LINKTYPE {
+                end.fallback = Some("a socket-stream capture".into());
+                break 'files;
+            }
+            let Some(w) = owner(&hasher, lt, frame.data, n) else {
+                end.fallback = Some("IP fragments".into());
+                break 'files;
+            };
+            end.first_ts.get_or_insert(ts);
+            end.last_ts = Some(end.last_ts.map_or(ts, |l| l.max(ts)));
+            chunk.data.extend_from_slice(frame.data);
+            chunk.frames.push((lt, ts, chunk.data.len(), w));
+            seq += 1;
+            if chunk.data.len() >= CHUNK_BYTES || chunk.frames.len() >= CHUNK_FRAMES {
+                if let Some(b) = &bar {
+                    b.set_position(done_len + reader.input_position());
+                }
+                let next = fresh(&name, seq);
+                if !send(std::mem::replace(&mut chunk, next)) {
+                    break 'files;
+                }
+            }
+        }
+        end.truncated_frames += reader.stats().truncated_frames;
+        end.names.push(name.to_string());
+        done_len += reader.input_len().unwrap_or(0);
+        if !chunk.frames.is_empty() && !send(chunk) {
+            break;
+        }
+    }
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    end
+}
+
+/// The worker of a frame: its connection's (both directions hash alike), worker 0 for frames
+/// without TCP; `None` for an IP fragment (its connection is not known before reassembly).
+fn owner(hasher: &foldhash::fast::FixedState, lt: u32, data: &[u8], n: u64) -> Option<u32> {
+    Some(match wire::decode(lt, data) {
+        Decoded::Tcp(t) => {
+            let a = (t.src, t.sport);
+            let b = (t.dst, t.dport);
+            (hasher.hash_one(if a < b { (a, b) } else { (b, a) }) % n) as u32
+        }
+        Decoded::Fragment(_) => return None,
+        _ => 0,
+    })
+}
+
+type Inbox = (Receiver<Arc<Chunk>>, SyncSender<Chunk>);
+
+/// A worker: its own frames (the reader found their worker while copying them) through its
+/// engine and consumer, every idle expiry one thread would run; then its part.
+fn worker(
+    (w, n): (usize, usize),
+    (settings, flow): &(Settings, FlowConfig),
+    mut inner: DigestConsumer,
+    (rx, back): Inbox,
+) -> Result<Part, String> {
+    // Each worker's share of the transaction tracker's connections: past it, one thread might
+    // have tracked what a worker could not (a fallback).
+    let d = aggregate::txn::TxnConfig::default();
+    let max_conns = (d.max_conns / n).max(1);
+    inner
+        .agg
+        .track_transactions(aggregate::txn::TxnConfig { max_conns, ..d });
+    let shard = Shard {
+        inner,
+        key: (0, 0),
+        finishing: false,
+        ids: HashMap::default(),
+        last: (0, 0),
+        opens: Vec::new(),
+        firsts: Vec::new(),
+        clash: false,
+    };
+    let mut engine = Engine::new(settings, flow.clone(), shard);
+    engine.external_expire();
+    let (mut peak, mut last_expire) = (0usize, 0u64);
+    for chunk in rx {
+        let mut start = 0;
+        for (i, &(lt, ts, end, o)) in chunk.frames.iter().enumerate() {
+            let data = chunk.data.get(start..end).unwrap_or_default();
+            start = end;
+            let seq = chunk.first_seq + i as u64;
+            if o as usize == w {
+                engine.consumer_mut().key = (seq, 0);
+                engine.frame(lt, data, ts, &chunk.name);
+                peak = peak.max(engine.parts().table_len);
+            }
+            if ts >= last_expire.saturating_add(EXPIRE_EVERY_NS) {
+                engine.consumer_mut().key = (seq, 1);
+                engine.expire(ts);
+                last_expire = ts;
+            }
+        }
+        if let Some(c) = Arc::into_inner(chunk) {
+            let _ = back.try_send(c);
+        }
+    }
+    worker_end(w, engine, peak, flow)
+}
+
+/// A worker's last step: its engine finished, what the merge checks.
+fn worker_end(
+    w: usize,
+    mut engine: Engine<Shard>,
+    peak: usize,
+    flow: &FlowConfig,
+) -> Result<Part, String> {
+    let p = engine.parts();
+    let bound = if peak >= flow.max_flows {
+        Some(format!("worker {w} reached its share of --max-connections"))
+    } else if p.flow.buffer_overflows > 0 {
+        Some("a reassembly buffer cap was reached".into())
+    } else {
+        None
+    };
+    let (warnings, unknown_protocol) = (p.warnings.to_vec(), p.unknown_protocol);
+    let midstream_ports = p.midstream_ports.clone();
+    let untracked_ports = p.flow.untracked_ports.clone();
+    engine.consumer_mut().finishing = true;
+    let (shard, health) = engine.finish(Vec::new(), 0);
+    let bound = bound.or_else(|| {
+        (health.protocol.text_cut_by_budget > 0)
+            .then(|| "its share of --max-text-total was reached".to_string())
+    });
+    if shard.clash {
+        return Err("two connections opened at one frame".into());
+    }
+    let end = WorkerEnd {
+        items: Vec::new(),
+        health,
+        warnings,
+        unknown_protocol,
+        midstream_ports,
+        untracked_ports,
+        bound,
+    };
+    Ok(Part { shard, end })
+}
+
+/// One consumer from the workers': aggregates merged, groups in the order one thread first saw
+/// them, connections numbered as one thread numbers them.
+fn merge(mut shards: Vec<Shard>) -> Result<DigestConsumer, String> {
+    let rank = group_order(&shards)?;
+    let mut opens: Vec<u64> = shards
+        .iter()
+        .flat_map(|s| s.opens.iter().copied())
+        .collect();
+    opens.sort_unstable();
+    let mut it = shards.drain(..);
+    let Some(first) = it.next() else {
+        return Err("no worker".into());
+    };
+    let mut base = first.inner;
+    for s in it {
+        let mut o = s.inner;
+        base.agg.merge(&o.agg);
+        let txns = o.agg.transactions_mut().map(std::mem::take);
+        if let (Some(t), Some(ot)) = (base.agg.transactions_mut(), txns) {
+            t.merge(ot);
+        }
+    }
+    base.agg
+        .order_groups(|k| rank.get(k).copied().unwrap_or(usize::MAX));
+    if let Some(why) = bound_reached(&base.agg) {
+        return Err(why.into());
+    }
+    if let Some(t) = base.agg.transactions_mut() {
+        t.renumber(|p| opens.partition_point(|&x| x < p) as u64 + 1);
+    }
+    Ok(base)
+}
+
+/// Each group's place in the order one thread first saw them: by the key of its first event
+/// over all workers. An error when two workers saw new groups at one key (connections of both
+/// closed idle at one expiry): one thread's order among them is not known.
+fn group_order(shards: &[Shard]) -> Result<HashMap<GroupKey, usize>, String> {
+    let mut first: HashMap<GroupKey, (Key, usize, usize)> = HashMap::new();
+    for (w, s) in shards.iter().enumerate() {
+        for (i, &(k, g)) in s.firsts.iter().enumerate() {
+            let e = first.entry(g).or_insert((k, w, i));
+            if (k, w, i) < *e {
+                *e = (k, w, i);
+            }
+        }
+    }
+    let mut order: Vec<(Key, usize, usize, GroupKey)> = first
+        .into_iter()
+        .map(|(g, (k, w, i))| (k, w, i, g))
+        .collect();
+    order.sort_unstable();
+    for pair in order.windows(2) {
+        if let [a, b] = pair
+            && a.0 == b.0
+            && a.1 != b.1
+        {
+            return Err("two workers saw new groups at the same idle expiry".into());
+        }
+    }
+    Ok(order
+        .into_iter()
+        .enumerate()
+        .map(|(r, (.., g))| (g, r))
+        .collect())
+}
+
+/// A bound whose cut depends on the order events came in, reached in the merged aggregate.
+fn bound_reached(agg: &Aggregator) -> Option<&'static str> {
+    if agg.overflow().is_some() {
+        return Some("the cap on groups was reached");
+    }
+    let capped = |s: &Stats| {
+        s.databases.other() > 0
+            || s.users.other() > 0
+            || s.clients.other() > 0
+            || s.errors_by_code.other() > 0
+    };
+    if capped(&agg.totals().stats) || agg.groups().any(|g| capped(&g.stats)) {
+        return Some("a group's cap on distinct values was reached");
+    }
+    if agg.totals().dims.other().count > 0 {
+        return Some("the cap on load shares was reached");
+    }
+    if agg.transactions().is_some_and(|t| t.totals().untracked > 0) {
+        return Some("a worker's share of the transaction tracker was reached");
+    }
+    None
+}
