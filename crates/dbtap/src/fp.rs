@@ -210,7 +210,25 @@ struct Normalizer {
     keep_key_order: bool,
     buf: String,
     scratch: String,
-    cache: HashMap<(u64, &'static str), Cached, foldhash::fast::RandomState>,
+    cache: HashMap<(u64, Command), Cached, foldhash::fast::RandomState>,
+}
+
+/// A command name as a cache key: equal names are almost always the same `&'static str`, so
+/// the address is compared first ([`aggregate::same_str`]); hashed as the text.
+#[derive(Clone, Copy, Eq)]
+struct Command(&'static str);
+
+impl std::hash::Hash for Command {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        self.0.hash(h);
+    }
+}
+
+impl PartialEq for Command {
+    #[inline]
+    fn eq(&self, o: &Self) -> bool {
+        aggregate::same_str(self.0, o.0)
+    }
 }
 
 impl Normalizer {
@@ -251,7 +269,7 @@ impl Normalizer {
                 command,
             };
         }
-        let key = (text_key(text), ev.command);
+        let key = (text_key(text), Command(ev.command));
         let hit = self
             .cache
             .get(&key)
