@@ -267,6 +267,11 @@ impl RequestReader {
             let ev = match self.st {
                 RSt::Start => {
                     self.start(b, ts, pos);
+                    if self.st == (RSt::Count { cr: false })
+                        && let Some(ev) = self.whole_count(input, pos)
+                    {
+                        return Ok(Some(ev));
+                    }
                     None
                 }
                 RSt::Count { cr } => self.count(b, cr, pos)?,
@@ -346,6 +351,37 @@ impl RequestReader {
             self.end_pending = true;
         }
         Some(ReqEvent::Arg { index, len })
+    }
+
+    /// A whole argument count line after the `*` (`<n>\r\n`, all in `input`, `1..=MAX_ARGS`)
+    /// in one step: what [`Self::count`] does at its LF. `None`, with nothing consumed or
+    /// changed, for anything else (the ordinary path reports it).
+    #[inline]
+    fn whole_count(&mut self, input: &[u8], pos: &mut usize) -> Option<ReqEvent> {
+        let rest = input.get(*pos..)?;
+        if !self.line.is_empty() {
+            return None;
+        }
+        let digits = rest
+            .iter()
+            .take(MAX_NUMBER_LINE + 1)
+            .take_while(|b| matches!(b, b'0'..=b'9' | b'-' | b'+'))
+            .count();
+        if digits > MAX_NUMBER_LINE || rest.get(digits..digits + 2)? != b"\r\n" {
+            return None;
+        }
+        let argc = u64::try_from(parse_i64(rest.get(..digits)?)?)
+            .ok()
+            .filter(|&n| (1..=MAX_ARGS).contains(&n))?;
+        *pos += digits + 2;
+        self.wire += (digits + 2) as u64;
+        self.argc = argc;
+        self.index = 0;
+        self.st = RSt::ArgHeader {
+            dollar: false,
+            cr: false,
+        };
+        Some(ReqEvent::Begin { argc })
     }
 
     /// The digits of a number line at `*pos` and the CR after them, taken in one run: what
