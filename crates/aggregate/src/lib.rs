@@ -26,7 +26,11 @@ pub use stats::{
 };
 
 /// What events are grouped by.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+///
+/// Equality compares the command by address first: it is a `&'static str` from the protocol's
+/// command table, so equal commands almost always share it and a lookup costs no `memcmp`
+/// (the text is compared when the addresses differ). Hash and order are the derived ones.
+#[derive(Clone, Copy, Debug, Eq, PartialOrd, Ord)]
 pub struct GroupKey {
     pub protocol: proto::Protocol,
     /// The event's command kind ("query", "execute", ...).
@@ -35,6 +39,31 @@ pub struct GroupKey {
     /// dimensions than the fingerprint, that hash combined with the dimension values
     /// ([`DimSet::group_hash`]).
     pub fingerprint_hash: u64,
+}
+
+impl PartialEq for GroupKey {
+    #[inline]
+    fn eq(&self, o: &Self) -> bool {
+        self.fingerprint_hash == o.fingerprint_hash
+            && self.protocol == o.protocol
+            && same_str(self.command, o.command)
+    }
+}
+
+impl std::hash::Hash for GroupKey {
+    /// As derived: the fields in order.
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        self.protocol.hash(h);
+        self.command.hash(h);
+        self.fingerprint_hash.hash(h);
+    }
+}
+
+/// `a == b`, answered without comparing bytes when both are the same slice (the common case
+/// for `&'static str` command names).
+#[inline]
+pub fn same_str(a: &str, b: &str) -> bool {
+    (a.as_ptr() == b.as_ptr() && a.len() == b.len()) || a == b
 }
 
 /// Aggregation limits.

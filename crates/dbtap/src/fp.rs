@@ -210,7 +210,27 @@ struct Normalizer {
     keep_key_order: bool,
     buf: String,
     scratch: String,
-    cache: HashMap<(u64, &'static str), Cached, foldhash::fast::RandomState>,
+    /// Each cached (text, command)'s slot in `entries`.
+    cache: HashMap<(u64, Command), usize, foldhash::fast::RandomState>,
+    entries: Vec<Cached>,
+}
+
+/// A command name as a cache key: equal names are almost always the same `&'static str`, so
+/// the address is compared first ([`aggregate::same_str`]); hashed as the text.
+#[derive(Clone, Copy, Eq)]
+struct Command(&'static str);
+
+impl std::hash::Hash for Command {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        self.0.hash(h);
+    }
+}
+
+impl PartialEq for Command {
+    #[inline]
+    fn eq(&self, o: &Self) -> bool {
+        aggregate::same_str(self.0, o.0)
+    }
 }
 
 impl Normalizer {
@@ -222,6 +242,7 @@ impl Normalizer {
             buf: String::with_capacity(1024),
             scratch: String::new(),
             cache: HashMap::default(),
+            entries: Vec::new(),
         }
     }
 
@@ -251,34 +272,39 @@ impl Normalizer {
                 command,
             };
         }
-        let key = (text_key(text), ev.command);
-        let hit = self
-            .cache
-            .get(&key)
-            .is_some_and(|c| Arc::ptr_eq(&c.text, text) || c.text == *text);
-        if !hit {
-            let hash = self.normalize(ev.protocol, ev.command, text);
-            if self.cache.contains_key(&key) {
-                // A different text with the same key: answer without caching it.
-                return Group {
-                    hash,
-                    text: &self.buf,
-                    command,
-                };
-            }
-            if self.cache.len() >= CACHE_MAX {
-                self.cache.clear();
-            }
-            self.cache.insert(
-                key,
-                Cached {
+        let key = (text_key(text), Command(ev.command));
+        // The entry's slot, when it holds this very text: one lookup on a hit.
+        let hit = self.cache.get(&key).copied().filter(|&i| {
+            self.entries
+                .get(i)
+                .is_some_and(|c| Arc::ptr_eq(&c.text, text) || c.text == *text)
+        });
+        let slot = match hit {
+            Some(i) => i,
+            None => {
+                let hash = self.normalize(ev.protocol, ev.command, text);
+                if self.cache.contains_key(&key) {
+                    // A different text with the same key: answer without caching it.
+                    return Group {
+                        hash,
+                        text: &self.buf,
+                        command,
+                    };
+                }
+                if self.cache.len() >= CACHE_MAX {
+                    self.cache.clear();
+                    self.entries.clear();
+                }
+                self.cache.insert(key, self.entries.len());
+                self.entries.push(Cached {
                     text: Arc::clone(text),
                     hash,
                     fingerprint: self.buf.as_str().into(),
-                },
-            );
-        }
-        match self.cache.get(&key) {
+                });
+                self.entries.len() - 1
+            }
+        };
+        match self.entries.get(slot) {
             Some(c) => Group {
                 hash: c.hash,
                 text: &c.fingerprint,

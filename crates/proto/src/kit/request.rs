@@ -176,7 +176,11 @@ pub fn cut_text(sql: &[u8], cut: bool, max: usize) -> (Cow<'_, str>, bool) {
         // Cut in the middle of a character: drop its first bytes.
         bytes = bytes.get(..e.valid_up_to()).unwrap_or(bytes);
     }
-    let text = String::from_utf8_lossy(bytes);
+    // Valid UTF-8 (the usual case) is checked by the fast validator, not the lossy one.
+    let text = match std::str::from_utf8(bytes) {
+        Ok(s) => Cow::Borrowed(s),
+        Err(_) => String::from_utf8_lossy(bytes),
+    };
     if text.len() <= max {
         return (text, truncated);
     }

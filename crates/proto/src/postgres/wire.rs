@@ -236,6 +236,11 @@ impl Framer {
     /// (`len` is the length field) and says how many body bytes to keep, or `None` when the
     /// length is impossible for that type: the framer then stops with [`BadLength`] right after
     /// the header, which it has consumed. Lengths outside `4..1 GB` are always refused.
+    ///
+    /// Inlined: the common case (a whole message in the input, nothing buffered) is a few
+    /// loads, so the message stays in registers in the caller instead of going through memory;
+    /// the rest is [`Framer::push_buffered`].
+    #[inline]
     pub fn push<'a>(
         &'a mut self,
         input: &'a [u8],
@@ -262,6 +267,19 @@ impl Framer {
             };
             return (hl + body.len(), Ok(Some(msg)));
         }
+        self.push_buffered(input, ts, policy)
+    }
+
+    /// [`Framer::push`] when the message is split over several inputs (or its header is
+    /// impossible): the header and the kept body bytes are gathered in the framer.
+    #[inline(never)]
+    fn push_buffered<'a>(
+        &'a mut self,
+        input: &'a [u8],
+        ts: u64,
+        policy: &dyn Fn(u8, u32) -> Option<usize>,
+    ) -> (usize, Result<Option<Message<'a>>, BadLength>) {
+        let hl = self.header_len();
         let mut pos = 0usize;
         if !self.active {
             if self.hdr_have == 0 {

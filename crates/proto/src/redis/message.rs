@@ -426,11 +426,13 @@ impl Builder {
 /// Appends `b` as text, replacing invalid UTF-8; when `cut`, a character cut at the end is
 /// dropped rather than replaced.
 fn push_lossy(out: &mut String, mut b: &[u8], cut: bool) {
-    if cut
-        && let Err(e) = std::str::from_utf8(b)
-        && e.error_len().is_none()
-    {
-        b = b.get(..e.valid_up_to()).unwrap_or(&[]);
+    match std::str::from_utf8(b) {
+        // The usual case, checked by the fast validator.
+        Ok(s) => return out.push_str(s),
+        Err(e) if cut && e.error_len().is_none() => {
+            b = b.get(..e.valid_up_to()).unwrap_or(&[]);
+        }
+        Err(_) => {}
     }
     out.push_str(&String::from_utf8_lossy(b));
 }

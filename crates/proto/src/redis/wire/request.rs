@@ -237,6 +237,15 @@ impl RequestReader {
             return Ok(Some(self.inline_arg(next, keep)));
         }
         loop {
+            if self.st
+                == (RSt::ArgHeader {
+                    dollar: false,
+                    cr: false,
+                })
+                && let Some(ev) = self.whole_arg(input, keep, pos)
+            {
+                return Ok(Some(ev));
+            }
             if matches!(
                 self.st,
                 RSt::Count { cr: false }
@@ -258,6 +267,11 @@ impl RequestReader {
             let ev = match self.st {
                 RSt::Start => {
                     self.start(b, ts, pos);
+                    if self.st == (RSt::Count { cr: false })
+                        && let Some(ev) = self.whole_count(input, pos)
+                    {
+                        return Ok(Some(ev));
+                    }
                     None
                 }
                 RSt::Count { cr } => self.count(b, cr, pos)?,
@@ -286,6 +300,88 @@ impl RequestReader {
             }
         }
         Ok(None)
+    }
+
+    /// A whole argument at `*pos` (`$<len>\r\n<bytes>\r\n`, all in `input`, the length
+    /// valid) in one step: exactly what the byte-at-a-time states do with it (the same wire
+    /// bytes, kept head and event), without a state turn per piece. `None`, with nothing
+    /// consumed or changed, for anything else (split over inputs, malformed): the ordinary
+    /// path then takes it and reports what it finds.
+    #[inline]
+    fn whole_arg(
+        &mut self,
+        input: &[u8],
+        keep: &dyn Fn(u64) -> usize,
+        pos: &mut usize,
+    ) -> Option<ReqEvent> {
+        let rest = input.get(*pos..)?;
+        if rest.first() != Some(&b'$') || !self.line.is_empty() {
+            return None;
+        }
+        let digits = rest
+            .get(1..)?
+            .iter()
+            .take(MAX_NUMBER_LINE + 1)
+            .take_while(|b| matches!(b, b'0'..=b'9' | b'-' | b'+'))
+            .count();
+        if digits > MAX_NUMBER_LINE || rest.get(1 + digits..3 + digits)? != b"\r\n" {
+            return None;
+        }
+        let len = u64::try_from(parse_i64(rest.get(1..1 + digits)?)?)
+            .ok()
+            .filter(|&l| l <= MAX_BULK)?;
+        let body = 3 + digits;
+        let end = usize::try_from(len).ok()?.checked_add(body)?;
+        if rest.get(end..end.checked_add(2)?)? != b"\r\n" {
+            return None;
+        }
+        self.keep = keep(self.index);
+        self.head.clear();
+        let kept = rest.get(body..end)?;
+        self.head
+            .extend_from_slice(kept.get(..self.keep.min(kept.len()))?);
+        self.arg_len = len;
+        *pos += end + 2;
+        self.wire += (end + 2) as u64;
+        let index = self.index;
+        self.index += 1;
+        if self.index >= self.argc {
+            // As after the LF of the ordinary path: the end is reported next.
+            self.st = RSt::ArgLf;
+            self.end_pending = true;
+        }
+        Some(ReqEvent::Arg { index, len })
+    }
+
+    /// A whole argument count line after the `*` (`<n>\r\n`, all in `input`, `1..=MAX_ARGS`)
+    /// in one step: what [`Self::count`] does at its LF. `None`, with nothing consumed or
+    /// changed, for anything else (the ordinary path reports it).
+    #[inline]
+    fn whole_count(&mut self, input: &[u8], pos: &mut usize) -> Option<ReqEvent> {
+        let rest = input.get(*pos..)?;
+        if !self.line.is_empty() {
+            return None;
+        }
+        let digits = rest
+            .iter()
+            .take(MAX_NUMBER_LINE + 1)
+            .take_while(|b| matches!(b, b'0'..=b'9' | b'-' | b'+'))
+            .count();
+        if digits > MAX_NUMBER_LINE || rest.get(digits..digits + 2)? != b"\r\n" {
+            return None;
+        }
+        let argc = u64::try_from(parse_i64(rest.get(..digits)?)?)
+            .ok()
+            .filter(|&n| (1..=MAX_ARGS).contains(&n))?;
+        *pos += digits + 2;
+        self.wire += (digits + 2) as u64;
+        self.argc = argc;
+        self.index = 0;
+        self.st = RSt::ArgHeader {
+            dollar: false,
+            cr: false,
+        };
+        Some(ReqEvent::Begin { argc })
     }
 
     /// The digits of a number line at `*pos` and the CR after them, taken in one run: what
