@@ -97,11 +97,24 @@ USERS = """<?xml version="1.0"?>
 
 
 class ClickHouse:
-    """A private clickhouse-server: start(), stop() (SIGTERM, waits for the exit), query()."""
+    """A private clickhouse-server: start(), stop() (SIGTERM, waits for the exit), query().
+    Another test file's server changes `http_port` and the two config texts."""
+
+    http_port = HTTP_PORT
 
     def __init__(self, workdir: Path):
         self.dir = Path(workdir).resolve()
         self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.http_port}/"
+
+    def config_text(self) -> str:
+        return CONFIG.format(d=self.dir, http=self.http_port)
+
+    def users_text(self) -> str:
+        return USERS
 
     def start(self, timeout: float = 30.0) -> None:
         exe = shutil.which("clickhouse-server") or shutil.which("clickhouse")
@@ -109,8 +122,8 @@ class ClickHouse:
             pytest.fail("clickhouse-server is not installed (tests/setup.sh installs it)")
         self.dir.mkdir(parents=True, exist_ok=True)
         cfg = self.dir / "config.xml"
-        cfg.write_text(CONFIG.format(d=self.dir, http=HTTP_PORT))
-        (self.dir / "users.xml").write_text(USERS)
+        cfg.write_text(self.config_text())
+        (self.dir / "users.xml").write_text(self.users_text())
         args = [exe, f"--config-file={cfg}"]
         if Path(exe).name == "clickhouse":
             args = [exe, "server", f"--config-file={cfg}"]
@@ -140,10 +153,10 @@ class ClickHouse:
                 self.proc.kill()
                 self.proc.wait()
         self.proc = None
-        harness.wait_port_free(HTTP_PORT)
+        harness.wait_port_free(self.http_port)
 
     def query(self, sql: str) -> str:
-        req = urllib.request.Request(URL, data=sql.encode(), method="POST")
+        req = urllib.request.Request(self.url, data=sql.encode(), method="POST")
         try:
             with urllib.request.urlopen(req, timeout=30) as r:
                 return r.read().decode()

@@ -29,12 +29,8 @@ from __future__ import annotations
 
 import collections
 import shutil
-import signal
 import subprocess
 import sys
-import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -93,52 +89,16 @@ def make_certs(d: Path) -> Path:
 class Server(base.ClickHouse):
     """test_clickhouse.py's private server, on this file's ports and with HTTPS."""
 
-    def start(self, timeout: float = 30.0) -> None:
-        exe = shutil.which("clickhouse-server")
-        if not exe:
-            pytest.fail("clickhouse-server is not installed (tests/setup.sh installs it)")
-        cfg = self.dir / "config.xml"
-        plain = base.CONFIG.format(d=self.dir, http=HTTP_PORT).replace("</yandex>\n", "")
-        cfg.write_text(plain + SSL.format(d=self.dir, https=HTTPS_PORT))
-        users = base.USERS.replace("</users>", FLEET_USER + "</users>")
+    http_port = HTTP_PORT
+
+    def config_text(self) -> str:
+        plain = super().config_text().replace("</yandex>\n", "")
+        return plain + SSL.format(d=self.dir, https=HTTPS_PORT)
+
+    def users_text(self) -> str:
+        users = super().users_text().replace("</users>", FLEET_USER + "</users>")
         assert FLEET_USER in users
-        (self.dir / "users.xml").write_text(users)
-        self.proc = subprocess.Popen([exe, f"--config-file={cfg}"], stdin=subprocess.DEVNULL,
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                     cwd=self.dir)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                if self.query("SELECT 1").strip() == "1":
-                    return
-            except OSError:
-                pass
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.1)
-        err = (self.dir / "error.log").read_text(errors="replace")[-2000:] \
-            if (self.dir / "error.log").exists() else ""
-        self.stop()
-        pytest.fail(f"clickhouse-server did not start: {err}")
-
-    def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.proc = None
-        harness.wait_port_free(HTTP_PORT)
-
-    def query(self, sql: str) -> str:
-        req = urllib.request.Request(URL, data=sql.encode(), method="POST")
-        try:
-            with urllib.request.urlopen(req, timeout=30) as r:
-                return r.read().decode()
-        except urllib.error.HTTPError as e:
-            raise AssertionError(f"ClickHouse: {e.read().decode(errors='replace')[:800]}\n{sql}")
+        return users
 
 
 @pytest.fixture(scope="module")
