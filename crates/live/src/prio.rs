@@ -109,6 +109,9 @@ mod tests {
             // Busy for a second: back to normal, once.
             let end = std::time::Instant::now() + std::time::Duration::from_millis(1100);
             while std::time::Instant::now() < end {}
+            // A thread it starts is not real-time (SCHED_RESET_ON_FORK).
+            let child = std::thread::spawn(policy).join().unwrap();
+            assert_eq!(child, libc::SCHED_OTHER);
             let share = g.check();
             let after = policy();
             let end = std::time::Instant::now() + std::time::Duration::from_millis(1100);

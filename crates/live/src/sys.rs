@@ -366,15 +366,17 @@ pub(crate) fn set_thread_nice(nice: c_int) -> io::Result<()> {
     cvt(unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, nice) }).map(drop)
 }
 
-/// `sched_setscheduler(0, SCHED_FIFO, prio)`: the calling thread (pid 0 is the caller's own
-/// thread on Linux) in the real-time FIFO class at `prio` (needs CAP_SYS_NICE or
-/// RLIMIT_RTPRIO).
+/// `sched_setscheduler(0, SCHED_FIFO | SCHED_RESET_ON_FORK, prio)`: the calling thread (pid 0
+/// is the caller's own thread on Linux) in the real-time FIFO class at `prio` (needs
+/// CAP_SYS_NICE or RLIMIT_RTPRIO); threads it starts begin in the normal class.
 pub(crate) fn set_thread_fifo(prio: c_int) -> io::Result<()> {
     let param = libc::sched_param {
         sched_priority: prio,
     };
+    // SCHED_RESET_ON_FORK: threads this one starts (a replay's sessions) are normal again.
+    let policy = libc::SCHED_FIFO | libc::SCHED_RESET_ON_FORK;
     // SAFETY: `param` is a valid sched_param that outlives the call, which only reads it.
-    cvt(unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) }).map(drop)
+    cvt(unsafe { libc::sched_setscheduler(0, policy, &param) }).map(drop)
 }
 
 /// `sched_setscheduler(0, SCHED_OTHER, 0)`: the calling thread back in the normal class.
@@ -401,5 +403,5 @@ pub(crate) fn thread_cpu_ns() -> u64 {
 #[cfg(test)]
 pub(crate) fn thread_policy() -> c_int {
     // SAFETY: no memory is passed; pid 0 is the calling thread.
-    unsafe { libc::sched_getscheduler(0) }
+    unsafe { libc::sched_getscheduler(0) & !libc::SCHED_RESET_ON_FORK }
 }
