@@ -314,6 +314,21 @@ fn worker(
         }
         let _ = back.try_send(b);
     }
+    engine.consumer_mut().key = FINISH_KEY;
+    let (fwd, mut end) = finish_worker(w, engine, peak, flow);
+    end.items = fwd.items;
+    let _ = tx.send(Out::End(Box::new(end)));
+}
+
+/// Closes a worker's engine (every connection; what it hands on goes to its consumer, which the
+/// caller has set up for that): its consumer, and its end without items: health, warnings,
+/// ports, and the bound it reached that a merge could not reproduce, if any.
+fn finish_worker<C: Consumer>(
+    w: usize,
+    engine: Engine<C>,
+    peak: usize,
+    flow: &FlowConfig,
+) -> (C, WorkerEnd) {
     let p = engine.parts();
     let bound = if peak >= flow.max_flows {
         Some(format!("worker {w} reached its share of --max-connections"))
@@ -325,21 +340,21 @@ fn worker(
     let (warnings, unknown_protocol) = (p.warnings.to_vec(), p.unknown_protocol);
     let midstream_ports = p.midstream_ports.clone();
     let untracked_ports = p.flow.untracked_ports.clone();
-    engine.consumer_mut().key = FINISH_KEY;
-    let (fwd, health) = engine.finish(Vec::new(), 0);
+    let (c, health) = engine.finish(Vec::new(), 0);
     let bound = bound.or_else(|| {
         (health.protocol.text_cut_by_budget > 0)
             .then(|| "its share of --max-text-total was reached".to_string())
     });
-    let _ = tx.send(Out::End(Box::new(WorkerEnd {
-        items: fwd.items,
+    let end = WorkerEnd {
+        items: Vec::new(),
         health,
         warnings,
         unknown_protocol,
         midstream_ports,
         untracked_ports,
         bound,
-    })));
+    };
+    (c, end)
 }
 
 /// Connection ids as one thread numbers them: in the order connections open.

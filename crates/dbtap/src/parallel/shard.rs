@@ -333,35 +333,11 @@ fn worker_end(
     peak: usize,
     flow: &FlowConfig,
 ) -> Result<Part, String> {
-    let p = engine.parts();
-    let bound = if peak >= flow.max_flows {
-        Some(format!("worker {w} reached its share of --max-connections"))
-    } else if p.flow.buffer_overflows > 0 {
-        Some("a reassembly buffer cap was reached".into())
-    } else {
-        None
-    };
-    let (warnings, unknown_protocol) = (p.warnings.to_vec(), p.unknown_protocol);
-    let midstream_ports = p.midstream_ports.clone();
-    let untracked_ports = p.flow.untracked_ports.clone();
     engine.consumer_mut().finishing = true;
-    let (shard, health) = engine.finish(Vec::new(), 0);
-    let bound = bound.or_else(|| {
-        (health.protocol.text_cut_by_budget > 0)
-            .then(|| "its share of --max-text-total was reached".to_string())
-    });
+    let (shard, end) = super::finish_worker(w, engine, peak, flow);
     if shard.clash {
         return Err("two connections opened at one frame".into());
     }
-    let end = WorkerEnd {
-        items: Vec::new(),
-        health,
-        warnings,
-        unknown_protocol,
-        midstream_ports,
-        untracked_ports,
-        bound,
-    };
     Ok(Part { shard, end })
 }
 
