@@ -4,6 +4,7 @@
 //! can be pointed at the target's cursor), and the rewrite of each request for the target
 //! ([`rewrite`]). BSON is edited with the small element walker of [`doc`].
 
+pub mod auth;
 pub mod doc;
 pub mod rewrite;
 

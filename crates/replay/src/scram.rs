@@ -1,13 +1,16 @@
 //! SCRAM-SHA-256 (RFC 5802, RFC 7677), the client side, as PostgreSQL's SASL login uses it
-//! (no channel binding: `n,,`). Built on RustCrypto's `sha2`, `hmac` and `pbkdf2`; the
-//! password is used as given (no SASLprep normalisation: ASCII passwords are unaffected).
+//! (no channel binding: `n,,`), and SCRAM-SHA-1 for MongoDB's older users ([`Mech`]). Built on
+//! RustCrypto's `sha2`, `sha1`, `hmac` and `pbkdf2`; the password is used as given (no
+//! SASLprep normalisation: ASCII passwords are unaffected).
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as B64;
 use hmac::{Hmac, Mac};
+use sha1::Sha1;
 use sha2::{Digest, Sha256};
 
 type HmacSha256 = Hmac<Sha256>;
+type HmacSha1 = Hmac<Sha1>;
 
 /// Most PBKDF2 iterations accepted from a server (PostgreSQL's default is 4096).
 const MAX_ITERATIONS: u32 = 10_000_000;
@@ -15,8 +18,69 @@ const MAX_ITERATIONS: u32 = 10_000_000;
 /// The mechanism name.
 pub const MECHANISM: &str = "SCRAM-SHA-256";
 
+/// The hash a SCRAM exchange is built on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Mech {
+    Sha1,
+    Sha256,
+}
+
+impl Mech {
+    /// The SASL mechanism name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mech::Sha1 => "SCRAM-SHA-1",
+            Mech::Sha256 => MECHANISM,
+        }
+    }
+
+    /// The mechanism a SASL name names (case-insensitive).
+    pub fn from_name(name: &str) -> Option<Mech> {
+        [Mech::Sha1, Mech::Sha256]
+            .into_iter()
+            .find(|m| m.name().eq_ignore_ascii_case(name))
+    }
+
+    fn hmac(self, key: &[u8], msg: &[u8]) -> Vec<u8> {
+        match self {
+            Mech::Sha256 => hmac(key, msg),
+            Mech::Sha1 => {
+                // HMAC takes a key of any length.
+                let mut m = HmacSha1::new_from_slice(key).unwrap_or_else(|_| {
+                    HmacSha1::new_from_slice(&[]).unwrap_or_else(|_| unreachable!("any key"))
+                });
+                m.update(msg);
+                m.finalize().into_bytes().to_vec()
+            }
+        }
+    }
+
+    fn hash(self, data: &[u8]) -> Vec<u8> {
+        match self {
+            Mech::Sha256 => Sha256::digest(data).to_vec(),
+            Mech::Sha1 => Sha1::digest(data).to_vec(),
+        }
+    }
+
+    fn salted(self, password: &[u8], salt: &[u8], iters: u32) -> Vec<u8> {
+        match self {
+            Mech::Sha256 => {
+                let mut out = [0u8; 32];
+                pbkdf2::pbkdf2_hmac::<Sha256>(password, salt, iters, &mut out);
+                out.to_vec()
+            }
+            Mech::Sha1 => {
+                let mut out = [0u8; 20];
+                pbkdf2::pbkdf2_hmac::<Sha1>(password, salt, iters, &mut out);
+                out.to_vec()
+            }
+        }
+    }
+}
+
 /// One SCRAM exchange.
 pub struct Scram {
+    mech: Mech,
     password: Vec<u8>,
     client_first_bare: String,
     nonce: String,
@@ -36,15 +100,32 @@ fn hmac(key: &[u8], msg: &[u8]) -> Vec<u8> {
 impl Scram {
     /// An exchange for `user` (PostgreSQL ignores it: empty) with a random client nonce.
     pub fn new(user: &str, password: &str) -> Result<Scram, String> {
+        Scram::new_mech(Mech::Sha256, user, password)
+    }
+
+    /// An exchange of mechanism `mech` with a random client nonce (`password` as the
+    /// mechanism takes it: MongoDB's SCRAM-SHA-1 wants its digest of the password).
+    pub fn new_mech(mech: Mech, user: &str, password: &str) -> Result<Scram, String> {
         let mut raw = [0u8; 18];
         getrandom::fill(&mut raw).map_err(|e| format!("no random nonce: {e}"))?;
-        Ok(Scram::with_nonce(user, password, &B64.encode(raw)))
+        Ok(Scram::with_nonce_mech(
+            mech,
+            user,
+            password,
+            &B64.encode(raw),
+        ))
     }
 
     /// An exchange with a given nonce (tests).
     pub fn with_nonce(user: &str, password: &str, nonce: &str) -> Scram {
+        Scram::with_nonce_mech(Mech::Sha256, user, password, nonce)
+    }
+
+    /// An exchange of mechanism `mech` with a given nonce (tests).
+    pub fn with_nonce_mech(mech: Mech, user: &str, password: &str, nonce: &str) -> Scram {
         let user = user.replace('=', "=3D").replace(',', "=2C");
         Scram {
+            mech,
             password: password.as_bytes().to_vec(),
             client_first_bare: format!("n={user},r={nonce}"),
             nonce: nonce.to_string(),
@@ -80,16 +161,16 @@ impl Scram {
         if !(1..=MAX_ITERATIONS).contains(&iters) {
             return Err(format!("SCRAM: iteration count {iters} out of range"));
         }
-        let mut salted = [0u8; 32];
-        pbkdf2::pbkdf2_hmac::<Sha256>(&self.password, &salt, iters, &mut salted);
-        let client_key = hmac(&salted, b"Client Key");
-        let stored_key = Sha256::digest(&client_key);
+        let m = self.mech;
+        let salted = m.salted(&self.password, &salt, iters);
+        let client_key = m.hmac(&salted, b"Client Key");
+        let stored_key = m.hash(&client_key);
         let without_proof = format!("c=biws,r={r}");
         let auth = format!("{},{sf},{without_proof}", self.client_first_bare);
-        let sig = hmac(&stored_key, auth.as_bytes());
+        let sig = m.hmac(&stored_key, auth.as_bytes());
         let proof: Vec<u8> = client_key.iter().zip(&sig).map(|(a, b)| a ^ b).collect();
-        let server_key = hmac(&salted, b"Server Key");
-        self.expected = Some(hmac(&server_key, auth.as_bytes()));
+        let server_key = m.hmac(&salted, b"Server Key");
+        self.expected = Some(m.hmac(&server_key, auth.as_bytes()));
         Ok(format!("{without_proof},p={}", B64.encode(proof)))
     }
 

@@ -2,7 +2,7 @@
 //! `$clusterTime` dropped (it is signed by the captured deployment), session fields kept with
 //! a session id of the replay's own or dropped when the target has no sessions, cursor ids of
 //! getMore / killCursors (OP_MSG and legacy) replaced by the target's, and the captured
-//! authentication skipped (dbtap does not log in to MongoDB). OP_COMPRESSED is sent as the
+//! authentication skipped (dbtap logs in itself: [`super::auth`]). OP_COMPRESSED is sent as the
 //! message it wraps, decompressed. The request id is set at send.
 
 use proto::mongodb::bson::ty;

@@ -1,4 +1,5 @@
-//! One replayed MongoDB session: dbtap's own hello (is there session support?), then the
+//! One replayed MongoDB session: dbtap's own hello (is there session support?) and login
+//! (with the captured user's password, [`crate::mongo::auth`]), then the
 //! captured messages one at a time with the replay's request ids, each rewritten for the
 //! target ([`crate::mongo::rewrite`]) and waiting for its reply. Cursors are remapped across
 //! all sessions of a scale copy: a getMore whose cursor another session opens waits for that
@@ -18,9 +19,9 @@ use proto::{Direction, Session};
 use super::{Ctx, Stream, feed, is_timeout, new_session};
 use crate::capture::Plan;
 use crate::fidelity::Tally;
-use crate::mongo::doc;
 use crate::mongo::reply_cursor;
 use crate::mongo::rewrite::{self, Conv, Out};
+use crate::mongo::{auth, doc};
 
 /// Entries each cursor table holds at most in a live mirror (the oldest go first).
 const MAX_CURSORS: usize = 1 << 16;
@@ -156,9 +157,9 @@ struct Conn {
 }
 
 impl Conn {
-    /// Connects and asks hello whether the target has logical sessions (not fed to the
-    /// session: it is dbtap's, not the capture's).
-    fn open(ctx: &Ctx) -> Result<Conn, String> {
+    /// Connects, asks hello whether the target has logical sessions, and logs in when
+    /// `login` says so (neither is fed to the session: they are dbtap's, not the capture's).
+    fn open(ctx: &Ctx, login: Option<&auth::Login>) -> Result<Conn, String> {
         let stream = Stream::connect(&ctx.target).map_err(|e| e.to_string())?;
         let id = ctx.ids.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let session = new_session(id, &stream, &ctx.opts.session, proto::Protocol::Mongodb)
@@ -173,22 +174,35 @@ impl Conn {
             },
             next_rid: 1,
         };
+        let deadline = Instant::now() + ctx.opts.reply_timeout.max(Duration::from_secs(5));
+        let hello = Doc::new().i32("hello", 1).str("$db", "admin").bytes();
+        let d = c
+            .command(hello, deadline)
+            .map_err(|e| format!("hello: {e}"))?;
+        c.conv.sessions = doc::get(&d, b"logicalSessionTimeoutMinutes")
+            .is_some_and(|e| doc::int(&d, &e).is_some());
+        if let Some(l) = login {
+            auth::log_in(l, &mut |d| c.command(d, deadline))
+                .map_err(|e| format!("login refused: {e}"))?;
+        }
+        Ok(c)
+    }
+
+    /// Sends one command document of dbtap's own and returns its reply's body document.
+    fn command(&mut self, d: Vec<u8>, deadline: Instant) -> Result<Vec<u8>, String> {
         let mut body = 0u32.to_le_bytes().to_vec();
         body.push(0);
-        body.extend(Doc::new().i32("hello", 1).str("$db", "admin").bytes());
+        body.extend(d);
         let mut m = Vec::new();
-        put_message(&mut m, 0, 0, op::MSG, &body);
-        let rid = c.rid();
-        rewrite::set_request_id(&mut m, rid);
-        c.stream.write_all(&m).map_err(|e| e.to_string())?;
-        let deadline = Instant::now() + ctx.opts.reply_timeout.max(Duration::from_secs(5));
-        let reply = c
-            .read_message(deadline)
-            .map_err(|e| format!("hello: {e}"))?;
-        let d = reply.get(HEADER_LEN + 5..).unwrap_or_default();
-        c.conv.sessions =
-            doc::get(d, b"logicalSessionTimeoutMinutes").is_some_and(|e| doc::int(d, &e).is_some());
-        Ok(c)
+        let rid = self.rid();
+        put_message(&mut m, rid, 0, op::MSG, &body);
+        self.stream.write_all(&m).map_err(|e| e.to_string())?;
+        loop {
+            let reply = self.read_message(deadline)?;
+            if Header::parse(&reply).is_some_and(|h| h.response_to == rid) {
+                return Ok(reply.get(HEADER_LEN + 5..).unwrap_or_default().to_vec());
+            }
+        }
     }
 
     fn rid(&mut self) -> i32 {
@@ -270,23 +284,37 @@ impl Conn {
     }
 }
 
+/// The login of a session's connections: its captured user's (see [`auth::plan`]).
+fn login_of(ctx: &Ctx, plan: &Plan) -> Option<auth::Login> {
+    let msgs = plan.batches.iter().flat_map(|b| &b.requests);
+    let cap = auth::captured(msgs.map(|r| r.bytes.as_slice()));
+    auth::plan(&cap, &ctx.opts.creds).unwrap_or_else(|e| {
+        super::warn_once(&format!("dbtap: replay: mongodb: not logging in: {e}"));
+        None
+    })
+}
+
 /// Replays one MongoDB session copy.
 pub(super) fn run_session(ctx: &Ctx, plan: &Plan, offsets: &[u64]) -> Tally {
     let mut t = Tally::default();
     let shared = &ctx.mongo;
     let copy = shared.copy_of(plan.conn);
-    if ctx.opts.creds.password.is_some() {
-        super::warn_once(
-            "dbtap: replay: mongodb: --user/--password are not used: dbtap does not log in \
-             to MongoDB (captured authentication is skipped and counted)",
-        );
-    }
+    let login = login_of(ctx, plan);
     let mut conn: Option<Conn> = None;
+    // A refused login is not tried again for every batch of the session.
+    let mut refused = false;
     for (batch, off) in super::batches(ctx, plan, offsets) {
-        let late = ctx.wait_until(off);
         let n = batch.requests.len();
-        let Some((c, _)) = super::connected(&mut conn, &mut t, n, "mongodb", || Conn::open(ctx))
-        else {
+        if refused {
+            t.skip("connect_failed", n as u64);
+            continue;
+        }
+        let late = ctx.wait_until(off);
+        let Some((c, _)) = super::connected(&mut conn, &mut t, n, "mongodb", || {
+            let r = Conn::open(ctx, login.as_ref());
+            refused = r.as_ref().is_err_and(|e| e.starts_with("login refused"));
+            r
+        }) else {
             continue;
         };
         ctx.record_lag(&mut t, late);
@@ -329,6 +357,14 @@ pub(super) fn run_session(ctx: &Ctx, plan: &Plan, offsets: &[u64]) -> Tally {
                 continue;
             };
             t.replies += 1;
+            if login.is_none()
+                && let Some(e) = auth::unauthorized(&m)
+            {
+                super::warn_once(&format!(
+                    "dbtap: replay: mongodb: the target requires a login ({e}): give the \
+                     captured user's password with --credentials FILE or --user/--password"
+                ));
+            }
             let target = reply_cursor(&m).unwrap_or(0);
             match getmore {
                 Some(cur) if target == 0 => shared.exhausted(copy, cur),
