@@ -94,4 +94,26 @@ if ! /usr/bin/python3 -c 'import chdb' 2>/dev/null; then
   echo "setup: installing chdb for python"
   /usr/bin/python3 -m pip install -q --break-system-packages chdb==4.4.0
 fi
+# MongoDB login on the replay target (test_replay_mongo_auth.py): FerretDB 1.24.2 (Go; SQLite
+# backend; SCRAM-SHA-256/SHA-1 users with --test-enable-new-auth), built once from the Go module
+# proxy (`go install` cannot: its binary panics without build/version/version.txt, so the module
+# is copied, given that file, and built). Offline, or without Go, the test skips and says so.
+FERRET_BIN=tests/out/ferretdb-v1.24.2/ferretdb
+if [ ! -x "$FERRET_BIN" ]; then
+  GO=$(command -v go || echo /usr/local/go/bin/go)
+  ferret_src=$(mktemp -d)
+  echo "setup: building $FERRET_BIN"
+  if [ -x "$GO" ] \
+     && ferret_mod=$("$GO" mod download -json github.com/FerretDB/FerretDB@v1.24.2 | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p') \
+     && [ -n "$ferret_mod" ] && cp -r "$ferret_mod/." "$ferret_src" && chmod -R u+w "$ferret_src" \
+     && echo v1.24.2 > "$ferret_src/build/version/version.txt" \
+     && mkdir -p "$(dirname "$FERRET_BIN")" \
+     && (cd "$ferret_src" && "$GO" build -o "$OLDPWD/$FERRET_BIN.tmp" ./cmd/ferretdb) \
+     && mv "$FERRET_BIN.tmp" "$FERRET_BIN"; then
+    :
+  else
+    echo "setup: warning: FerretDB not built (no Go, or offline): test_replay_mongo_auth.py will skip" >&2
+  fi
+  rm -rf "$ferret_src"
+fi
 echo "setup: ok"

@@ -94,8 +94,9 @@ pub struct Plan {
     pub saw_open: bool,
     /// The first database its events name (for a connection begun before the capture).
     pub database: Option<Arc<str>>,
-    /// The captured user: PostgreSQL's startup message, else the first its events name
-    /// (MySQL's login, Redis's AUTH); picks its password from `--credentials`.
+    /// The captured user: PostgreSQL's startup message or MongoDB's saslStart, else the
+    /// first its events name (MySQL's login, Redis's AUTH); picks its password from
+    /// `--credentials`.
     pub user: Option<Arc<str>>,
     pub batches: Vec<Batch>,
     /// When the connection ended in the capture (or the capture did): the replayed
@@ -408,10 +409,17 @@ pub(crate) fn frame<'a>(
             batches: crate::mysql::frame_conn(&saw_open, chunks, skipped_bytes, skipped),
             ..Default::default()
         },
-        Protocol::Mongodb => crate::postgres::Framed {
-            batches: crate::mongo::frame_conn(saw_open, chunks, skipped_bytes),
-            ..Default::default()
-        },
+        Protocol::Mongodb => {
+            let batches = crate::mongo::frame_conn(saw_open, chunks, skipped_bytes);
+            // The user of the captured login (saslStart), whose password --credentials gives.
+            let msgs = batches.iter().flat_map(|b| &b.requests);
+            let user = crate::mongo::auth::captured(msgs.map(|r| r.bytes.as_slice())).user;
+            crate::postgres::Framed {
+                batches,
+                user,
+                ..Default::default()
+            }
+        }
         Protocol::Redis => crate::postgres::Framed {
             batches: frame_conn(saw_open, chunks, skipped_bytes),
             ..Default::default()

@@ -39,8 +39,8 @@ pub struct Login {
     pub user: String,
     pub password: String,
     pub db: String,
-    /// The captured mechanism; without one SCRAM-SHA-256, then SCRAM-SHA-1 if the user has
-    /// no SHA-256 credentials.
+    /// The captured mechanism (when logging in as the captured user); without one
+    /// SCRAM-SHA-256. A user without credentials of the first mechanism tried gets the other.
     pub mech: Option<Mech>,
 }
 
@@ -163,24 +163,66 @@ pub fn plan(cap: &Captured, creds: &Credentials) -> Result<Option<Login>, String
     let Some(user) = c.user.or_else(|| cap.user.clone()) else {
         return Err("--password without --user, and the capture names no user to log in as".into());
     };
+    // The captured mechanism is the captured user's.
+    let mech = cap.mech.filter(|_| cap.user.as_ref() == Some(&user));
     Ok(Some(Login {
         user,
         password,
         db: cap.db.clone().unwrap_or_else(|| "admin".into()),
-        mech: cap.mech,
+        mech,
     }))
 }
 
 /// Sends a command document to the target and returns its reply's body document.
 pub type Command<'a> = dyn FnMut(Vec<u8>) -> Result<Vec<u8>, String> + 'a;
 
-/// Logs in: a SCRAM conversation through `cmd`. The error is one line naming the user, the
-/// database, the mechanism and the server's message.
-pub fn log_in(l: &Login, cmd: &mut Command<'_>) -> Result<(), String> {
-    let mech = l.mech.unwrap_or(Mech::Sha256);
+/// dbtap's own hello on a connection: with the user whose mechanisms it asks for
+/// (`saslSupportedMechs`) when it logs in.
+pub fn hello(login: Option<&Login>) -> Vec<u8> {
+    let d = Doc::new().i32("hello", 1);
+    let d = match login {
+        Some(l) => d.str("saslSupportedMechs", &format!("{}.{}", l.db, l.user)),
+        None => d,
+    };
+    d.str("$db", "admin").bytes()
+}
+
+/// The mechanism to log in with, given the hello reply's `saslSupportedMechs`: the captured
+/// one if the user has it, else SCRAM-SHA-256, else SCRAM-SHA-1 (without the list, the
+/// captured one or SCRAM-SHA-256).
+pub fn choose(l: &Login, hello_reply: &[u8]) -> Mech {
+    let listed: Vec<Mech> = doc::get(hello_reply, b"saslSupportedMechs")
+        .and_then(|e| doc::sub(hello_reply, &e))
+        .and_then(|a| {
+            let els = doc::elements(a)?;
+            Some(
+                els.iter()
+                    .filter_map(|e| string(a, e.key).and_then(|m| Mech::from_name(&m)))
+                    .collect(),
+            )
+        })
+        .unwrap_or_default();
+    let want = l.mech.unwrap_or(Mech::Sha256);
+    if listed.is_empty() || listed.contains(&want) {
+        return want;
+    }
+    [Mech::Sha256, Mech::Sha1]
+        .into_iter()
+        .find(|m| listed.contains(m))
+        .unwrap_or(want)
+}
+
+/// Logs in with `mech`: a SCRAM conversation through `cmd`. The error is one line naming the
+/// user, the database, the mechanism and the server's message.
+pub fn log_in(l: &Login, mech: Mech, cmd: &mut Command<'_>) -> Result<(), String> {
     match conversation(l, mech, cmd) {
-        Err((code, _)) if code == MECHANISM_UNAVAILABLE && l.mech.is_none() => {
-            conversation(l, Mech::Sha1, cmd).map_err(|(_, e)| describe(l, Mech::Sha1, &e))
+        // The user has no credentials of this mechanism: the other one.
+        Err((MECHANISM_UNAVAILABLE, _)) => {
+            let other = match mech {
+                Mech::Sha256 => Mech::Sha1,
+                Mech::Sha1 => Mech::Sha256,
+            };
+            conversation(l, other, cmd).map_err(|(_, e)| describe(l, other, &e))
         }
         r => r.map_err(|(_, e)| describe(l, mech, &e)),
     }

@@ -12,7 +12,6 @@ use std::io::{Read, Write};
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use proto::mongodb::bson::build::Doc;
 use proto::mongodb::wire::{HEADER_LEN, Header, op, put_message};
 use proto::{Direction, Session};
 
@@ -25,6 +24,9 @@ use crate::mongo::{auth, doc};
 
 /// Entries each cursor table holds at most in a live mirror (the oldest go first).
 const MAX_CURSORS: usize = 1 << 16;
+
+/// Whether the target's refusal of a command without a login was reported (once a run).
+static UNAUTHORIZED_SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// A captured request: (captured connection, its request id).
 type Opener = (u64, i32);
@@ -175,14 +177,13 @@ impl Conn {
             next_rid: 1,
         };
         let deadline = Instant::now() + ctx.opts.reply_timeout.max(Duration::from_secs(5));
-        let hello = Doc::new().i32("hello", 1).str("$db", "admin").bytes();
         let d = c
-            .command(hello, deadline)
+            .command(auth::hello(login), deadline)
             .map_err(|e| format!("hello: {e}"))?;
         c.conv.sessions = doc::get(&d, b"logicalSessionTimeoutMinutes")
             .is_some_and(|e| doc::int(&d, &e).is_some());
         if let Some(l) = login {
-            auth::log_in(l, &mut |d| c.command(d, deadline))
+            auth::log_in(l, auth::choose(l, &d), &mut |d| c.command(d, deadline))
                 .map_err(|e| format!("login refused: {e}"))?;
         }
         Ok(c)
@@ -359,6 +360,7 @@ pub(super) fn run_session(ctx: &Ctx, plan: &Plan, offsets: &[u64]) -> Tally {
             t.replies += 1;
             if login.is_none()
                 && let Some(e) = auth::unauthorized(&m)
+                && !UNAUTHORIZED_SAID.swap(true, std::sync::atomic::Ordering::Relaxed)
             {
                 super::warn_once(&format!(
                     "dbtap: replay: mongodb: the target requires a login ({e}): give the \

@@ -117,6 +117,17 @@ fn whom_to_log_in_as() {
     assert_eq!((l.user.as_str(), l.password.as_str()), ("alice", "a1"));
     let l = plan(&Captured::default(), &file).unwrap().unwrap();
     assert_eq!((l.user.as_str(), l.db.as_str()), ("dflt", "admin"));
+    // The captured mechanism goes with the captured user only.
+    let sha1 = Captured {
+        mech: Some(Mech::Sha1),
+        ..cap.clone()
+    };
+    assert_eq!(plan(&sha1, &file).unwrap().unwrap().mech, Some(Mech::Sha1));
+    let bob = Captured {
+        user: Some("bob".into()),
+        ..sha1
+    };
+    assert_eq!(plan(&bob, &file).unwrap().unwrap().mech, None);
 }
 
 /// A server's side of SCRAM for one user, written from RFC 5802.
@@ -253,7 +264,8 @@ fn conversations() {
     // SCRAM-SHA-256 with MongoDB's final empty step.
     let mut srv = Server::new("s3cret", true);
     assert_eq!(
-        log_in(&login("s3cret", None), &mut |d| srv.command(d)),
+        log_in(&login("s3cret", None), Mech::Sha256, &mut |d| srv
+            .command(d)),
         Ok(())
     );
     assert_eq!(srv.steps, ["saslStart", "saslContinue", "saslContinue"]);
@@ -261,27 +273,30 @@ fn conversations() {
     let mut srv = Server::new("s3cret", true);
     srv.done_early = true;
     assert_eq!(
-        log_in(&login("s3cret", None), &mut |d| srv.command(d)),
+        log_in(&login("s3cret", None), Mech::Sha256, &mut |d| srv
+            .command(d)),
         Ok(())
     );
     assert_eq!(srv.steps.len(), 2);
     // The captured mechanism, SCRAM-SHA-1.
     let mut srv = Server::new("s3cret", true);
     assert_eq!(
-        log_in(&login("s3cret", Some(Mech::Sha1)), &mut |d| srv.command(d)),
+        log_in(&login("s3cret", Some(Mech::Sha1)), Mech::Sha1, &mut |d| srv
+            .command(d)),
         Ok(())
     );
     assert!(srv.sha1);
     // A user with SCRAM-SHA-1 credentials only: SHA-256 is refused, SHA-1 follows.
     let mut srv = Server::new("s3cret", false);
     assert_eq!(
-        log_in(&login("s3cret", None), &mut |d| srv.command(d)),
+        log_in(&login("s3cret", None), Mech::Sha256, &mut |d| srv
+            .command(d)),
         Ok(())
     );
     assert_eq!(srv.steps[..2], ["saslStart", "saslStart"]);
     // A wrong password: one line with the user, database, mechanism and server's message.
     let mut srv = Server::new("s3cret", true);
-    let e = log_in(&login("wrong", None), &mut |d| srv.command(d)).unwrap_err();
+    let e = log_in(&login("wrong", None), Mech::Sha256, &mut |d| srv.command(d)).unwrap_err();
     assert_eq!(
         e,
         "app@admin (SCRAM-SHA-256): Authentication failed. (code 18)"
@@ -307,11 +322,35 @@ fn conversations() {
         }
         r
     };
-    let e = log_in(&login("s3cret", None), &mut liar).unwrap_err();
+    let e = log_in(&login("s3cret", None), Mech::Sha256, &mut liar).unwrap_err();
     assert!(e.contains("signature does not match"), "{e}");
     // The transport failing.
-    let e = log_in(&login("s3cret", None), &mut |_| Err("timeout".into())).unwrap_err();
+    let e = log_in(&login("s3cret", None), Mech::Sha256, &mut |_| {
+        Err("timeout".into())
+    })
+    .unwrap_err();
     assert_eq!(e, "app@admin (SCRAM-SHA-256): timeout");
+}
+
+#[test]
+fn mechanism_from_hello() {
+    let l = login("pw", Some(Mech::Sha1));
+    let mechs = |m: &[&str]| Doc::new().arr_str("saslSupportedMechs", m).bytes();
+    assert_eq!(
+        choose(&l, &mechs(&["SCRAM-SHA-1", "SCRAM-SHA-256"])),
+        Mech::Sha1
+    );
+    assert_eq!(choose(&l, &mechs(&["SCRAM-SHA-256"])), Mech::Sha256);
+    assert_eq!(choose(&l, &Doc::new().bytes()), Mech::Sha1);
+    let any = login("pw", None);
+    assert_eq!(choose(&any, &mechs(&["SCRAM-SHA-1"])), Mech::Sha1);
+    assert_eq!(choose(&any, &mechs(&["PLAIN"])), Mech::Sha256);
+    let h = hello(Some(&any));
+    assert_eq!(
+        string(&h, b"saslSupportedMechs").as_deref(),
+        Some("admin.app")
+    );
+    assert_eq!(string(&hello(None), b"saslSupportedMechs"), None);
 }
 
 #[test]
@@ -340,7 +379,7 @@ proptest! {
         let _ = unauthorized(&b);
         let _ = scram_user(&b);
         let mut n = 0;
-        let _ = log_in(&login("pw", None), &mut |_| {
+        let _ = log_in(&login("pw", None), Mech::Sha256, &mut |_| {
             n += 1;
             if n > 8 { return Err("stop".into()); }
             Ok(b.clone())
