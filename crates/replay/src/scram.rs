@@ -78,6 +78,33 @@ impl Mech {
     }
 }
 
+/// Salted passwords kept at most (the oldest goes first).
+const CACHE: usize = 64;
+
+/// (mechanism, password, salt, iterations) → the salted password.
+type CacheEntry = ((Mech, Vec<u8>, Vec<u8>, u32), Vec<u8>);
+
+/// The salted password (PBKDF2, the costly step), computed once per password, salt and
+/// iteration count of a replay, as MongoDB's drivers cache it: a replay logs in on every
+/// connection of every session copy. The lock is held while computing, so concurrent logins
+/// of one user compute it once.
+fn salted_cached(m: Mech, password: &[u8], salt: &[u8], iters: u32) -> Vec<u8> {
+    static SALTED: std::sync::Mutex<Vec<CacheEntry>> = std::sync::Mutex::new(Vec::new());
+    let mut c = SALTED.lock().unwrap_or_else(|e| e.into_inner());
+    let hit = c.iter().find(|((cm, p, s, i), _)| {
+        *cm == m && p.as_slice() == password && s.as_slice() == salt && *i == iters
+    });
+    if let Some((_, v)) = hit {
+        return v.clone();
+    }
+    let v = m.salted(password, salt, iters);
+    if c.len() >= CACHE {
+        c.remove(0);
+    }
+    c.push(((m, password.to_vec(), salt.to_vec(), iters), v.clone()));
+    v
+}
+
 /// One SCRAM exchange.
 pub struct Scram {
     mech: Mech,
@@ -162,7 +189,7 @@ impl Scram {
             return Err(format!("SCRAM: iteration count {iters} out of range"));
         }
         let m = self.mech;
-        let salted = m.salted(&self.password, &salt, iters);
+        let salted = salted_cached(m, &self.password, &salt, iters);
         let client_key = m.hmac(&salted, b"Client Key");
         let stored_key = m.hash(&client_key);
         let without_proof = format!("c=biws,r={r}");
