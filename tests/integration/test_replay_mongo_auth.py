@@ -8,7 +8,7 @@ The truth is the servers' own counters (FerretDB's ferretdb_client_requests_tota
 ferretdb_client_responses_total per command and result, read over HTTP) and the clients' own
 counts; dbtap's report is only checked against them.
 
-Ports 38710-38713 only; files under tests/out/s23-mongo.
+Ports 38710-38713 only; files under tests/out/replay-mongo-auth.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import harness  # noqa: E402
 import mongo_harness as mh  # noqa: E402
 
 PORT_A, DEBUG_A, PORT_B, DEBUG_B = 38710, 38711, 38712, 38713
-OUT = harness.REPO / "tests" / "out" / "s23-mongo"
+OUT = harness.REPO / "tests" / "out" / "replay-mongo-auth"
 USERS = {"app": "app-pw", "old": "old-pw"}
 N_DOCS, BATCH = 120, 25
 
