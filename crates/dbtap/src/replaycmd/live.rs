@@ -37,6 +37,8 @@ struct LiveSide {
     /// The target's own address: its connections (the mirror's) are never mirrored.
     target: Option<Endpoint>,
     ignored: HashSet<u64>,
+    /// The filters (`None`: none given; every event is kept).
+    judge: Option<super::judge::Judge>,
 }
 
 impl Consumer for LiveSide {
@@ -45,7 +47,19 @@ impl Consumer for LiveSide {
             return;
         }
         self.live.event(&ev);
-        self.fp.add_to(&mut self.agg, &ev);
+        let Some(judge) = &self.judge else {
+            self.fp.add_to(&mut self.agg, &ev);
+            return;
+        };
+        // The capture side counts what the filters let through, as the target should.
+        let v = judge.verdict(&mut self.fp, &ev);
+        self.live.verdict(ev.conn, ev.start_ns, ev.command, v);
+        match v {
+            replay::filter::Verdict::Keep => {
+                self.fp.add_to(&mut self.agg, &ev);
+            }
+            _ => self.agg.filtered_out(),
+        }
     }
     fn close(&mut self, conn: u64, ts_ns: u64) {
         if self.ignored.remove(&conn) {
@@ -105,7 +119,8 @@ pub(super) fn run(args: &ReplayArgs, target: &Target, opts: &replay::Options) ->
             .map(Endpoint::from),
         Target::Unix(_) => None,
     };
-    let side = LiveSide {
+    let (judge, filters) = filters(args)?;
+    let mut side = LiveSide {
         fp: Fingerprinter::from_args(&args.grouping),
         agg: new_aggregator(),
         live: Live::new(
@@ -119,7 +134,12 @@ pub(super) fn run(args: &ReplayArgs, target: &Target, opts: &replay::Options) ->
         ),
         target: target_ep,
         ignored: HashSet::new(),
+        judge,
     };
+    let filtering = side.judge.is_some();
+    if filtering {
+        side.live.filter();
+    }
     let flow = flow::FlowConfig {
         max_flows: flow::DEFAULT_MAX_FLOWS,
         ..flow::FlowConfig::default()
@@ -146,9 +166,16 @@ pub(super) fn run(args: &ReplayArgs, target: &Target, opts: &replay::Options) ->
             );
         }
         match ring.poll(POLL, |p| {
-            engine.frame(LINKTYPE_RAW, p.data, p.ts_ns, &iface)
+            engine.frame(LINKTYPE_RAW, p.data, p.ts_ns, &iface);
+            if filtering {
+                // The packet's events came: what they judged goes on.
+                engine.consumer_mut().live.settle();
+            }
         }) {
-            Ok(0) => engine.expire(unix_now()),
+            Ok(0) => {
+                engine.expire(unix_now());
+                engine.consumer_mut().live.settle();
+            }
             Ok(_) => {}
             Err(e) => {
                 error = Some(e.to_string());
@@ -170,8 +197,45 @@ pub(super) fn run(args: &ReplayArgs, target: &Target, opts: &replay::Options) ->
         ));
     }
     crate::warn(&health);
-    let (sink, fid) = side.live.finish();
+    let (sink, mut fid) = side.live.finish();
+    fid.filters = filters;
     super::report(args, &side.agg, &health, &sink.agg, fid)
+}
+
+/// The filters of a live mirror and their description: `--since`/`--until` are wall-clock
+/// times (a time of day is today's; `+D` is after the mirror's start; `-D` before its end,
+/// which only `--duration` sets).
+fn filters(args: &ReplayArgs) -> Result<(Option<super::judge::Judge>, Option<String>)> {
+    let range = args.time.range();
+    let now = unix_now();
+    let end = args
+        .duration
+        .map(|d| now.saturating_add(d.as_nanos() as u64));
+    if range.needs_end() && end.is_none() {
+        anyhow::bail!(
+            "--live: --since/--until -D (before the end) needs --duration (the mirror's end)"
+        );
+    }
+    let sel = (!range.is_all()).then(|| crate::selection::Selection {
+        range,
+        window: range.resolve(crate::timespec::Bounds {
+            first_ns: now,
+            last_ns: end.unwrap_or(now),
+        }),
+    });
+    let active = args.read_only || !args.grouping.where_.is_empty() || sel.is_some();
+    let judge = super::judge::Judge {
+        read_only: args.read_only,
+        window: sel
+            .as_ref()
+            .map_or(crate::timespec::Window::ALL, |s| s.window),
+        active,
+    };
+    let described = judge.describe(
+        &args.grouping.where_.join(" AND "),
+        sel.as_ref().map(crate::selection::Selection::describe),
+    );
+    Ok((active.then_some(judge), described))
 }
 
 fn unix_now() -> u64 {
