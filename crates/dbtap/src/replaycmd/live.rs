@@ -93,6 +93,7 @@ const FIFO_CPU_LIMIT: f64 = 0.5;
 
 pub(super) fn run(args: &ReplayArgs, target: &Target, opts: &replay::Options) -> Result<()> {
     let iface = args.interface.clone().context("--live needs -i IFACE")?;
+    let (judge, filters) = filters(args)?;
     let settings = crate::settings(&args.input());
     let spec = live::bpf::FilterSpec {
         ports: settings.ports.iter().map(|(p, _)| *p).collect(),
@@ -111,35 +112,8 @@ pub(super) fn run(args: &ReplayArgs, target: &Target, opts: &replay::Options) ->
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(sig, Arc::clone(&stop)).context("installing signal handler")?;
     }
-    let target_ep = match target {
-        Target::Tcp(a) => a
-            .to_socket_addrs()
-            .ok()
-            .and_then(|mut a| a.next())
-            .map(Endpoint::from),
-        Target::Unix(_) => None,
-    };
-    let (judge, filters) = filters(args)?;
-    let mut side = LiveSide {
-        fp: Fingerprinter::from_args(&args.grouping),
-        agg: new_aggregator(),
-        live: Live::new(
-            opts,
-            target,
-            TargetSink {
-                fp: Fingerprinter::from_args(&args.grouping),
-                agg: new_aggregator(),
-                clock: ServiceClock::default(),
-            },
-        ),
-        target: target_ep,
-        ignored: HashSet::new(),
-        judge,
-    };
+    let side = live_side(args, target, opts, judge);
     let filtering = side.judge.is_some();
-    if filtering {
-        side.live.filter();
-    }
     let flow = flow::FlowConfig {
         max_flows: flow::DEFAULT_MAX_FLOWS,
         ..flow::FlowConfig::default()
@@ -200,6 +174,43 @@ pub(super) fn run(args: &ReplayArgs, target: &Target, opts: &replay::Options) ->
     let (sink, mut fid) = side.live.finish();
     fid.filters = filters;
     super::report(args, &side.agg, &health, &sink.agg, fid)
+}
+
+/// The capture side of the mirror onto `target`, with its filters.
+fn live_side(
+    args: &ReplayArgs,
+    target: &Target,
+    opts: &replay::Options,
+    judge: Option<super::judge::Judge>,
+) -> LiveSide {
+    let target_ep = match target {
+        Target::Tcp(a) => a
+            .to_socket_addrs()
+            .ok()
+            .and_then(|mut a| a.next())
+            .map(Endpoint::from),
+        Target::Unix(_) => None,
+    };
+    let mut side = LiveSide {
+        fp: Fingerprinter::from_args(&args.grouping),
+        agg: new_aggregator(),
+        live: Live::new(
+            opts,
+            target,
+            TargetSink {
+                fp: Fingerprinter::from_args(&args.grouping),
+                agg: new_aggregator(),
+                clock: ServiceClock::default(),
+            },
+        ),
+        target: target_ep,
+        ignored: HashSet::new(),
+        judge,
+    };
+    if side.judge.is_some() {
+        side.live.filter();
+    }
+    side
 }
 
 /// The filters of a live mirror and their description: `--since`/`--until` are wall-clock
