@@ -248,6 +248,49 @@ mod tests {
         );
     }
 
+    fn verdict_of(k: u8) -> Verdict {
+        match k % 6 {
+            0 | 1 => Verdict::Keep,
+            2 => Verdict::State(Why::Where),
+            3 => Verdict::State(Why::TimeRange),
+            4 => Verdict::Drop(Why::ReadOnly),
+            _ => Verdict::Drop(Why::Where),
+        }
+    }
+
+    proptest::proptest! {
+        /// Whatever the batches, verdicts (some never come) and settle points, every request
+        /// is sent once or counted as left out by the end, and what is sent keeps its order.
+        #[test]
+        fn every_request_sent_or_counted(
+            steps in proptest::collection::vec((1usize..4, proptest::bits::u8::ANY, proptest::bool::ANY, proptest::bool::ANY), 0..40)
+        ) {
+            let mut g = Gate::default();
+            let mut sk = Skips::new();
+            let (mut total, mut sent) = (0u64, Vec::new());
+            for (i, (n, k, judged, settle)) in steps.into_iter().enumerate() {
+                let ts = 10 * (i as u64 + 1);
+                let cmds: Vec<&[u8]> = vec![b"GET"; n];
+                g.push(batch(ts, &cmds), &mut sk);
+                total += n as u64;
+                if judged {
+                    for _ in 0..n {
+                        g.verdict(j(ts, "get", verdict_of(k)), &mut sk);
+                    }
+                }
+                if settle {
+                    sent.extend(g.settle(Protocol::Redis, false, &mut sk));
+                }
+            }
+            sent.extend(g.settle(Protocol::Redis, true, &mut sk));
+            let n_sent: u64 = sent.iter().map(|b| b.requests.len() as u64).sum();
+            let n_skipped: u64 = sk.values().sum();
+            proptest::prop_assert_eq!(n_sent + n_skipped, total, "{:?}", sk);
+            let times: Vec<u64> = sent.iter().map(|b| b.ts_ns).collect();
+            proptest::prop_assert!(times.windows(2).all(|w| w[0] <= w[1]), "{:?}", times);
+        }
+    }
+
     /// A request that makes no event is released by a later one, or at the end; a session
     /// with only state setters is left out whole at its end.
     #[test]
