@@ -13,11 +13,12 @@
 # pg_stat_statements calls, dbtapCommandCounts), else the run fails. Prints one table: the
 # capture's peak rate (most requests started in a 1 s window), the client's average rate, the
 # replay's rate at --max (requests sent over the replay's wall time, reading the capture
-# excluded), its ratio to the peak, and dbtap's CPU (user+sys of the whole process, reading
-# included) per 10k requests. REPLAY_BENCH_N sets redis-benchmark's -n (100000),
+# excluded), its ratio to the peak, dbtap's CPU (user+sys of the whole process, reading
+# included) per 10k requests, and its voluntary context switches (threads waiting, mostly for
+# replies) per query. REPLAY_BENCH_N sets redis-benchmark's -n (100000),
 # REPLAY_BENCH_SECONDS the other workloads' duration (5). REPLAY_BENCH_AB=/other/dbtap also
 # replays each capture with that binary right after (an interleaved A/B, rows marked);
-# REPLAY_BENCH_PERF=1 runs each replay under `perf record -g` (bench/out/replay/perf-*.data).
+# REPLAY_BENCH_PERF=1 runs each replay under `perf record -g` (bench/out/replay/perf-CAPTURE.data).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 exec /usr/bin/python3 bench/replay_bench.py "$@"

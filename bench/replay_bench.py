@@ -58,17 +58,19 @@ def peak_rate(pcap: Path, port: int) -> tuple[int, float]:
 
 def replay(binary: str, pcap: Path, a_port: int, b_port: int, *extra: str) -> tuple[dict, float]:
     """Runs dbtap replay --max; (fidelity, user+sys CPU seconds of the process)."""
-    # REPLAY_BENCH_PERF=1: each replay under `perf record -g` (bench/out/replay/perf-PORT.data).
-    perf = ["perf", "record", "-g", "-q", "-o", str(OUT / f"perf-{a_port}.data"), "--"] \
+    # REPLAY_BENCH_PERF=1: each replay under `perf record -g` (bench/out/replay/perf-CAPTURE.data).
+    perf = ["perf", "record", "-g", "-q", "-o", str(OUT / f"perf-{pcap.stem}.data"), "--"] \
         if os.environ.get("REPLAY_BENCH_PERF") else []
-    r = subprocess.run(["/usr/bin/time", "-f", "%U %S %e", *perf, binary, "replay", str(pcap),
+    r = subprocess.run(["/usr/bin/time", "-f", "%U %S %e %w", *perf, binary, "replay", str(pcap),
                         "--port", str(a_port), "--target", f"127.0.0.1:{b_port}", "--max",
                         "--format", "json", *extra], stdout=subprocess.PIPE,
                        stderr=subprocess.PIPE, text=True)
     if r.returncode != 0:
         fail(f"dbtap replay failed: {r.stderr[-2000:]}")
-    user, sys_, _ = (float(x) for x in r.stderr.strip().splitlines()[-1].split())
+    user, sys_, _, waits = (float(x) for x in r.stderr.strip().splitlines()[-1].split())
     fid = json.loads(r.stdout)["fidelity"]
+    # Voluntary context switches of the process (its threads' waits: for replies, mostly).
+    fid["_waits"] = waits
     if fid["requests_sent"] != fid["requests_framed"] or fid["skipped_requests"]:
         fail(f"replay did not send every framed request: {fid}")
     return fid, user + sys_
@@ -80,7 +82,7 @@ def row(name, pcap, port, client_wall, fid, cpu):
     events, peak = peak_rate(pcap, port)
     rate = events / fid["wall_s"]
     return (name, fid["requests_sent"], events, peak, events / client_wall, rate,
-            rate / peak if peak else 0.0, cpu / events * 10000)
+            rate / peak if peak else 0.0, cpu / events * 10000, fid["_waits"] / events)
 
 
 # -- Redis -----------------------------------------------------------------------------------
@@ -288,10 +290,10 @@ def main(argv: list[str]) -> int:
         rows += BENCHES[w]()
     print("| workload | requests sent | queries (events) | capture peak q/s (1 s) "
           "| client avg q/s | replay --max q/s | replay / peak "
-          "| dbtap CPU s per 10k queries |")
-    print("|---|---|---|---|---|---|---|---|")
+          "| dbtap CPU s per 10k queries | replay waits per query |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print("| %s | %d | %d | %.0f | %.0f | %.0f | %.2f | %.3f |" % r)
+        print("| %s | %d | %d | %.0f | %.0f | %.0f | %.2f | %.3f | %.2f |" % r)
     return 0
 
 

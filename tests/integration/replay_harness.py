@@ -36,3 +36,46 @@ def redis_capture(srv, pcap, work):
     after = srv.snapshot()
     rh.check_dropped(stats)
     return cap.out, rh.wire_requests(rh.stats_delta(before, after), srv.socket_calls), extra
+
+
+class Mirror:
+    """`dbtap replay --live -i lo --port PORT --target 127.0.0.1:TARGET --format json ARGS`,
+    ready once it says it is mirroring; `report()` stops it (SIGTERM) and returns its JSON."""
+
+    def __init__(self, port: int, target: int, *args: str):
+        import subprocess
+        import threading
+        import time
+
+        import harness
+        import pytest
+        self.proc = subprocess.Popen(
+            [str(harness.DBTAP), "replay", "--live", "-i", "lo", "--port", str(port),
+             "--target", f"127.0.0.1:{target}", "--format", "json", *args],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.err: list[str] = []
+        ready = threading.Event()
+
+        def read_err():
+            for line in self.proc.stderr:
+                self.err.append(line)
+                if "mirroring" in line:
+                    ready.set()
+        threading.Thread(target=read_err, daemon=True).start()
+        if not ready.wait(20):
+            self.proc.kill()
+            pytest.fail(f"dbtap replay --live did not start: {''.join(self.err)}")
+        time.sleep(0.3)
+
+    def report(self) -> dict:
+        import json
+        import signal
+        self.proc.send_signal(signal.SIGTERM)
+        out, _ = self.proc.communicate(timeout=60)
+        assert self.proc.returncode == 0, "".join(self.err)
+        return json.loads(out)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()

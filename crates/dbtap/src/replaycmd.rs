@@ -317,15 +317,6 @@ pub fn run(args: ReplayArgs) -> Result<()> {
     }
     opts.tls = args.tls()?;
     if args.live {
-        if args.read_only
-            || !args.grouping.where_.is_empty()
-            || args.time.since.is_some()
-            || args.time.until.is_some()
-        {
-            anyhow::bail!(
-                "--live does not filter yet: --read-only, --where, --since and --until work on capture files only"
-            );
-        }
         return live::run(&args, &target, &opts);
     }
     let (consumer, filters) = judge::consumer(&args)?;

@@ -62,7 +62,7 @@ pub struct Judged {
 /// Requests left out, by reason.
 pub type Skips = BTreeMap<String, u64>;
 
-fn skip(s: &mut Skips, why: Why, n: u64) {
+pub(crate) fn skip(s: &mut Skips, why: Why, n: u64) {
     if n > 0 {
         *s.entry(why.as_str().to_string()).or_default() += n;
     }
@@ -130,6 +130,18 @@ pub fn apply(
     verdicts: &[Judged],
     skipped: &mut Skips,
 ) -> Vec<Batch> {
+    let judged = judge(p, &batches, verdicts, None);
+    keep_judged(batches, judged, skipped)
+}
+
+/// Each request's verdict in `batches` of one connection from `verdicts` (see [`apply`]);
+/// `prev`: the verdict of the batch before them (PostgreSQL COPY data goes with its COPY).
+pub fn judge(
+    p: Protocol,
+    batches: &[Batch],
+    verdicts: &[Judged],
+    prev: Option<Verdict>,
+) -> Vec<Vec<Verdict>> {
     let mut by_ts: BTreeMap<u64, Vec<Judged>> = BTreeMap::new();
     for j in verdicts {
         by_ts.entry(j.start_ns).or_default().push(*j);
@@ -137,7 +149,7 @@ pub fn apply(
     // Each request's verdict.
     let mut judged: Vec<Vec<Verdict>> = Vec::with_capacity(batches.len());
     if p == Protocol::Postgres {
-        for b in &batches {
+        for b in batches {
             let mut vs: Vec<Judged> = Vec::new();
             let mut last = None;
             for r in &b.requests {
@@ -151,8 +163,11 @@ pub fn apply(
                 .requests
                 .first()
                 .is_some_and(|r| matches!(r.bytes.first(), Some(b'd' | b'c' | b'f')));
-            let v = match judged.last().and_then(|p: &Vec<Verdict>| p.first()) {
-                Some(prev) if copy_data => *prev,
+            let before = judged
+                .last()
+                .and_then(|p: &Vec<Verdict>| p.first().copied());
+            let v = match before.or(prev) {
+                Some(prev) if copy_data => prev,
                 _ => combined(&vs),
             };
             judged.push(vec![v; b.requests.len()]);
@@ -175,11 +190,11 @@ pub fn apply(
             i += n;
         }
         let mut it = out.into_iter();
-        for b in &batches {
+        for b in batches {
             judged.push(it.by_ref().take(b.requests.len()).collect());
         }
     }
-    keep_judged(batches, judged, skipped)
+    judged
 }
 
 /// Takes out of `batches` what `judged` leaves out (see [`apply`]).

@@ -315,6 +315,7 @@ impl Sink for ChanSink<'_> {
 }
 
 mod conn;
+mod gate;
 mod stream;
 use stream::Stream;
 pub mod live;

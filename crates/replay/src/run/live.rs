@@ -55,6 +55,10 @@ struct LiveConn {
     owed: u64,
     /// MongoDB: the captured replies, scanned for the cursors they open.
     scan: Option<Box<crate::mongo::ReplyScan>>,
+    /// Filters on: batches wait here for their verdicts (see [`super::gate`]).
+    gate: Option<Box<super::gate::Gate>>,
+    /// The session's user and database as last framed (for batches the gate lets go).
+    who: (Option<Arc<str>>, Option<Arc<str>>),
 }
 
 /// The live mirror (see the module doc).
@@ -68,6 +72,10 @@ pub struct Live<S: EventSink> {
     fid: Fidelity,
     first_ts: Option<u64>,
     last_ts: u64,
+    /// Filters are on: batches are sent when their events judged them ([`Live::verdict`]).
+    filtering: bool,
+    /// Connections whose gate has batches waiting.
+    dirty: Vec<u64>,
 }
 
 fn add(
@@ -105,6 +113,61 @@ impl<S: EventSink> Live<S> {
             fid: Fidelity::default(),
             first_ts: None,
             last_ts: 0,
+            filtering: false,
+            dirty: Vec::new(),
+        }
+    }
+
+    /// Turns the filters on: each framed request is then sent or left out by the
+    /// [`verdict`](Live::verdict) of its event (see [`super::gate`]); call
+    /// [`settle`](Live::settle) after each packet.
+    pub fn filter(&mut self) {
+        self.filtering = true;
+    }
+
+    /// The filters' verdict on an event of `conn` whose request started at `start_ns`.
+    pub fn verdict(
+        &mut self,
+        conn: u64,
+        start_ns: u64,
+        command: &'static str,
+        v: crate::filter::Verdict,
+    ) {
+        let Some(c) = self.conns.get_mut(&conn).filter(|c| !c.dead) else {
+            return;
+        };
+        let j = crate::filter::Judged {
+            start_ns,
+            command,
+            verdict: v,
+        };
+        c.gate
+            .get_or_insert_default()
+            .verdict(j, &mut self.fid.skipped_requests);
+        if !self.dirty.contains(&conn) {
+            self.dirty.push(conn);
+        }
+    }
+
+    /// Sends what the filters judged since the last call (after each packet: by then the
+    /// events of its replies came).
+    pub fn settle(&mut self) {
+        for conn in std::mem::take(&mut self.dirty) {
+            self.settle_conn(conn, false);
+        }
+    }
+
+    fn settle_conn(&mut self, conn: u64, end: bool) {
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        let (Some(p), Some(g)) = (c.protocol, c.gate.as_mut()) else {
+            return;
+        };
+        let out = g.settle(p, end, &mut self.fid.skipped_requests);
+        let (user, database) = c.who.clone();
+        for b in out {
+            self.send(conn, p, &user, &database, b);
         }
     }
 
@@ -184,6 +247,9 @@ impl<S: EventSink> Live<S> {
     /// The connection ended: what is left is framed and its sessions end.
     pub fn close(&mut self, conn: u64) {
         self.frame(conn, true);
+        if self.filtering {
+            self.settle_conn(conn, true);
+        }
         self.conns.remove(&conn);
     }
 
@@ -227,6 +293,17 @@ impl<S: EventSink> Live<S> {
         }
         let user = f.user.map(Arc::from);
         let database = f.database.map(Arc::from).or_else(|| c.database.clone());
+        if self.filtering {
+            c.who = (user, database);
+            let g = c.gate.get_or_insert_default();
+            for b in fresh {
+                g.push(b, &mut self.fid.skipped_requests);
+            }
+            if !self.dirty.contains(&conn) {
+                self.dirty.push(conn);
+            }
+            return;
+        }
         for b in fresh {
             self.send(conn, p, &user, &database, b);
         }
@@ -290,7 +367,8 @@ impl<S: EventSink> Live<S> {
             if c.dead {
                 c.prefix = Vec::new();
                 c.tail = Vec::new();
-                c.owed = n;
+                // Under the filters the batch's events came before it (see `settle`).
+                c.owed = if self.filtering { 0 } else { n };
                 self.tally.skip(c.dead_why, n);
             }
         }
