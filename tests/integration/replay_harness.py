@@ -5,7 +5,14 @@ tcpdump with A's own per-command counts over the capture window."""
 from __future__ import annotations
 
 import contextlib
+import json
+import signal
+import subprocess
+import threading
+import time
 
+import harness
+import pytest
 import redis_harness as rh
 
 
@@ -40,15 +47,11 @@ def redis_capture(srv, pcap, work):
 
 class Mirror:
     """`dbtap replay --live -i lo --port PORT --target 127.0.0.1:TARGET --format json ARGS`,
-    ready once it says it is mirroring; `report()` stops it (SIGTERM) and returns its JSON."""
+    ready once it says it is mirroring. `report()` stops it (SIGTERM) and returns its JSON;
+    `wait_report()` waits for it to end by itself (`--duration`, or a signal the test sent) and
+    also returns how long that took."""
 
     def __init__(self, port: int, target: int, *args: str):
-        import subprocess
-        import threading
-        import time
-
-        import harness
-        import pytest
         self.proc = subprocess.Popen(
             [str(harness.DBTAP), "replay", "--live", "-i", "lo", "--port", str(port),
              "--target", f"127.0.0.1:{target}", "--format", "json", *args],
@@ -68,12 +71,14 @@ class Mirror:
         time.sleep(0.3)
 
     def report(self) -> dict:
-        import json
-        import signal
         self.proc.send_signal(signal.SIGTERM)
-        out, _ = self.proc.communicate(timeout=60)
+        return self.wait_report()[0]
+
+    def wait_report(self, timeout: float = 60) -> tuple[dict, float]:
+        t0 = time.monotonic()
+        out, _ = self.proc.communicate(timeout=timeout)
         assert self.proc.returncode == 0, "".join(self.err)
-        return json.loads(out)
+        return json.loads(out), time.monotonic() - t0
 
     def stop(self) -> None:
         if self.proc.poll() is None:

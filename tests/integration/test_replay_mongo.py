@@ -21,7 +21,6 @@ import socket
 import struct
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -325,6 +324,7 @@ def test_cursor_before_capture_and_captured_auth(cap):
 # captured), and the clients' own counts.
 
 import redis_harness as rh  # noqa: E402
+import replay_harness as rph  # noqa: E402
 
 PORT_RA, PORT_RB = 38479, 38480
 REQUIRE = bool(os.environ.get("DBTAP_REQUIRE_CAPTURE"))
@@ -357,40 +357,6 @@ def redis_pair(capture_ok):
         b.stop()
 
 
-class Mirror:
-    """`dbtap replay --live -i lo --port A --target B`, ready once it says it is mirroring."""
-
-    def __init__(self, *args: str, port: int = PORT_RA, target: int = PORT_RB):
-        self.proc = subprocess.Popen(
-            [str(harness.DBTAP), "replay", "--live", "-i", "lo", "--port", str(port),
-             "--target", f"127.0.0.1:{target}", "--format", "json", *args],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        self.err: list[str] = []
-        ready = threading.Event()
-
-        def read_err():
-            for line in self.proc.stderr:
-                self.err.append(line)
-                if "mirroring" in line:
-                    ready.set()
-        threading.Thread(target=read_err, daemon=True).start()
-        if not ready.wait(20):
-            self.proc.kill()
-            pytest.fail(f"dbtap replay --live did not start: {''.join(self.err)}")
-        time.sleep(0.3)
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-
-    def report(self, timeout: float = 60) -> tuple[dict, float]:
-        t0 = time.monotonic()
-        out, _ = self.proc.communicate(timeout=timeout)
-        assert self.proc.returncode == 0, "".join(self.err)
-        return json.loads(out), time.monotonic() - t0
-
-
 def wait_equal(b, before_b, want, timeout=20.0) -> dict:
     """B's per-command requests over the window, once they reach `want` (or the timeout)."""
     deadline = time.monotonic() + timeout
@@ -415,14 +381,14 @@ def test_live_mirror_of_redis_benchmark(redis_pair):
         s.admin().flushall()
         s.socket_calls.clear()
     before_a, before_b = a.snapshot(), b.snapshot()
-    m = Mirror()
+    m = rph.Mirror(PORT_RA, PORT_RB)
     try:
         rh.benchmark_run(a, "set,get,incr,lpush", 10000, 1, 4)
         rh.benchmark_run(a, "set,get", 10000, 8, 4)
         want = rh.wire_requests(rh.stats_delta(before_a, a.snapshot()), a.socket_calls)
         got = wait_equal(b, before_b, want)
         m.proc.send_signal(signal.SIGINT)
-        rep, _ = m.report()
+        rep, _ = m.wait_report()
     finally:
         m.stop()
     assert got == want, (got, want, rep["fidelity"], "".join(m.err))
@@ -442,7 +408,7 @@ def test_live_duration_and_select(redis_pair):
     a, b = redis_pair
     for s in (a, b):
         s.admin().flushall()
-    m = Mirror("--duration", "4s", "--scale", "2")
+    m = rph.Mirror(PORT_RA, PORT_RB, "--duration", "4s", "--scale", "2")
     try:
         t0 = time.monotonic()
         c = a.client(db=3)
@@ -450,7 +416,7 @@ def test_live_duration_and_select(redis_pair):
             c.incr("live:counter")
             time.sleep(0.002)
         c.close()
-        rep, _ = m.report()
+        rep, _ = m.wait_report()
     finally:
         m.stop()
     wall = time.monotonic() - t0
@@ -480,8 +446,7 @@ def test_live_mirror_of_sysbench_prepared(capture_ok):
         for s in (MY_LA, MY_LB):
             harness.sysbench_prepare(s, 200)
         before_a, before_b = a.status(), b.status()
-        m = Mirror("--user", harness.USER, "--password", harness.PASSWORD, port=MY_LA,
-                   target=MY_LB)
+        m = rph.Mirror(MY_LA, MY_LB, "--user", harness.USER, "--password", harness.PASSWORD)
         try:
             args = harness.sysbench_args(MY_LA, 2, 200)
             args[1] = "oltp_read_only"
@@ -497,7 +462,7 @@ def test_live_mirror_of_sysbench_prepared(capture_ok):
                     break
                 time.sleep(0.3)
             m.proc.send_signal(signal.SIGTERM)
-            rep, _ = m.report()
+            rep, _ = m.wait_report()
         finally:
             m.stop()
     finally:
@@ -528,7 +493,7 @@ def test_live_mirror_of_pgbench_prepared_and_extended(capture_ok):
         ph.pgbench_init(b)
         a.pgss_reset()
         b.pgss_reset()
-        m = Mirror(port=PG_LA, target=PG_LB)
+        m = rph.Mirror(PG_LA, PG_LB)
         try:
             runs = [ph.pgbench_run(a, mode, 2, transactions=150)
                     for mode in ("prepared", "extended")]
@@ -541,7 +506,7 @@ def test_live_mirror_of_pgbench_prepared_and_extended(capture_ok):
                     break
                 time.sleep(0.3)
             m.proc.send_signal(signal.SIGTERM)
-            rep, _ = m.report()
+            rep, _ = m.wait_report()
         finally:
             m.stop()
     finally:
@@ -564,7 +529,7 @@ def test_live_mirror_of_pymongo_with_cursors(cap, capture_ok):
     venv(PORT_B, "seed")
     open_before = open_cursors(PORT_A), open_cursors(PORT_B)
     before_a, before_b = counts(PORT_A), counts(PORT_B)
-    m = Mirror(port=PORT_A, target=PORT_B)
+    m = rph.Mirror(PORT_A, PORT_B)
     try:
         client = venv(PORT_A, "workload")
         want = delta(before_a, counts(PORT_A))
@@ -575,7 +540,7 @@ def test_live_mirror_of_pymongo_with_cursors(cap, capture_ok):
                 break
             time.sleep(0.2)
         m.proc.send_signal(signal.SIGTERM)
-        rep, _ = m.report()
+        rep, _ = m.wait_report()
     finally:
         m.stop()
     assert client["chain_docs"] == [N_DOCS] * CHAINS

@@ -14,11 +14,9 @@ not replayed). Ports 38640-38649; server directories under tests/out/s22-replay.
 from __future__ import annotations
 
 import json
-import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -27,6 +25,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 import harness  # noqa: E402
+import replay_harness as rph  # noqa: E402
 
 OUT = harness.REPO / "tests" / "out" / "s22-replay"
 MY_A, MY_B = 38640, 38641
@@ -79,40 +78,6 @@ def need_capture() -> None:
         pytest.skip(f"no packet capture here: {e}")
 
 
-class Mirror:
-    """`dbtap replay --live -i lo --port A --target B`, ready once it says it is mirroring."""
-
-    def __init__(self, *args: str):
-        self.proc = subprocess.Popen(
-            [str(harness.DBTAP), "replay", "--live", "-i", "lo", "--port", str(MY_A),
-             "--target", f"127.0.0.1:{MY_B}", "--format", "json", *args],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        self.err: list[str] = []
-        ready = threading.Event()
-
-        def read_err():
-            for line in self.proc.stderr:
-                self.err.append(line)
-                if "mirroring" in line:
-                    ready.set()
-        threading.Thread(target=read_err, daemon=True).start()
-        if not ready.wait(20):
-            self.proc.kill()
-            pytest.fail(f"dbtap replay --live did not start: {''.join(self.err)}")
-        time.sleep(0.3)
-
-    def report(self) -> dict:
-        self.proc.send_signal(signal.SIGTERM)
-        out, _ = self.proc.communicate(timeout=60)
-        assert self.proc.returncode == 0, "".join(self.err)
-        return json.loads(out)
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-
-
 def test_live_mirror_of_paced_sysbench(servers):
     """sysbench oltp_read_only (2 threads, paced at 300 transactions/s, about 4,800 queries/s)
     on A while the mirror runs: B's Com_* deltas equal A's, every captured request sent.
@@ -121,7 +86,7 @@ def test_live_mirror_of_paced_sysbench(servers):
     need_capture()
     a, b = servers
     before_a, before_b = a.status(), b.status()
-    m = Mirror("--user", harness.USER, "--password", harness.PASSWORD)
+    m = rph.Mirror(MY_A, MY_B, "--user", harness.USER, "--password", harness.PASSWORD)
     try:
         run = sysbench(MY_A, 4, rate=300)
         want = harness.delta(before_a, a.status(threads=before_a["Threads_connected"]))
