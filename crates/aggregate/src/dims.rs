@@ -343,39 +343,31 @@ pub struct DimShares {
     index: HashMap<u64, usize, foldhash::fast::FixedState>,
     combos: Vec<Combo>,
     other: Share,
-    /// The combination of the last event recorded: events come in runs per connection, and a
-    /// hit (same connection, server, client and the same database, user and process
-    /// allocations) skips the hash of the strings and the lookup. Holding the `Arc`s keeps their addresses from
-    /// being reused by other strings while compared.
-    last: Option<LastHit>,
+    /// The place in `combos` of the combination of the last event recorded: events come in
+    /// runs of one combination, and comparing an event's values with that combination's (the
+    /// same values that are hashed, strings compared by address first) skips the hash of the
+    /// strings and the lookup. Connections of one combination share it (each connection's
+    /// database and user are their own allocations; their text is compared).
+    last: Option<usize>,
 }
 
-#[derive(Clone, Debug)]
-struct LastHit {
-    conn: u64,
-    server: Endpoint,
-    client: Endpoint,
-    database: Option<Arc<str>>,
-    user: Option<Arc<str>>,
-    peer: Option<Arc<proto::Process>>,
-    index: usize,
-}
-
-impl LastHit {
+impl Combo {
+    /// Whether `ev` belongs to this combination: its hashed values are equal.
+    #[inline]
     fn matches(&self, ev: &QueryEvent) -> bool {
-        fn same<T: ?Sized>(a: &Option<Arc<T>>, b: &Option<Arc<T>>) -> bool {
+        fn same(a: &Option<Arc<str>>, b: Option<&Arc<str>>) -> bool {
             match (a, b) {
                 (None, None) => true,
-                (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+                (Some(a), Some(b)) => Arc::ptr_eq(a, b) || **a == **b,
                 _ => false,
             }
         }
-        self.conn == ev.conn
+        self.protocol == ev.protocol
             && self.server == ev.server
-            && self.client == ev.client
-            && same(&self.database, &ev.database)
-            && same(&self.user, &ev.user)
-            && same(&self.peer, &ev.peer)
+            && self.client == Host::of(&ev.client)
+            && same(&self.database, ev.database.as_ref())
+            && same(&self.user, ev.user.as_ref())
+            && same(&self.process, ev.peer.as_ref().map(|p| &p.comm))
     }
 }
 
@@ -428,9 +420,8 @@ impl DimShares {
         };
         if let Some(c) = self
             .last
-            .as_ref()
-            .filter(|l| l.matches(ev))
-            .and_then(|l| self.combos.get_mut(l.index))
+            .and_then(|i| self.combos.get_mut(i))
+            .filter(|c| c.matches(ev))
         {
             c.share.add(&share);
             return;
@@ -460,15 +451,7 @@ impl DimShares {
         if let Some(c) = self.combos.get_mut(i) {
             c.share.add(&share);
         }
-        self.last = Some(LastHit {
-            conn: ev.conn,
-            server: ev.server.clone(),
-            client: ev.client.clone(),
-            database: ev.database.clone(),
-            user: ev.user.clone(),
-            peer: ev.peer.clone(),
-            index: i,
-        });
+        self.last = Some(i);
     }
 
     /// Adds everything `o` counted (its combinations in a deterministic order).

@@ -121,8 +121,9 @@ impl<K: Hash + Eq> TopCounter<K> {
 }
 
 impl<K: Hash + Eq + Clone + Ord> TopCounter<K> {
-    /// Counts one occurrence (clones the key only the first time it is seen).
-    #[inline]
+    /// Counts one occurrence (clones the key only the first time it is seen). The repeat of
+    /// the last value is inlined into the caller; another value takes the out-of-line path.
+    #[inline(always)]
     pub fn record(&mut self, k: &K) {
         if let Some((last, slot)) = &self.last
             && last == k
@@ -133,6 +134,12 @@ impl<K: Hash + Eq + Clone + Ord> TopCounter<K> {
             }
             return;
         }
+        self.record_new(k);
+    }
+
+    /// [`record`](TopCounter::record) of a value other than the last one.
+    #[inline(never)]
+    fn record_new(&mut self, k: &K) {
         let slot = self.add(k, 1);
         self.last = Some((k.clone(), slot));
     }

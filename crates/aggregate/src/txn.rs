@@ -14,6 +14,7 @@
 //! kept in top-K lists.
 
 use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::sync::Arc;
 
 use proto::{Endpoint, QueryEvent, TxnState};
@@ -177,28 +178,30 @@ impl Transactions {
     pub fn record(&mut self, ev: &QueryEvent, key: GroupKey) {
         let max = self.cfg.max_conns;
         let starts = ev.txn.is_some_and(TxnState::in_transaction);
-        let known = self.conns.contains_key(&ev.conn);
-        if !known && !starts {
-            return;
-        }
-        if !known && self.conns.len() >= max {
-            self.totals.untracked += 1;
-            return;
-        }
-        let st = self.conns.entry(ev.conn).or_insert_with(|| ConnState {
-            who: ConnWho {
-                conn: ev.conn,
-                client: ev.client.clone(),
-                server: ev.server.clone(),
-                user: ev.user.clone(),
-                database: ev.database.clone(),
-                peer: ev.peer.clone(),
-            },
-            open: None,
-            transactions: 0,
-            idle_ns: 0,
-            in_txn_ns: 0,
-        });
+        let tracked = self.conns.len();
+        // One lookup: events of connections seen in a transaction find their state directly.
+        let st = match self.conns.entry(ev.conn) {
+            Entry::Occupied(o) => o.into_mut(),
+            Entry::Vacant(_) if !starts => return,
+            Entry::Vacant(_) if tracked >= max => {
+                self.totals.untracked += 1;
+                return;
+            }
+            Entry::Vacant(v) => v.insert(ConnState {
+                who: ConnWho {
+                    conn: ev.conn,
+                    client: ev.client.clone(),
+                    server: ev.server.clone(),
+                    user: ev.user.clone(),
+                    database: ev.database.clone(),
+                    peer: ev.peer.clone(),
+                },
+                open: None,
+                transactions: 0,
+                idle_ns: 0,
+                in_txn_ns: 0,
+            }),
+        };
         let end = ev.end_ns.unwrap_or(ev.start_ns);
         match st.open.as_mut() {
             Some(o) => {

@@ -282,3 +282,44 @@ fn two_servers_two_groups() {
     assert_eq!(DimSet::default().group_hash(&ev, 42), 42);
     assert_ne!(dims.group_hash(&ev, 42), 42);
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+    /// The load shares count each event under its own values, however the events of one
+    /// combination are spread over connections and allocations (runs of one combination
+    /// skip the lookup after comparing values; a change of any value must not).
+    #[test]
+    fn shares_count_each_event_under_its_values(
+        events in prop::collection::vec((arb_ev(), 0u64..3, any::<bool>()), 0..120),
+    ) {
+        let mut shares = aggregate::DimShares::default();
+        let mut prev: Option<QueryEvent> = None;
+        let mut seen = Vec::new();
+        for (e, conn, reuse) in events {
+            let mut e = QueryEvent { conn, ..e };
+            // Sometimes the previous event's very allocations, as one connection's events have.
+            if let Some(p) = prev.as_ref().filter(|p| reuse && p.database == e.database && p.user == e.user) {
+                e.database = p.database.clone();
+                e.user = p.user.clone();
+            }
+            shares.record(&e);
+            prev = Some(e.clone());
+            seen.push(e);
+        }
+        let name = |v: &Option<Arc<str>>| v.as_deref().unwrap_or(aggregate::dims::UNKNOWN).to_string();
+        for (dim, value) in [
+            (Dim::Db, Box::new(|e: &QueryEvent| name(&e.database)) as Box<dyn Fn(&QueryEvent) -> String>),
+            (Dim::User, Box::new(|e: &QueryEvent| name(&e.user))),
+            (Dim::Server, Box::new(|e: &QueryEvent| e.server.to_string())),
+            (Dim::Client, Box::new(|e: &QueryEvent| Host::of(&e.client).to_string())),
+        ] {
+            let s = shares.of(dim).expect("panel dimension");
+            for (v, share) in &s.values {
+                let n = seen.iter().filter(|e| value(e) == *v).count() as u64;
+                prop_assert_eq!(share.count, n, "{:?} {}", dim, v);
+            }
+            let total: u64 = s.values.iter().map(|v| v.1.count).sum();
+            prop_assert_eq!(total, seen.len() as u64);
+        }
+    }
+}

@@ -213,6 +213,11 @@ struct Normalizer {
     /// Each cached (text, command)'s slot in `entries`.
     cache: HashMap<(u64, Command), usize, foldhash::fast::RandomState>,
     entries: Vec<Cached>,
+    /// The slot and command of the last cache hit or insertion: events come in runs of one
+    /// statement (a pipeline of one Redis command, a prepared statement executed in a loop),
+    /// so comparing the text with that entry's first skips the hash of the text and the
+    /// lookup.
+    last: Option<(usize, Command)>,
 }
 
 /// A command name as a cache key: equal names are almost always the same `&'static str`, so
@@ -243,6 +248,7 @@ impl Normalizer {
             scratch: String::new(),
             cache: HashMap::default(),
             entries: Vec::new(),
+            last: None,
         }
     }
 
@@ -272,16 +278,26 @@ impl Normalizer {
                 command,
             };
         }
-        let key = (text_key(text), Command(ev.command));
-        // The entry's slot, when it holds this very text: one lookup on a hit.
-        let hit = self.cache.get(&key).copied().filter(|&i| {
-            self.entries
-                .get(i)
-                .is_some_and(|c| Arc::ptr_eq(&c.text, text) || c.text == *text)
+        let holds = |c: &Cached| Arc::ptr_eq(&c.text, text) || c.text == *text;
+        let cmd = Command(ev.command);
+        let memo = self
+            .last
+            .filter(|&(i, c)| c == cmd && self.entries.get(i).is_some_and(holds))
+            .map(|(i, _)| i);
+        // Otherwise the entry's slot, when it holds this very text: one lookup on a hit.
+        let mut looked_up = None;
+        let hit = memo.or_else(|| {
+            let key = (text_key(text), cmd);
+            looked_up = Some(key);
+            self.cache
+                .get(&key)
+                .copied()
+                .filter(|&i| self.entries.get(i).is_some_and(holds))
         });
         let slot = match hit {
             Some(i) => i,
             None => {
+                let key = looked_up.unwrap_or_else(|| (text_key(text), cmd));
                 let hash = self.normalize(ev.protocol, ev.command, text);
                 if self.cache.contains_key(&key) {
                     // A different text with the same key: answer without caching it.
@@ -294,6 +310,7 @@ impl Normalizer {
                 if self.cache.len() >= CACHE_MAX {
                     self.cache.clear();
                     self.entries.clear();
+                    self.last = None;
                 }
                 self.cache.insert(key, self.entries.len());
                 self.entries.push(Cached {
@@ -304,6 +321,7 @@ impl Normalizer {
                 self.entries.len() - 1
             }
         };
+        self.last = Some((slot, cmd));
         match self.entries.get(slot) {
             Some(c) => Group {
                 hash: c.hash,

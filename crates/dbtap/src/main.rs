@@ -136,17 +136,23 @@ impl DigestConsumer {
 
 impl Consumer for DigestConsumer {
     fn event(&mut self, ev: QueryEvent) {
+        self.event_ref(&ev);
+    }
+
+    const BY_REF: bool = true;
+
+    fn event_ref(&mut self, ev: &QueryEvent) {
         if !self.window.contains(ev.start_ns) {
             return;
         }
         let store = &mut self.store;
         let fleet = &mut self.fleet;
-        let admitted = self.fp.add_to_then(&mut self.agg, &ev, |mode, c| {
+        let admitted = self.fp.add_to_then(&mut self.agg, ev, |mode, c| {
             if let Some(s) = store {
-                s.event_in(&ev, mode, c);
+                s.event_in(ev, mode, c);
             }
             if let Some(f) = fleet {
-                f.event_in(&ev, mode, c);
+                f.event_in(ev, mode, c);
             }
         });
         if !admitted {
@@ -156,7 +162,7 @@ impl Consumer for DigestConsumer {
             r.record(ev.start_ns, ev.service_ns());
         }
         if let Some(t) = &mut self.timeline {
-            t.event(&mut self.fp, &ev);
+            t.event(&mut self.fp, ev);
         }
     }
 

@@ -20,6 +20,15 @@ mod streams;
 /// Whatever receives the query events.
 pub trait Consumer {
     fn event(&mut self, ev: QueryEvent);
+    /// True for consumers that only read events: the pipeline then hands each event to
+    /// [`Consumer::event_ref`] instead of moving it into [`Consumer::event`] (a `QueryEvent` is
+    /// a few hundred bytes, copied at each move the optimizer does not elide).
+    const BY_REF: bool = false;
+    /// [`Consumer::event`] by reference, called instead of it when [`Consumer::BY_REF`] is true.
+    /// By default a clone handed to `event`.
+    fn event_ref(&mut self, ev: &QueryEvent) {
+        self.event(ev.clone());
+    }
     /// Every TCP segment decoded, before reassembly, with the length of the frame that carried
     /// it. For per-server packet and byte rates; nothing by default.
     fn segment(&mut self, _src: SocketAddr, _dst: SocketAddr, _frame_len: usize) {}
@@ -366,7 +375,11 @@ impl<C: Consumer> proto::Sink for SinkRef<'_, C> {
         }
         // The one place service time is computed: every protocol's events pass here.
         self.ledger.service.stamp(&mut ev);
-        self.consumer.event(ev);
+        if C::BY_REF {
+            self.consumer.event_ref(&ev);
+        } else {
+            self.consumer.event(ev);
+        }
     }
     fn health(&mut self) -> &mut Health {
         &mut self.ledger.health

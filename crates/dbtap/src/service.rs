@@ -15,9 +15,18 @@ use std::collections::HashMap;
 use proto::QueryEvent;
 
 /// The end of the latest response per open connection. State is dropped at close.
+///
+/// Events come in runs per connection (a pipeline's replies), so the connection stamped last
+/// and its slot are remembered: a repeat costs a comparison instead of a lookup.
 #[derive(Default)]
 pub(crate) struct ServiceClock {
-    last_end: HashMap<u64, u64, foldhash::fast::RandomState>,
+    /// Each open connection's slot in `ends`.
+    slots: HashMap<u64, usize, foldhash::fast::RandomState>,
+    ends: Vec<u64>,
+    /// Slots of closed connections, reused first.
+    free: Vec<usize>,
+    /// The connection stamped last and its slot.
+    last: Option<(u64, usize)>,
 }
 
 impl ServiceClock {
@@ -30,20 +39,50 @@ impl ServiceClock {
             ev.service_start_ns = None;
             return;
         };
-        let last = self.last_end.entry(ev.conn).or_insert(0);
+        let slot = match self.last {
+            Some((conn, slot)) if conn == ev.conn => slot,
+            _ => self.slot(ev.conn),
+        };
+        let Some(last) = self.ends.get_mut(slot) else {
+            return;
+        };
         ev.service_start_ns = Some(ev.start_ns.max(*last));
         *last = (*last).max(end);
     }
 
+    /// The slot of `conn`, made (at 0) when it has none; remembered as the last one.
+    fn slot(&mut self, conn: u64) -> usize {
+        let (ends, free) = (&mut self.ends, &mut self.free);
+        let slot = *self.slots.entry(conn).or_insert_with(|| match free.pop() {
+            Some(i) => {
+                if let Some(e) = ends.get_mut(i) {
+                    *e = 0;
+                }
+                i
+            }
+            None => {
+                ends.push(0);
+                ends.len() - 1
+            }
+        });
+        self.last = Some((conn, slot));
+        slot
+    }
+
     /// Forgets connection `conn` (closed).
     pub(crate) fn close(&mut self, conn: u64) {
-        self.last_end.remove(&conn);
+        if let Some(i) = self.slots.remove(&conn) {
+            self.free.push(i);
+        }
+        if self.last.is_some_and(|(c, _)| c == conn) {
+            self.last = None;
+        }
     }
 
     /// Connections with a clock (for tests).
     #[cfg(test)]
     fn len(&self) -> usize {
-        self.last_end.len()
+        self.slots.len()
     }
 }
 
@@ -188,6 +227,37 @@ mod tests {
         let mut c = ev(1, 10, Some(30));
         clock.stamp(&mut c);
         assert_eq!(c.service_ns(), Some(20));
+    }
+
+    #[test]
+    fn a_reused_slot_starts_afresh_and_runs_stay_per_connection() {
+        let mut clock = ServiceClock::default();
+        // Runs of one connection, interleaved with another (the remembered slot changes).
+        let got: Vec<_> = [
+            (1, 0, 100),
+            (1, 10, 150),
+            (2, 20, 40),
+            (1, 30, 160),
+            (2, 50, 60),
+        ]
+        .iter()
+        .map(|&(c, s, e)| {
+            let mut x = ev(c, s, Some(e));
+            clock.stamp(&mut x);
+            x.service_ns()
+        })
+        .collect();
+        assert_eq!(got, [Some(100), Some(50), Some(20), Some(10), Some(10)]);
+        clock.close(1);
+        // Connection 3 takes connection 1's slot: it does not inherit its clock (160).
+        let mut c = ev(3, 100, Some(130));
+        clock.stamp(&mut c);
+        assert_eq!(c.service_ns(), Some(30));
+        assert_eq!(clock.len(), 2);
+        // Connection 2's clock (60) is still its own.
+        let mut d = ev(2, 55, Some(70));
+        clock.stamp(&mut d);
+        assert_eq!(d.service_ns(), Some(10));
     }
 
     /// Length of the union of closed intervals.
