@@ -428,6 +428,7 @@ def test_mysql_wrong_password_names_the_failure(mariadbs, my_capture):
                         "--password", "wrong", "--max", "--format", "json"],
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=300)
     assert "login refused" in r.stderr and "Access denied" in r.stderr, r.stderr
+    assert r.returncode == 1 and "nothing was replayed" in r.stderr, r.stderr
 
 
 def test_mysql_connection_begun_before_capture(mariadbs):

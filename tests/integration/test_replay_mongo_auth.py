@@ -175,6 +175,8 @@ def test_wrong_password_is_refused_in_one_line(servers, cap):
     assert got.get(("AuthenticationFailed", "saslContinue"), 0) >= 1, got
     assert workload(got) == {}, got
     assert json.loads(r.stdout)["fidelity"]["target_connections"] == 0
+    # Nothing reached B: the report is printed, then one line and exit status 1.
+    assert r.returncode == 1 and "nothing was replayed" in r.stderr, r.stderr
 
 
 @pytest.mark.parametrize("how", ["credentials-file", "user-password"])

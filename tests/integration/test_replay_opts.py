@@ -39,11 +39,16 @@ def rfc3339(t: float) -> str:
     return datetime.datetime.fromtimestamp(t, datetime.timezone.utc).isoformat()
 
 
-def run_replay(pcap, port_a: int, port_b: int, *args) -> dict:
+def run_replay(pcap, port_a: int, port_b: int, *args, sent_none: bool = False) -> dict:
+    """The replay's JSON report (and its stderr). `sent_none`: no request can reach B, so the
+    replay prints its report, then fails with one line."""
     r = subprocess.run([str(harness.DBTAP), "replay", str(pcap), "--port", str(port_a),
                         "--target", f"127.0.0.1:{port_b}", "--format", "json", *args],
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr
+    if sent_none:
+        assert r.returncode == 1 and "nothing was replayed" in r.stderr, r.stderr
+    else:
+        assert r.returncode == 0, r.stderr
     rep = json.loads(r.stdout)
     rep["stderr"] = r.stderr
     return rep
@@ -315,7 +320,8 @@ def test_mysql_ed25519_login(mariadbs, my_capture):
     assert (got["Com_select"], got["Com_stmt_prepare"]) == \
         (want["Com_select"], want["Com_stmt_prepare"])
     assert got["Access_denied_errors"] == 0 and rep["fidelity"]["target_connections"] > 0
-    rep = run_replay(pcap, MY_A, MY_B, "--max", "--user", "ed", "--password", "wrong")
+    rep = run_replay(pcap, MY_A, MY_B, "--max", "--user", "ed", "--password", "wrong",
+                     sent_none=True)
     assert "login refused" in rep["stderr"] and "Access denied" in rep["stderr"], rep["stderr"]
     assert rep["fidelity"]["requests_sent"] == 0, rep["fidelity"]
 
@@ -669,7 +675,8 @@ def test_tls_redis(redises, r_workload, tls_targets):
     assert rep["fidelity"]["skipped_requests"] == {}, rep["fidelity"]
     # The certificate is checked: another name fails every connection.
     rep = run_replay(pcap, R_A, R_TLS_PORT, "--max", "--target-tls", "--target-ca",
-                     str(r.certs["ca"]), "--target-server-name", "db.example.com")
+                     str(r.certs["ca"]), "--target-server-name", "db.example.com",
+                     sent_none=True)
     assert rep["fidelity"]["target_connections"] == 0, rep["fidelity"]
     assert "nothing was replayed" in rep["stderr"], rep["stderr"]
 

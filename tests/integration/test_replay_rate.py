@@ -155,7 +155,7 @@ def test_client_certificate_for_require_x509(servers, capture):
     ca = ["--target-tls", "--target-ca", str(b.certs["ca"])]
     # Without a client certificate the user is refused (TLS alone is not enough).
     r = replay(pcap, *ca)
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 1 and "nothing was replayed" in r.stderr, r.stderr
     assert "login refused" in r.stderr and "Access denied" in r.stderr, r.stderr
     assert json.loads(r.stdout)["fidelity"]["target_connections"] == 0
     before = b.status()

@@ -349,12 +349,6 @@ fn report(
     mut fid: Fidelity,
 ) -> Result<()> {
     fid.requests_captured = capture.totals().stats.count;
-    if fid.target_connections == 0 && fid.requests_planned > 0 {
-        eprintln!(
-            "dbtap: warning: no connection to {} could be opened: nothing was replayed",
-            args.target
-        );
-    }
     if fid.requests_framed == 0 {
         eprintln!(
             "dbtap: warning: the capture holds no request of a protocol replay supports \
@@ -398,7 +392,21 @@ fn report(
         }
     }
     w.flush()?;
-    Ok(())
+    nothing_sent(&fid, &args.target)
+}
+
+/// A replay that planned requests but sent none (every connection or login refused) is a
+/// failure: the report is printed, then one line and a non-zero exit, so a script notices.
+fn nothing_sent(fid: &Fidelity, target: &str) -> Result<()> {
+    if fid.requests_planned == 0 || fid.requests_sent > 0 {
+        return Ok(());
+    }
+    let why = if fid.target_connections == 0 {
+        "no connection could be opened and logged in"
+    } else {
+        "no request was sent"
+    };
+    anyhow::bail!("nothing was replayed: {why} to {target} (see the report's skipped requests)")
 }
 
 #[derive(Serialize)]
