@@ -39,7 +39,7 @@ mod request;
 mod whole;
 
 pub use probe::{PROBE_MAX, Probe, plausible_name, probe_command, probe_name};
-pub use request::{ReqEvent, RequestReader, split_inline};
+pub use request::{ReqEvent, RequestReader, Span, WHOLE_ARGS, WholeCommand, split_inline};
 
 /// A RESP value type, named by its first byte.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
