@@ -37,6 +37,23 @@ impl WholeCommand {
 /// its value and the bytes it takes, CRLF included.
 #[inline]
 fn number(rest: &[u8]) -> Option<(i64, usize)> {
+    // The usual line, plain digits (at most 18: no overflow) then CRLF, in one pass.
+    let mut v: i64 = 0;
+    for (i, &b) in rest.iter().take(19).enumerate() {
+        match b {
+            b'0'..=b'9' if i < 18 => v = v * 10 + i64::from(b - b'0'),
+            b'\r' if i > 0 => {
+                return (rest.get(i + 1) == Some(&b'\n')).then_some((v, i + 2));
+            }
+            _ => break,
+        }
+    }
+    // Signs, long lines and anything odd: the ordinary path's rules.
+    number_slow(rest)
+}
+
+/// [`number`] by the ordinary path's rules only.
+fn number_slow(rest: &[u8]) -> Option<(i64, usize)> {
     let digits = rest
         .iter()
         .take(MAX_NUMBER_LINE + 1)
@@ -94,5 +111,40 @@ impl RequestReader {
         self.start_ts = ts;
         self.lost = 0;
         Some(cmd)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn the_one_pass_number_agrees_with_the_ordinary_rules(
+            line in proptest::collection::vec(
+                prop_oneof![8 => b'0'..=b'9', 1 => Just(b'-'), 1 => Just(b'+'), 1 => Just(b'\r'), 1 => Just(b'\n'), 1 => Just(b'x')],
+                0..24,
+            ),
+            crlf in any::<bool>(),
+        ) {
+            let mut v = line;
+            if crlf {
+                v.extend_from_slice(b"\r\n");
+            }
+            prop_assert_eq!(number(&v), number_slow(&v));
+        }
+    }
+
+    #[test]
+    fn long_numbers_take_the_ordinary_path() {
+        for n in 1..=21 {
+            let mut v = vec![b'9'; n];
+            v.extend_from_slice(b"\r\n");
+            assert_eq!(number(&v), number_slow(&v), "{n} digits");
+        }
+        assert_eq!(number(b"18\r\n"), Some((18, 4)));
+        assert_eq!(number(b"\r\n"), None);
+        assert_eq!(number(b"3\rx"), None);
     }
 }
