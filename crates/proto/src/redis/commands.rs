@@ -432,13 +432,21 @@ fn cmp_ci(name: &str, b: &[u8]) -> std::cmp::Ordering {
     name.bytes().cmp(b.iter().map(u8::to_ascii_lowercase))
 }
 
-/// The command named `name` (any case).
+/// The longest name looked up (longer ones are in no table).
+const LOOKUP_MAX: usize = 32;
+
+/// The command named `name` (any case). The name is lower-cased once into a stack buffer,
+/// then the table is binary-searched with plain byte-slice comparisons (per-byte case
+/// folding inside every comparison was 7 % of a pipelined Redis digest).
 pub fn lookup(name: &[u8]) -> Option<&'static CommandInfo> {
-    if name.len() > 32 {
-        return None;
+    let mut buf = [0u8; LOOKUP_MAX];
+    let lower = buf.get_mut(..name.len())?;
+    for (d, s) in lower.iter_mut().zip(name) {
+        *d = s.to_ascii_lowercase();
     }
+    let lower: &[u8] = lower;
     COMMANDS
-        .binary_search_by(|c| cmp_ci(c.name, name))
+        .binary_search_by(|c| c.name.as_bytes().cmp(lower))
         .ok()
         .and_then(|i| COMMANDS.get(i))
 }

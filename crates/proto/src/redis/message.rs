@@ -116,10 +116,35 @@ pub struct Builder {
     /// The text of the previous command: a repeat shares it instead of a new allocation
     /// (pipelines repeat the same command and key over and over).
     last_text: Option<Arc<str>>,
+    /// The commands whose options are read, named once per command instead of string
+    /// comparisons per argument.
+    kind: Kind,
+    /// The last name looked up, as sent, and what the table said: pipelines repeat it.
+    last_name: Vec<u8>,
+    last_info: Option<&'static CommandInfo>,
+    last_kind: Kind,
 }
 
-fn name_is(info: Option<&CommandInfo>, n: &str) -> bool {
-    info.is_some_and(|i| i.name == n)
+/// The commands [`Builder`] treats apart, from the table entry.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+enum Kind {
+    #[default]
+    Other,
+    Hello,
+    Auth,
+    /// SELECT or CLIENT: their first two arguments are kept as options.
+    SelectOrClient,
+}
+
+impl Kind {
+    fn of(info: Option<&CommandInfo>) -> Kind {
+        match info.map(|i| i.name) {
+            Some("hello") => Kind::Hello,
+            Some("auth") => Kind::Auth,
+            Some("select" | "client") => Kind::SelectOrClient,
+            _ => Kind::Other,
+        }
+    }
 }
 
 impl Builder {
@@ -136,6 +161,7 @@ impl Builder {
             + self.arg2.capacity()
             + self.user.as_ref().map_or(0, Vec::capacity)
             + self.text.capacity()
+            + self.last_name.capacity()
             + self.last_text.as_ref().map_or(0, |t| t.len())
     }
 
@@ -143,6 +169,7 @@ impl Builder {
     pub fn begin(&mut self, argc: u64) {
         self.argc = argc;
         self.info = None;
+        self.kind = Kind::Other;
         self.name.clear();
         self.name_complete = false;
         self.has_sub = false;
@@ -185,18 +212,18 @@ impl Builder {
                 None => {}
             },
         }
-        if name_is(info, "hello") {
+        if self.kind == Kind::Hello {
             if self.hello_user_at == Some(i) {
                 k = KEY_KEEP;
             } else if self.hello_user_at.is_none_or(|u| i > u + 1) {
                 // The version, or an option keyword (never the password after the user).
                 k = k.max(OPT_KEEP);
             }
-        } else if name_is(info, "auth") {
+        } else if self.kind == Kind::Auth {
             if i == 1 && self.argc == 3 {
                 k = KEY_KEEP;
             }
-        } else if (name_is(info, "select") || name_is(info, "client")) && i <= 2 {
+        } else if self.kind == Kind::SelectOrClient && i <= 2 {
             k = k.max(OPT_KEEP);
         }
         k
@@ -208,10 +235,22 @@ impl Builder {
             self.name.clear();
             self.name.extend_from_slice(head);
             self.name_complete = head.len() as u64 == len;
-            self.info = if self.name_complete {
-                lookup(head)
-            } else {
+            self.info = if !self.name_complete {
                 None
+            } else if head == self.last_name.as_slice() {
+                self.last_info
+            } else {
+                let info = lookup(head);
+                self.last_name.clear();
+                self.last_name.extend_from_slice(head);
+                self.last_info = info;
+                self.last_kind = Kind::of(info);
+                info
+            };
+            self.kind = if self.info.is_some() {
+                self.last_kind
+            } else {
+                Kind::Other
             };
             self.rule = match self.info {
                 Some(c) if !c.container => c.key,
@@ -264,7 +303,7 @@ impl Builder {
                 }
             },
         }
-        if name_is(info, "hello") {
+        if self.kind == Kind::Hello {
             if self.hello_user_at == Some(i) {
                 self.user = Some(head.to_vec());
             } else if i == 1 {
@@ -272,7 +311,7 @@ impl Builder {
             } else if self.hello_user_at.is_none() && head.eq_ignore_ascii_case(b"auth") {
                 self.hello_user_at = Some(i + 1);
             }
-        } else if name_is(info, "auth") {
+        } else if self.kind == Kind::Auth {
             if i == 1 && self.argc == 3 {
                 self.user = Some(head.to_vec());
             }

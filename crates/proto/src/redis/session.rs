@@ -10,7 +10,8 @@
 
 use super::message::Builder;
 use super::wire::{
-    PROBE_MAX, Probe as Verdict, ReplyReader, ReqEvent, RequestReader, Type, probe_command,
+    PROBE_MAX, Probe as Verdict, ReplyReader, ReqEvent, RequestReader, Type, WholeCommand,
+    probe_command,
 };
 use crate::kit::{Framing, PerDir, Sync};
 use crate::{ConnMeta, Direction, Health, Progress, Session, SessionConfig, Sink};
@@ -132,6 +133,21 @@ impl RedisSession {
         }
     }
 
+    /// A whole command found in one pass: the builder gets its arguments (each cut as it
+    /// asks), then the conversation gets the request, exactly as the events would have done.
+    fn on_whole(&mut self, cmd: &WholeCommand, data: &[u8], ts: u64, sink: &mut dyn Sink) {
+        self.builder.begin(cmd.argc as u64);
+        for (i, s) in (0u64..).zip(cmd.spans()) {
+            let keep = self.builder.keep(i).min(s.len);
+            let head = data.get(s.start..s.start + keep).unwrap_or(&[]);
+            self.builder.arg(i, head, s.len as u64);
+        }
+        let r = self.builder.finish(self.conn.cfg.max_text);
+        let wire = cmd.wire as u64 + std::mem::take(&mut self.credit);
+        let act = self.conn.on_request(r, wire, ts, false, sink);
+        self.apply(act);
+    }
+
     fn feed_client(&mut self, mut data: &[u8], ts: u64, sink: &mut dyn Sink) {
         loop {
             if self.stopped {
@@ -142,6 +158,11 @@ impl RedisSession {
                     return;
                 }
                 data = self.hunt(data, ts, sink);
+                continue;
+            }
+            if let Some(cmd) = self.req.whole_command(data, ts) {
+                self.on_whole(&cmd, data, ts, sink);
+                data = data.get(cmd.wire..).unwrap_or(&[]);
                 continue;
             }
             let builder = &self.builder;

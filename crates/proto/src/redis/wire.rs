@@ -36,9 +36,10 @@ type Res<T> = Result<T, WireError>;
 
 mod probe;
 mod request;
+mod whole;
 
 pub use probe::{PROBE_MAX, Probe, plausible_name, probe_command, probe_name};
-pub use request::{ReqEvent, RequestReader, split_inline};
+pub use request::{ReqEvent, RequestReader, Span, WHOLE_ARGS, WholeCommand, split_inline};
 
 /// A RESP value type, named by its first byte.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -746,6 +747,11 @@ impl ReplyReader {
             return Ok(Some(ev));
         }
         while let Some(&b) = input.get(*pos) {
+            if self.st == St::Type
+                && let Some(ev) = self.whole_scalar(input, ts, pos)
+            {
+                return Ok(Some(ev));
+            }
             let ev = match self.st {
                 St::Type => {
                     self.type_byte(b, ts, pos)?;

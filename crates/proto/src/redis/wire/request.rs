@@ -3,6 +3,10 @@
 
 use super::{MAX_ARGS, MAX_BULK, MAX_INLINE, MAX_NUMBER_LINE, Res, WireError, parse_i64};
 
+mod command;
+
+pub use command::{Span, WHOLE_ARGS, WholeCommand};
+
 /// What [`RequestReader::push`] reports.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ReqEvent {
