@@ -14,13 +14,14 @@ from __future__ import annotations
 import re
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 # (category, pattern on a kernel symbol); the first match wins, so the order matters.
 CATEGORIES: list[tuple[str, re.Pattern]] = [
     ("BPF programs", re.compile(r"^bpf_prog_")),
     ("ring reserve/submit", re.compile(r"ringbuf|^__?irq_work")),
-    ("user-memory copies", re.compile(r"nofault|^bpf_probe_read|dynptr")),
+    ("memory copies (user data, kernel fields)", re.compile(r"nofault|^bpf_probe_read|dynptr")),
     ("tracepoint glue (trace_call_bpf, perf_syscall_exit)",
      re.compile(r"^trace_call_bpf$|^perf_syscall_|^perf_swevent_|^perf_trace_|^bpf_trace_run|"
                 r"^__bpf_trace_")),
@@ -64,6 +65,14 @@ class Recorder:
         self.proc = subprocess.Popen(
             ["perf", "record", "-F", "997", "-q", "-o", str(data), "-p", str(pid)],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        # perf needs a moment to attach (seconds on a loaded machine); a SIGINT before that
+        # leaves a file without samples. It writes the file's header once it runs.
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and self.proc.poll() is None:
+            if data.exists() and data.stat().st_size > 0:
+                break
+            time.sleep(0.05)
+        time.sleep(0.3)
 
     def stop(self) -> dict:
         """Stops the recording; {samples, categories: {name: samples}} (the data file removed)."""
@@ -114,7 +123,7 @@ def _selftest() -> None:
     assert total == 639, total
     assert cats["BPF programs"] == 19, cats
     assert cats["ring reserve/submit"] == 14, cats
-    assert cats["user-memory copies"] == 21, cats
+    assert cats["memory copies (user data, kernel fields)"] == 21, cats
     assert cats["tracepoint glue (trace_call_bpf, perf_syscall_exit)"] == 18, cats
     assert cats["BPF helpers and maps"] == 8, cats
     assert cats["syscall slow path"] == 3, cats
