@@ -6,7 +6,9 @@
 #   bash bench/ebpf-overhead.sh --seconds 5 --rounds 1   # a quick look
 #   bash bench/ebpf-overhead.sh --rate 600               # sysbench paced at 600 tx/s (~9.6k QPS)
 #   bash bench/ebpf-overhead.sh --rate 600 --rounds 12 --only ebpf   # baseline and ebpf only
+#   bash bench/ebpf-overhead.sh --only ebpf --rounds 3 --seconds 8 --attribute   # + perf attribution
 #   options: --seconds N  --rounds N  --threads N  --table-size N  --rate TPS  --only COND,...
+#            --attribute
 #
 # The report also pairs every condition with its baseline of the same round (drift between
 # rounds moves both), and prints the median of those paired differences with every round's.
@@ -26,6 +28,12 @@
 #   slowlog       the same with the slow log at long_query_time=0 (file beside the datadir)
 #   baseline-tcp  sysbench over TCP 127.0.0.1:P, nothing else
 #   packet        the same with dbtap live --source packet -i lo --port P
+#   ebpf-perf     (only with --attribute) "ebpf" with `perf record -F 997 -p <mysqld>`: the share
+#                 of mysqld's samples in the tracing itself (BPF programs, helpers and maps, ring
+#                 reserve/submit, copy_from_user_nofault and other copies, trace_call_bpf and
+#                 perf_syscall_exit, the syscall slow path), times that run's mysqld CPU per 10k
+#                 queries, printed with dbtap's CPU beside the baseline-subtraction estimate
+#                 (bench/ebpf_attribute.py). Its own row keeps perf's sampling out of "ebpf".
 # Recorded per run: sysbench's QPS and 95th percentile; mysqld's and dbtap's CPU (utime+stime from
 # /proc/PID/stat) over the sysbench run per 10k queries, the extra mysqld CPU against the baseline
 # on the same path; lost records and gap bytes from dbtap's health; the BPF programs' own run
@@ -42,7 +50,7 @@ ROOT=$(pwd)
 OUT=$ROOT/bench/out
 W=$OUT/work-ebpf-overhead
 PORT=38250
-SECONDS_PER_RUN=10 ROUNDS=2 THREADS=4 TABLE_SIZE=10000 RATE=0 ONLY=
+SECONDS_PER_RUN=10 ROUNDS=2 THREADS=4 TABLE_SIZE=10000 RATE=0 ONLY= ATTRIBUTE=
 ARGS=("$@")
 need() { [ "$#" -ge 2 ] && [[ "$2" =~ ^[0-9]+$ ]] || { echo "$1 needs a number" >&2; exit 2; }; }
 while [ "$#" -gt 0 ]; do
@@ -53,6 +61,7 @@ while [ "$#" -gt 0 ]; do
     --table-size) need "$@"; TABLE_SIZE=$2; shift 2 ;;
     --rate) need "$@"; RATE=$2; shift 2 ;;
     --only) [ "$#" -ge 2 ] || { echo "--only needs a list of conditions" >&2; exit 2; }; ONLY=$2; shift 2 ;;
+    --attribute) ATTRIBUTE=--attribute; shift ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 0 ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
@@ -87,7 +96,7 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 bash tests/setup.sh
-for b in sysbench mariadbd mariadb-install-db openssl; do
+for b in sysbench mariadbd mariadb-install-db openssl ${ATTRIBUTE:+perf}; do
   command -v "$b" >/dev/null || { echo "$b not found: run tests/setup.sh first" >&2; exit 1; }
 done
 [ "$(id -u)" = 0 ] || { echo "needs root: dbtap live --source ebpf loads BPF programs" >&2; exit 1; }
@@ -100,5 +109,5 @@ mkdir -p "$W"
 echo "== sysbench oltp_read_only, $THREADS threads, ${SECONDS_PER_RUN} s x ${ONLY:-6 conditions} x $ROUNDS rounds, MariaDB on its Unix socket and 127.0.0.1:$PORT"
 "$PY" bench/ebpf_overhead.py --port "$PORT" --seconds "$SECONDS_PER_RUN" --rounds "$ROUNDS" \
   --threads "$THREADS" --table-size "$TABLE_SIZE" --rate "$RATE" --workdir "$W" \
-  --out "$OUT/ebpf-overhead.md" --dbtap "$DBTAP" ${ONLY:+--only "$ONLY"} \
+  --out "$OUT/ebpf-overhead.md" --dbtap "$DBTAP" ${ONLY:+--only "$ONLY"} $ATTRIBUTE \
   --command "bash bench/ebpf-overhead.sh${ARGS[*]:+ ${ARGS[*]}}"

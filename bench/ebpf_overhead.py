@@ -22,12 +22,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "integration"))
 sys.path.insert(0, str(ROOT / "bench"))
+import ebpf_attribute as ea  # noqa: E402
 import ebpf_harness as eh  # noqa: E402
 import harness  # noqa: E402
 from harness import delta, die  # noqa: E402
 from live_overhead import Proc, cpu_seconds, med, pct, peak_rss_mb  # noqa: E402
 
-CONDITIONS = ["baseline", "ebpf", "ebpf-stats", "slowlog", "baseline-tcp", "packet"]
+CONDITIONS = ["baseline", "ebpf", "ebpf-stats", "slowlog", "baseline-tcp", "packet", "ebpf-perf"]
 LABELS = {
     "baseline": "Unix socket, nothing else (baseline)",
     "ebpf": "Unix socket, dbtap live --source ebpf",
@@ -35,14 +36,15 @@ LABELS = {
     "slowlog": "Unix socket, slow log long_query_time=0",
     "baseline-tcp": "TCP, nothing else (baseline-tcp)",
     "packet": "TCP, dbtap live --source packet",
+    "ebpf-perf": "Unix socket, --source ebpf, perf record on mysqld (--attribute)",
 }
 BASE = {"baseline": "baseline", "ebpf": "baseline", "ebpf-stats": "baseline", "slowlog": "baseline",
-        "baseline-tcp": "baseline-tcp", "packet": "baseline-tcp"}
+        "baseline-tcp": "baseline-tcp", "packet": "baseline-tcp", "ebpf-perf": "baseline"}
 VIA = {"baseline": "unix", "ebpf": "unix", "ebpf-stats": "unix", "slowlog": "unix",
-       "baseline-tcp": "tcp", "packet": "tcp"}
+       "baseline-tcp": "tcp", "packet": "tcp", "ebpf-perf": "unix"}
 # The runs whose dbtap traces with eBPF; only "ebpf-stats" turns the kernel's BPF statistics
 # on (kernel.bpf_stats_enabled: two clock reads per program run, which "ebpf" does not pay).
-EBPF = ("ebpf", "ebpf-stats")
+EBPF = ("ebpf", "ebpf-stats", "ebpf-perf")
 GOAL_TOTAL_CPU_PER_10K = 0.05
 BPF_STATS = Path("/proc/sys/kernel/bpf_stats_enabled")
 
@@ -136,12 +138,22 @@ def run_one(a, srv: eh.Maria, cond: str, work: Path, rnd: int) -> dict:
         with srv.root() as c, c.cursor() as cur:
             cur.execute("SET GLOBAL slow_query_log_file = %s", (str(slow),))
             cur.execute("SET GLOBAL slow_query_log=1, long_query_time=0, log_output='FILE'")
+    rec = None
     try:
         before = srv.fresh_status()
+        if cond == "ebpf-perf":
+            rec = ea.Recorder(srv.proc.pid, work / f"perf-{rnd}.data")
         m0 = cpu_seconds(srv.proc.pid)
         c0 = cpu_seconds(cap.proc.pid) if cap else 0.0
         res.update(sysbench(a, srv, VIA[cond], a.seconds))
         m1 = cpu_seconds(srv.proc.pid)
+        if rec is not None:
+            try:
+                res["attribution"] = rec.stop()
+            except RuntimeError as e:  # reported with the run, not fatal
+                res["attribution_error"] = str(e)
+                print(f"== attribution failed: {e}", flush=True)
+            rec = None
         after = srv.fresh_status(threads=before["Threads_connected"])
         d = delta(before, after)
         res["server"] = {k: d[k] for k in ("Com_stmt_execute", "Com_stmt_prepare",
@@ -157,6 +169,9 @@ def run_one(a, srv: eh.Maria, cond: str, work: Path, rnd: int) -> dict:
                 res["bpf_run_cnt"] = sum(n - prog0.get(i, (0, 0))[1] for i, (_, n) in prog1.items())
                 res["bpf_progs"] = len(prog1)
     finally:
+        if rec is not None:
+            rec.proc.kill()
+            rec.proc.wait()
         if cap is not None:
             res["cap_exit"] = cap.stop()
             out.close()
@@ -221,6 +236,43 @@ def paired_lines(by: dict, P) -> None:
         diffs.sort()
         P(f"- {LABELS[c]}: total extra CPU per 10k QPS paired with its baseline in the same round: "
           f"median {statistics.median(diffs):+.4f} (rounds: {', '.join(f'{d:+.4f}' for d in diffs)}).")
+
+
+def attribution_lines(by: dict, summary: dict, P) -> None:
+    """--attribute: the tracing's share of mysqld's samples in the ebpf-perf runs, as core per
+    10k QPS (share x mysqld's CPU per 10k queries in the ebpf runs), plus dbtap's own CPU,
+    beside the estimate by baseline subtraction."""
+    rs = [r for r in by.get("ebpf-perf", []) if r.get("attribution")]
+    if not rs:
+        return
+    # perf's own sampling raises mysqld's CPU in its runs: the shares are applied to the CPU
+    # of the "ebpf" runs (same tracing, no perf) where there are such, to each run's own if not.
+    plain = [per10k(r, "mysqld_cpu_s") for r in by.get("ebpf", [])]
+    cpu = statistics.median(plain) if plain else None
+    per_run = [(ea.shares(r["attribution"]), cpu if cpu is not None else per10k(r, "mysqld_cpu_s"))
+               for r in rs]
+    P("")
+    P(f"Attribution (perf record -F 997 on mysqld during the ebpf-perf runs, {len(rs)} run(s), "
+      f"{sum(r['attribution']['samples'] for r in rs)} samples; kernel symbols that exist only "
+      "for tracing; median over runs of share x mysqld's CPU s / 10k q "
+      f"{'of the ebpf runs (median, without perf)' if cpu is not None else 'of that run'}):")
+    P("")
+    P("| part of the tracing in mysqld | share of mysqld's samples | core per 10k QPS |")
+    P("|---|---:|---:|")
+    for name in [c for c, _ in ea.CATEGORIES] + ["total"]:
+        share = statistics.median(s[name] for s, _ in per_run)
+        cost = statistics.median(s[name] * m for s, m in per_run)
+        label = "**tracing in mysqld, total**" if name == "total" else name
+        P(f"| {label} | {share * 100:.2f} % | {cost:.4f} |")
+    traced = statistics.median(s["total"] * m for s, m in per_run)
+    dbtap = (summary.get("ebpf") or summary["ebpf-perf"])["cpu"]
+    sub = (summary.get("ebpf") or {}).get("total")
+    P("")
+    P(f"- eBPF total extra CPU per 10k QPS by attribution: {traced:.4f} (tracing in mysqld) + "
+      f"{dbtap:.4f} (dbtap, {'ebpf' if summary.get('ebpf') else 'ebpf-perf'} row) = "
+      f"**{traced + dbtap:.4f}** core (goal {GOAL_TOTAL_CPU_PER_10K}: "
+      f"{'met' if traced + dbtap <= GOAL_TOTAL_CPU_PER_10K else 'NOT met'})"
+      + (f"; by baseline subtraction: {sub:.4f}." if sub is not None else "."))
 
 
 def report(a, runs: list[dict], meta: dict) -> tuple[str, bool]:
@@ -296,6 +348,7 @@ def report(a, runs: list[dict], meta: dict) -> tuple[str, bool]:
           f"published eBPF agent: 0.2 in mysqld + 0.22 in the agent = 0.42.")
         P(f"- lost records at this rate with the default ring (summed over the rounds): {e['lost']} "
           f"({'none' if not e['lost'] else 'NOT zero'}).")
+    attribution_lines(by, summary, P)
     P("")
     paired_lines(by, P)
     P("")
@@ -333,15 +386,19 @@ def main() -> int:
     p.add_argument("--out", required=True)
     p.add_argument("--dbtap", required=True)
     p.add_argument("--command", default="bash bench/ebpf-overhead.sh")
+    p.add_argument("--attribute", action="store_true", help="add the ebpf-perf condition: "
+                   "perf record on mysqld, the tracing's share of its samples")
     p.add_argument("--only", default="", help="conditions to run, comma-separated (their "
                    "baselines are added): e.g. ebpf for baseline and ebpf only")
     a = p.parse_args()
+    if not a.attribute:
+        CONDITIONS.remove("ebpf-perf")
     if a.only:
         want = [c.strip() for c in a.only.split(",") if c.strip()]
         bad = [c for c in want if c not in CONDITIONS]
         if bad:
             die(f"--only: unknown condition(s) {', '.join(bad)} (known: {', '.join(CONDITIONS)})")
-        keep = set(want) | {BASE[c] for c in want}
+        keep = set(want) | {BASE[c] for c in want} | ({"ebpf-perf"} if a.attribute else set())
         CONDITIONS[:] = [c for c in CONDITIONS if c in keep]
     work = Path(a.workdir).resolve()
     work.mkdir(parents=True, exist_ok=True)

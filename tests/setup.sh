@@ -22,6 +22,7 @@ PACKAGES=(
   chromium                                  # the web UI tests: headless Chromium driven by Playwright
   clickhouse-server clickhouse-client       # the ClickHouse sink's tests (Debian's 18.16, a private server)
   dpkg-dev man-db                           # the packaging test: dpkg-shlibdeps for the .deb, man -w
+  linux-perf                                # bench/ebpf-overhead.sh --attribute: perf record on mysqld
 )
 
 missing=()

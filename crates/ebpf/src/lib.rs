@@ -6,6 +6,7 @@
 mod dispatch;
 mod procfs;
 mod record;
+mod sockdiag;
 mod tracer;
 
 use std::fmt;

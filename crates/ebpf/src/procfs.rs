@@ -1,5 +1,6 @@
 //! Finding the database server processes in /proc: pure parsers of /proc/net/{tcp,tcp6,unix},
-//! /proc/PID/{maps,stat} and fd links, and the scan that applies them (`discover`).
+//! /proc/PID/{maps,stat} and fd links, and the scan that applies them (`discover`; listeners
+//! come from sock_diag where the kernel has it, see `sockdiag`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -117,14 +118,26 @@ fn procs() -> BTreeMap<u32, Proc> {
     out
 }
 
+/// Listening TCP sockets: from sock_diag (the listening table only), else /proc/net/tcp{,6}.
+fn all_tcp_listeners() -> Vec<(u16, u64)> {
+    crate::sockdiag::tcp_listeners().unwrap_or_else(|_| {
+        let mut v = tcp_listeners(&read("/proc/net/tcp"));
+        v.extend(tcp_listeners(&read("/proc/net/tcp6")));
+        v
+    })
+}
+
 fn listen_inodes(cfg: &Config) -> HashMap<u64, Why> {
     let mut want = HashMap::new();
-    for f in ["/proc/net/tcp", "/proc/net/tcp6"] {
-        for (port, ino) in tcp_listeners(&read(f)) {
+    if !cfg.ports.is_empty() {
+        for (port, ino) in all_tcp_listeners() {
             if cfg.ports.contains(&port) {
                 want.insert(ino, Why::Port(port));
             }
         }
+    }
+    if cfg.unix_paths.is_empty() {
+        return want;
     }
     let paths: Vec<(String, &PathBuf)> = cfg
         .unix_paths
@@ -137,7 +150,9 @@ fn listen_inodes(cfg: &Config) -> HashMap<u64, Why> {
             ]
         })
         .collect();
-    for (path, ino) in unix_listeners(&read("/proc/net/unix")) {
+    let unix = crate::sockdiag::unix_listeners()
+        .unwrap_or_else(|_| unix_listeners(&read("/proc/net/unix")));
+    for (path, ino) in unix {
         if let Some((_, p)) = paths.iter().find(|(s, _)| *s == path) {
             want.insert(ino, Why::Socket((*p).clone()));
         }

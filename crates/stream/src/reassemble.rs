@@ -41,8 +41,12 @@ struct Conn {
     next: [u64; 2],
     /// A `tls` record was seen: `start_tls` was delivered.
     tls: bool,
-    /// The key of this connection in the recency index.
+    /// Its last activity (a tick of the reassembler).
     tick: u64,
+    /// The key of its one entry in the recency index: its activity when that entry was made,
+    /// at most `tick`. Records only advance `tick`; the entry moves when it reaches the front
+    /// of the index stale (amortized O(1) per record instead of a tree removal and insertion).
+    key: u64,
     /// The timestamp of its last record.
     last_ts: u64,
 }
@@ -52,7 +56,8 @@ struct Conn {
 pub struct Reassembler {
     max_conns: usize,
     conns: HashMap<u64, Conn, foldhash::fast::RandomState>,
-    /// Recency index: activity tick -> connection; the first entry is the least recent.
+    /// Recency index: key tick -> connection, one entry per open connection; after the stale
+    /// entries at the front are moved (see `Conn::key`), the first is the least recent.
     recent: BTreeMap<u64, u64>,
     tick: u64,
     stats: Stats,
@@ -102,7 +107,7 @@ impl Reassembler {
             } => self.data(*conn, *dir, *ts_ns, (*offset, *len), bytes, *tls, h),
             Record::Close { conn, ts_ns } => {
                 if let Some(c) = self.conns.remove(conn) {
-                    self.recent.remove(&c.tick);
+                    self.recent.remove(&c.key);
                     h.close(*conn, *ts_ns);
                 } else {
                     self.stats.unknown_conn_records += 1;
@@ -128,7 +133,7 @@ impl Reassembler {
     pub fn expire(&mut self, now_ns: u64, idle_ns: u64, h: &mut impl StreamHandler) -> usize {
         let before = now_ns.saturating_sub(idle_ns);
         let mut n = 0;
-        while let Some((&tick, &conn)) = self.recent.first_key_value() {
+        while let Some((tick, conn)) = self.least_recent() {
             if self.conns.get(&conn).is_some_and(|c| c.last_ts >= before) {
                 break;
             }
@@ -141,29 +146,33 @@ impl Reassembler {
         n
     }
 
-    /// Marks `conn` as the most recently active at `ts`; false when it is not open.
-    fn touch(&mut self, conn: u64, ts: u64) -> bool {
-        let Some(c) = self.conns.get_mut(&conn) else {
-            return false;
-        };
-        c.last_ts = c.last_ts.max(ts);
-        self.recent.remove(&c.tick);
-        self.tick += 1;
-        c.tick = self.tick;
-        self.recent.insert(self.tick, conn);
-        true
+    /// The least recently active connection's entry (key, connection), after moving stale
+    /// entries at the front of the index to their connection's last activity.
+    fn least_recent(&mut self) -> Option<(u64, u64)> {
+        loop {
+            let (&key, &conn) = self.recent.first_key_value()?;
+            match self.conns.get_mut(&conn) {
+                Some(c) if c.tick != key => {
+                    self.recent.remove(&key);
+                    c.key = c.tick;
+                    self.recent.insert(c.tick, conn);
+                }
+                _ => return Some((key, conn)),
+            }
+        }
     }
 
     fn open(&mut self, o: &StreamOpen, h: &mut impl StreamHandler) {
         if let Some(old) = self.conns.remove(&o.conn) {
             // The id was reused without a Close: the old connection ended.
-            self.recent.remove(&old.tick);
+            self.recent.remove(&old.key);
             h.close(o.conn, o.ts_ns);
         }
         while self.conns.len() >= self.max_conns {
-            let Some((_, victim)) = self.recent.pop_first() else {
+            let Some((key, victim)) = self.least_recent() else {
                 break;
             };
+            self.recent.remove(&key);
             self.conns.remove(&victim);
             self.stats.evicted += 1;
             h.close(victim, o.ts_ns);
@@ -173,6 +182,7 @@ impl Reassembler {
             next: [0, 0],
             tls: false,
             tick: self.tick,
+            key: self.tick,
             last_ts: o.ts_ns,
         };
         self.conns.insert(o.conn, c);
@@ -192,14 +202,17 @@ impl Reassembler {
         tls: bool,
         h: &mut impl StreamHandler,
     ) {
-        if !self.touch(conn, ts) {
-            self.stats.unknown_conn_records += 1;
-            return;
-        }
-        let Reassembler { conns, stats, .. } = self;
+        let Reassembler {
+            conns, stats, tick, ..
+        } = self;
+        // One lookup per record: marks it the most recently active.
         let Some(c) = conns.get_mut(&conn) else {
+            stats.unknown_conn_records += 1;
             return;
         };
+        c.last_ts = c.last_ts.max(ts);
+        *tick += 1;
+        c.tick = *tick;
         if tls && !c.tls {
             c.tls = true;
             stats.tls_starts += 1;

@@ -363,3 +363,71 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    /// The cap and idle expiry close the least recently active connections, in that order,
+    /// however opens, records and closes interleave: checked against a plain recency list.
+    #[test]
+    fn eviction_and_expiry_follow_recency(
+        ops in proptest::collection::vec((0u8..4, 0u64..6), 0..120),
+        cap in 1usize..5,
+    ) {
+        let mut r = Reassembler::new(cap);
+        let mut h = Log::default();
+        let mut model: Vec<u64> = Vec::new(); // least recent first
+        let mut want: Vec<Ev> = Vec::new();
+        let mut offs: HashMap<u64, u64> = HashMap::new();
+        let mut last: HashMap<u64, u64> = HashMap::new();
+        for (i, &(op, id)) in ops.iter().enumerate() {
+            let ts = i as u64 + 1;
+            match op {
+                0 => {
+                    if let Some(p) = model.iter().position(|&c| c == id) {
+                        model.remove(p);
+                        want.push(Ev::Close(id));
+                    }
+                    while model.len() >= cap {
+                        want.push(Ev::Close(model.remove(0)));
+                    }
+                    model.push(id);
+                    want.push(Ev::Open(id));
+                    offs.insert(id, 0);
+                    last.insert(id, 1); // open() carries ts 1
+                    r.push(&open(id), &mut h);
+                }
+                1 => {
+                    let off = offs.get(&id).copied().unwrap_or(0);
+                    if let Some(p) = model.iter().position(|&c| c == id) {
+                        model.remove(p);
+                        model.push(id);
+                        want.push(Ev::Data(id, C, b"x".to_vec()));
+                        offs.insert(id, off + 1);
+                        last.insert(id, ts);
+                    }
+                    let rec = Record::Data { conn: id, dir: C, ts_ns: ts, offset: off, len: 1,
+                                             bytes: b"x", tls: false };
+                    r.push(&rec, &mut h);
+                }
+                2 => {
+                    if let Some(p) = model.iter().position(|&c| c == id) {
+                        model.remove(p);
+                        want.push(Ev::Close(id));
+                    }
+                    r.push(&Record::Close { conn: id, ts_ns: ts }, &mut h);
+                }
+                _ => {
+                    // From the least recent, up to the first with a record since ts - 3.
+                    let n = r.expire(ts, 3, &mut h);
+                    let mut m = 0;
+                    while model.first().is_some_and(|c| last[c] < ts.saturating_sub(3)) {
+                        want.push(Ev::Close(model.remove(0)));
+                        m += 1;
+                    }
+                    prop_assert_eq!(n, m);
+                }
+            }
+            prop_assert_eq!(r.open_conns(), model.len());
+        }
+        prop_assert_eq!(&h.0, &want);
+    }
+}

@@ -180,12 +180,18 @@ impl<C: Consumer> StreamHandler for Feed<'_, C> {
     }
 
     fn data(&mut self, conn: u64, d: Direction, bytes: &[u8], ts_ns: u64) {
-        let Some(id) = self.started(conn) else {
+        // `started`, with the one lookup kept for the rest (the per-record path).
+        let State {
+            conns, connections, ..
+        } = &mut *self.state;
+        let Some(c) = conns.get_mut(&conn) else {
             return;
         };
-        let Some(c) = self.state.conns.get_mut(&conn) else {
-            return;
-        };
+        if let Some(meta) = c.pending.take() {
+            *connections += 1;
+            self.conns.open_meta(meta);
+        }
+        let id = c.id;
         self.conns
             .consumer
             .stream_bytes(&c.server, d == Direction::ToServer, bytes.len());
