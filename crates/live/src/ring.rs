@@ -85,6 +85,20 @@ pub struct RingStats {
     pub long_pauses: u64,
     /// The ring's size in bytes (blocks times block size).
     pub ring_bytes: u64,
+    /// Times the ring was replaced by a larger one ([`crate::AutoRing`]).
+    pub growths: u64,
+    /// Packets seen twice while a ring was replaced (both rings held them) and handed once.
+    pub handover_duplicates: u64,
+}
+
+/// How much of the ring the traffic used since [`Ring::take_fill`] was last called: the
+/// input of the ring's sizing ([`crate::AutoRing`]). Counting costs one read per block.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Fill {
+    /// Bytes the kernel wrote into the blocks read (packets and their headers).
+    pub bytes: u64,
+    /// The most blocks found ready at once when the reader came back: how full the ring was.
+    pub ready_max: u64,
 }
 
 /// A reader pause at least this long (100 ms) is counted in [`RingStats::long_pauses`].
@@ -103,6 +117,7 @@ pub struct Ring {
     /// The longest block wait since [`Ring::take_interval_pause`] was last called, ns.
     interval_pause_ns: u64,
     ifindex: i32,
+    fill: Fill,
 }
 
 const TPACKET_V3: i32 = 2;
@@ -264,6 +279,7 @@ impl Ring {
             },
             interval_pause_ns: 0,
             ifindex,
+            fill: Fill::default(),
         })
     }
 
@@ -361,6 +377,7 @@ impl Ring {
             // One clock read per block (1 MiB by default), before the block is walked: the
             // wait is how long the block sat retired, not how long the walk took.
             longest = longest.max(block_wait_ns(block, realtime_ns()));
+            self.fill.bytes += u64::from(u32_at(block, 20).unwrap_or(0));
             handed += walk_block(block, &mut *f);
             self.map.release(off);
             self.cur = (self.cur + 1) % self.block_count;
@@ -368,6 +385,7 @@ impl Ring {
         }
         if blocks > 0 {
             self.note_pause(longest);
+            self.fill.ready_max = self.fill.ready_max.max(blocks as u64);
         }
         (blocks > 0).then_some(handed)
     }
@@ -378,6 +396,25 @@ impl Ring {
         if ns >= LONG_PAUSE_NS {
             self.stats.long_pauses += 1;
         }
+    }
+
+    /// The ring's use since the last call (or since the ring opened); the next period starts
+    /// empty.
+    pub fn take_fill(&mut self) -> Fill {
+        std::mem::take(&mut self.fill)
+    }
+
+    /// Blocks in the ring.
+    pub fn block_count(&self) -> usize {
+        self.block_count
+    }
+
+    /// Stops the ring's intake: a reject-all filter replaces the capture filter atomically, so
+    /// the ring receives nothing more and what it holds can be drained.
+    pub(crate) fn silence(&self) -> Result<(), LiveError> {
+        self.sock
+            .attach_filter(&[Insn::stmt(BPF_RET, 0)])
+            .map_err(io_err("setsockopt(SO_ATTACH_FILTER), reject all"))
     }
 
     /// The reader's longest pause since the last call (or since the ring opened), ns; the
@@ -438,14 +475,14 @@ fn u16_at(b: &[u8], off: usize) -> Option<u16> {
         b.get(off..off.checked_add(2)?)?.try_into().ok()?,
     ))
 }
-fn u32_at(b: &[u8], off: usize) -> Option<u32> {
+pub(crate) fn u32_at(b: &[u8], off: usize) -> Option<u32> {
     Some(u32::from_ne_bytes(
         b.get(off..off.checked_add(4)?)?.try_into().ok()?,
     ))
 }
 
 /// The wall clock, ns since the epoch (the clock of the kernel's packet timestamps).
-fn realtime_ns() -> u64 {
+pub(crate) fn realtime_ns() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
