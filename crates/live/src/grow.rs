@@ -284,6 +284,12 @@ impl AutoRing {
         Ok(handed)
     }
 
+    /// Makes the next poll grow the ring to `blocks` blocks (tests).
+    #[cfg(test)]
+    pub(crate) fn request_growth(&mut self, blocks: u32) {
+        self.want = Some((blocks, "asked by a test".into()));
+    }
+
     /// Growths since the last call, and why growing stopped if it did.
     pub fn take_growths(&mut self) -> (Vec<Growth>, Option<String>) {
         (std::mem::take(&mut self.growths), self.failed.take())
@@ -367,3 +373,7 @@ pub fn decide(
         .min(s.max_bytes);
     (need > ring_bytes && target > ring_bytes).then_some((target, why))
 }
+
+#[cfg(test)]
+#[path = "grow_tests.rs"]
+mod tests;
