@@ -296,6 +296,26 @@ fn log_growths(ring: &mut live::AutoRing, idx: usize) {
     }
 }
 
+/// After the last drain: its wait counts among the pauses (the drops stay those counted
+/// before it, in `stats`); says on stderr how the ring grew. Returns the interval's pause, ns.
+fn finish_ring(ring: &mut live::AutoRing, stats: &mut live::RingStats, idx: usize) -> u64 {
+    let pause_ns = ring.take_interval_pause();
+    if let Ok(s) = ring.stats() {
+        (stats.pause_max_ns, stats.long_pauses) = (s.pause_max_ns, s.long_pauses);
+        stats.handover_duplicates = s.handover_duplicates;
+    }
+    log_growths(ring, idx);
+    if stats.growths > 0 {
+        eprintln!(
+            "dbtap: capture ring of thread {idx}: {} MiB after {} growth(s); {} packet(s) seen by both rings during a handover were handed once",
+            stats.ring_bytes >> 20,
+            stats.growths,
+            stats.handover_duplicates
+        );
+    }
+    pause_ns
+}
+
 /// What `--reader-priority` asks for.
 fn reader_priority(p: crate::cli::ReaderPriorityArg) -> live::ReaderPriority {
     use crate::cli::ReaderPriorityArg as A;
@@ -430,21 +450,7 @@ fn worker(
     let _ = ring.poll(Duration::ZERO, |p| {
         take_packet(p, &mut engine, &mut writer, &name)
     });
-    // The last drain's wait counts among the pauses (the drops stay those counted above).
-    let pause_ns = ring.take_interval_pause();
-    if let Ok(s) = ring.stats() {
-        (ring_stats.pause_max_ns, ring_stats.long_pauses) = (s.pause_max_ns, s.long_pauses);
-        ring_stats.handover_duplicates = s.handover_duplicates;
-    }
-    log_growths(&mut ring, idx);
-    if ring_stats.growths > 0 {
-        eprintln!(
-            "dbtap: capture ring of thread {idx}: {} MiB after {} growth(s); {} packet(s) seen by both rings during a handover were handed once",
-            ring_stats.ring_bytes >> 20,
-            ring_stats.growths,
-            ring_stats.handover_duplicates
-        );
-    }
+    let pause_ns = finish_ring(&mut ring, &mut ring_stats, idx);
     let (mut consumer, health) = engine.finish(vec![name.clone()], 0);
     let (window, servers) = consumer.take_window();
     let minutes = consumer.take_minutes();
