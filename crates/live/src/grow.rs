@@ -249,20 +249,21 @@ impl AutoRing {
         let mut seen: HashMap<u64, u32> = HashMap::new();
         let mut handed = 0;
         let wait = Duration::from_millis(u64::from(self.cfg.retire_ms) * 2 + 10);
-        // The old ring receives nothing more: a bounded number of passes empties it.
+        // The old ring receives nothing more: a bounded number of passes empties it. From here
+        // on the new ring is kept whatever fails: the old one is silenced.
         for _ in 0..=self.ring.block_count() {
-            let n = self.ring.poll(wait, |p| {
+            let polled = self.ring.poll(wait, |p| {
                 if p.ts_ns >= from_ns && seen.len() < OVERLAP_CAP {
                     *seen.entry(packet_key(p)).or_insert(0) += 1;
                 }
                 f(p)
-            })?;
-            if n == 0 {
-                break;
+            });
+            match polled {
+                Ok(0) | Err(_) => break,
+                Ok(n) => handed += n,
             }
-            handed += n;
         }
-        let old_stats = self.ring.stats()?;
+        let old_stats = self.ring.stats().unwrap_or_else(|_| self.ring.last_stats());
         self.carried_pause_ns = self.carried_pause_ns.max(self.ring.take_interval_pause());
         let old = std::mem::replace(&mut self.ring, new);
         drop(old);

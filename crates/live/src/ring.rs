@@ -423,6 +423,11 @@ impl Ring {
         std::mem::take(&mut self.interval_pause_ns)
     }
 
+    /// The counters as last read, without asking the kernel.
+    pub(crate) fn last_stats(&self) -> RingStats {
+        self.stats
+    }
+
     /// Kernel counters accumulated since the ring was opened (the kernel resets its own on
     /// each read).
     pub fn stats(&mut self) -> Result<RingStats, LiveError> {
