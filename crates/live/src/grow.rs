@@ -4,9 +4,10 @@
 //!
 //! # The handover
 //!
-//! 1. A second ring opens on the same interface with the same filter (its own socket, closed
-//!    to traffic until it is bound and mapped). From the moment its filter is attached, every
-//!    packet reaches both rings.
+//! 1. A second ring opens on the same interface, on a helper thread and closed to traffic
+//!    (allocating and mapping a large ring takes tens of ms, while the reader goes on reading
+//!    the old one). Then the reader attaches the filter to it: from that moment every packet
+//!    reaches both rings.
 //! 2. After a short wait (so that no packet is still between the two sockets' filters), the old
 //!    ring's filter is replaced by a reject-all one: from then on packets reach the new ring
 //!    only. No packet can miss both: the new ring accepts before the old one stops.
@@ -22,6 +23,7 @@
 
 use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::mpsc::{Receiver, TryRecvError};
 use std::time::{Duration, Instant};
 
 use crate::LiveError;
@@ -38,6 +40,9 @@ pub struct Sizing {
     pub margin: Duration,
 }
 
+/// Where the helper thread hands the ring it opened.
+type Opening = Receiver<Result<Ring, LiveError>>;
+
 /// One growth, for the log.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Growth {
@@ -49,7 +54,7 @@ pub struct Growth {
 
 /// Window of kernel timestamps around the overlap in which packets are compared: generous,
 /// since a kernel timestamp may be taken before the packet reaches the sockets.
-const OVERLAP_SLACK_NS: u64 = 200_000_000;
+const OVERLAP_SLACK_NS: u64 = 100_000_000;
 /// Most overlap packets remembered (a few ms of traffic are expected).
 const OVERLAP_CAP: usize = 1 << 18;
 /// Rings grow in steps of this many bytes (whole blocks).
@@ -57,10 +62,26 @@ const STEP_BYTES: u64 = 16 << 20;
 /// How long after the new ring accepts packets the old one is silenced.
 const OVERLAP_WAIT: Duration = Duration::from_millis(2);
 
+/// Bytes of a packet the content key covers: the IP and TCP headers with their options (IP
+/// id, sequence and acknowledgement numbers, TCP timestamps), which tell packets apart; two
+/// packets alike in these and in length are a retransmission, whose repeat TCP drops anyway.
+/// Not the payload: hashing whole 4 KiB packets for the overlap's window cost more CPU than
+/// the growth is worth.
+const KEY_BYTES: usize = 96;
+
 /// The content key of a packet, the same for its two copies in two rings.
 fn packet_key(p: &Packet<'_>) -> u64 {
     let mut h = DefaultHasher::new();
-    (p.wire_len, p.ifindex, p.pkttype, p.protocol, p.data).hash(&mut h);
+    let head = p.data.get(..KEY_BYTES).unwrap_or(p.data);
+    (
+        p.wire_len,
+        p.data.len(),
+        p.ifindex,
+        p.pkttype,
+        p.protocol,
+        head,
+    )
+        .hash(&mut h);
     h.finish()
 }
 
@@ -107,6 +128,8 @@ pub struct AutoRing {
     overlap: Option<Overlap>,
     /// Blocks to grow to at the next poll.
     want: Option<(u32, String)>,
+    /// A larger ring being opened on a helper thread (closed to packets), and why.
+    opening: Option<(Opening, RingConfig, String)>,
     second_start: Instant,
     /// The busiest second's fill rate, bytes/s.
     peak_rate: u64,
@@ -142,6 +165,7 @@ impl AutoRing {
             carried_pause_ns: 0,
             overlap: None,
             want: None,
+            opening: None,
             second_start: Instant::now(),
             peak_rate: 0,
             growths: Vec::new(),
@@ -157,7 +181,22 @@ impl AutoRing {
     ) -> Result<usize, LiveError> {
         let mut handed = 0;
         if let Some((blocks, why)) = self.want.take() {
-            match self.grow(blocks, why, &mut f) {
+            self.start_opening(blocks, why);
+        }
+        let opened = match &self.opening {
+            Some((rx, _, _)) => match rx.try_recv() {
+                Ok(r) => Some(r),
+                Err(TryRecvError::Empty) => None,
+                Err(TryRecvError::Disconnected) => Some(Err(LiveError::Config(
+                    "the thread opening the larger ring ended".into(),
+                ))),
+            },
+            None => None,
+        };
+        if let Some(r) = opened
+            && let Some((_, cfg, why)) = self.opening.take()
+        {
+            match r.and_then(|new| self.grow(new, cfg, why, &mut f)) {
                 Ok(n) => handed += n,
                 Err(e) => {
                     self.failed = Some(format!("the capture ring stops growing: {e}"));
@@ -230,19 +269,43 @@ impl AutoRing {
         u64::from(self.cfg.block_size) * self.ring.block_count() as u64
     }
 
-    /// Replaces the ring by one of `blocks` blocks (see the module documentation); returns the
-    /// packets handed from the old ring's drain.
+    /// Opens a ring of `blocks` blocks, closed to packets, on a helper thread: allocating and
+    /// mapping a large ring takes long enough (tens of ms) for the current ring to overflow at
+    /// a high rate if its reader waited.
+    fn start_opening(&mut self, blocks: u32, why: String) {
+        if self.opening.is_some() {
+            return;
+        }
+        let mut cfg = self.cfg.clone();
+        cfg.block_count = blocks;
+        let (tx, rx) = std::sync::mpsc::channel();
+        let c = cfg.clone();
+        let spawned = std::thread::Builder::new()
+            .name("dbtap-ring-open".into())
+            .spawn(move || {
+                let _ = tx.send(Ring::open_closed(&c));
+            });
+        match spawned {
+            Ok(_) => self.opening = Some((rx, cfg, why)),
+            Err(e) => {
+                self.failed = Some(format!("the capture ring stops growing: {e}"));
+                self.sizing = None;
+            }
+        }
+    }
+
+    /// Replaces the ring by `new`, opened closed by `cfg` (see the module documentation);
+    /// returns the packets handed from the old ring's drain.
     fn grow(
         &mut self,
-        blocks: u32,
+        new: Ring,
+        cfg: RingConfig,
         why: String,
         f: &mut impl FnMut(&Packet<'_>),
     ) -> Result<usize, LiveError> {
         self.end_overlap();
-        let mut cfg = self.cfg.clone();
-        cfg.block_count = blocks;
         let from_ns = realtime_ns().saturating_sub(OVERLAP_SLACK_NS);
-        let new = Ring::open(&cfg, &self.filter)?;
+        new.accept(&self.filter)?;
         std::thread::sleep(OVERLAP_WAIT);
         self.ring.silence()?;
         let until_ns = realtime_ns().saturating_add(OVERLAP_SLACK_NS);

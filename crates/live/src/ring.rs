@@ -140,6 +140,25 @@ fn io_err(what: &'static str) -> impl FnOnce(io::Error) -> LiveError {
     move |source| LiveError::Io { what, source }
 }
 
+/// Swaps in the capture filter (an empty one accepts everything): the socket takes packets.
+fn accept(sock: &Socket, filter: &[Insn]) -> Result<(), LiveError> {
+    if filter.is_empty() {
+        sock.detach_filter()
+            .map_err(io_err("setsockopt(SO_DETACH_FILTER)"))
+    } else {
+        sock.attach_filter(filter)
+            .map_err(|e| match e.raw_os_error() {
+                Some(libc::EINVAL) => LiveError::Filter(
+                    "the kernel refused the capture filter program (EINVAL)".into(),
+                ),
+                _ => LiveError::Io {
+                    what: "setsockopt(SO_ATTACH_FILTER)",
+                    source: e,
+                },
+            })
+    }
+}
+
 /// The ifindex of `name`; "any" is 0 (every interface).
 pub fn interface_index(name: &str) -> Result<i32, LiveError> {
     if name == "any" {
@@ -252,21 +271,7 @@ impl Ring {
                 )
                 .map_err(io_err("setsockopt(PACKET_FANOUT, unique id)"))?,
         }
-        if filter.is_empty() {
-            sock.detach_filter()
-                .map_err(io_err("setsockopt(SO_DETACH_FILTER)"))?;
-        } else {
-            sock.attach_filter(filter)
-                .map_err(|e| match e.raw_os_error() {
-                    Some(libc::EINVAL) => LiveError::Filter(
-                        "the kernel refused the capture filter program (EINVAL)".into(),
-                    ),
-                    _ => LiveError::Io {
-                        what: "setsockopt(SO_ATTACH_FILTER)",
-                        source: e,
-                    },
-                })?;
-        }
+        accept(&sock, filter)?;
         Ok(Ring {
             map,
             sock,
@@ -407,6 +412,17 @@ impl Ring {
     /// Blocks in the ring.
     pub fn block_count(&self) -> usize {
         self.block_count
+    }
+
+    /// Opens a ring that takes no packet until [`Ring::accept`] (not in a fanout group): the
+    /// slow part of a growth (allocating and mapping the blocks), done off the reader's thread.
+    pub(crate) fn open_closed(cfg: &RingConfig) -> Result<Ring, LiveError> {
+        Ring::open_with(cfg, &[Insn::stmt(BPF_RET, 0)], Fanout::None)
+    }
+
+    /// Starts taking the packets `filter` accepts (a ring from [`Ring::open_closed`]).
+    pub(crate) fn accept(&self, filter: &[Insn]) -> Result<(), LiveError> {
+        accept(&self.sock, filter)
     }
 
     /// Stops the ring's intake: a reject-all filter replaces the capture filter atomically, so
