@@ -82,6 +82,19 @@ pub struct CaptureArgs {
     #[arg(long = "ring-mb", default_value_t = 32, value_name = "MIB")]
     pub ring_mb: u32,
 
+    /// The most the ring may grow to, in MiB. The ring starts at --ring-mb and grows (without
+    /// losing or repeating a packet) when the busiest second seen would fill it in less than
+    /// --ring-margin, or when the reader comes back to it half full. Not above --ring-mb (the
+    /// default, 0): the ring keeps --ring-mb. One capture thread only: with --threads above 1
+    /// the rings keep --ring-mb.
+    #[arg(long = "ring-max-mb", default_value_t = 0, value_name = "MIB")]
+    pub ring_max_mb: u32,
+
+    /// How long of the busiest second's traffic the ring should hold (`0`: grow only when the
+    /// reader finds it half full).
+    #[arg(long = "ring-margin", default_value = "1s", value_parser = parse_duration, value_name = "DURATION")]
+    pub ring_margin: std::time::Duration,
+
     /// The capture threads' scheduling: `normal` (as started), `nice` (nice -10), `fifo`
     /// (real-time SCHED_FIFO priority 1: a thread runs as soon as packets wake it, so a busy
     /// host does not starve it into drops), `auto` (`fifo` where permitted, else `normal`,

@@ -47,14 +47,16 @@
 #![deny(unsafe_code)]
 
 pub mod bpf;
+mod grow;
 mod prio;
 mod ring;
 mod sys;
 
 pub use bpf::{FilterSpec, Insn, and, compile_expr, sample_keeps, servers_filter};
+pub use grow::{AutoRing, Growth, Sizing, decide};
 pub use prio::{FifoGuard, ReaderPriority, set_reader_priority};
 pub use ring::{
-    LONG_PAUSE_NS, Packet, Ring, RingConfig, RingStats, block_wait_ns, interface_index,
+    Fill, LONG_PAUSE_NS, Packet, Ring, RingConfig, RingStats, block_wait_ns, interface_index,
     loopback_index, open_group, walk_block,
 };
 

@@ -85,6 +85,20 @@ pub struct RingStats {
     pub long_pauses: u64,
     /// The ring's size in bytes (blocks times block size).
     pub ring_bytes: u64,
+    /// Times the ring was replaced by a larger one ([`crate::AutoRing`]).
+    pub growths: u64,
+    /// Packets seen twice while a ring was replaced (both rings held them) and handed once.
+    pub handover_duplicates: u64,
+}
+
+/// How much of the ring the traffic used since [`Ring::take_fill`] was last called: the
+/// input of the ring's sizing ([`crate::AutoRing`]). Counting costs one read per block.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Fill {
+    /// Bytes the kernel wrote into the blocks read (packets and their headers).
+    pub bytes: u64,
+    /// The most blocks found ready at once when the reader came back: how full the ring was.
+    pub ready_max: u64,
 }
 
 /// A reader pause at least this long (100 ms) is counted in [`RingStats::long_pauses`].
@@ -103,6 +117,7 @@ pub struct Ring {
     /// The longest block wait since [`Ring::take_interval_pause`] was last called, ns.
     interval_pause_ns: u64,
     ifindex: i32,
+    fill: Fill,
 }
 
 const TPACKET_V3: i32 = 2;
@@ -123,6 +138,25 @@ enum Fanout {
 
 fn io_err(what: &'static str) -> impl FnOnce(io::Error) -> LiveError {
     move |source| LiveError::Io { what, source }
+}
+
+/// Swaps in the capture filter (an empty one accepts everything): the socket takes packets.
+fn accept(sock: &Socket, filter: &[Insn]) -> Result<(), LiveError> {
+    if filter.is_empty() {
+        sock.detach_filter()
+            .map_err(io_err("setsockopt(SO_DETACH_FILTER)"))
+    } else {
+        sock.attach_filter(filter)
+            .map_err(|e| match e.raw_os_error() {
+                Some(libc::EINVAL) => LiveError::Filter(
+                    "the kernel refused the capture filter program (EINVAL)".into(),
+                ),
+                _ => LiveError::Io {
+                    what: "setsockopt(SO_ATTACH_FILTER)",
+                    source: e,
+                },
+            })
+    }
 }
 
 /// The ifindex of `name`; "any" is 0 (every interface).
@@ -237,21 +271,7 @@ impl Ring {
                 )
                 .map_err(io_err("setsockopt(PACKET_FANOUT, unique id)"))?,
         }
-        if filter.is_empty() {
-            sock.detach_filter()
-                .map_err(io_err("setsockopt(SO_DETACH_FILTER)"))?;
-        } else {
-            sock.attach_filter(filter)
-                .map_err(|e| match e.raw_os_error() {
-                    Some(libc::EINVAL) => LiveError::Filter(
-                        "the kernel refused the capture filter program (EINVAL)".into(),
-                    ),
-                    _ => LiveError::Io {
-                        what: "setsockopt(SO_ATTACH_FILTER)",
-                        source: e,
-                    },
-                })?;
-        }
+        accept(&sock, filter)?;
         Ok(Ring {
             map,
             sock,
@@ -264,6 +284,7 @@ impl Ring {
             },
             interval_pause_ns: 0,
             ifindex,
+            fill: Fill::default(),
         })
     }
 
@@ -361,6 +382,7 @@ impl Ring {
             // One clock read per block (1 MiB by default), before the block is walked: the
             // wait is how long the block sat retired, not how long the walk took.
             longest = longest.max(block_wait_ns(block, realtime_ns()));
+            self.fill.bytes += u64::from(u32_at(block, 20).unwrap_or(0));
             handed += walk_block(block, &mut *f);
             self.map.release(off);
             self.cur = (self.cur + 1) % self.block_count;
@@ -368,6 +390,7 @@ impl Ring {
         }
         if blocks > 0 {
             self.note_pause(longest);
+            self.fill.ready_max = self.fill.ready_max.max(blocks as u64);
         }
         (blocks > 0).then_some(handed)
     }
@@ -380,10 +403,45 @@ impl Ring {
         }
     }
 
+    /// The ring's use since the last call (or since the ring opened); the next period starts
+    /// empty.
+    pub fn take_fill(&mut self) -> Fill {
+        std::mem::take(&mut self.fill)
+    }
+
+    /// Blocks in the ring.
+    pub fn block_count(&self) -> usize {
+        self.block_count
+    }
+
+    /// Opens a ring that takes no packet until [`Ring::accept`] (not in a fanout group): the
+    /// slow part of a growth (allocating and mapping the blocks), done off the reader's thread.
+    pub(crate) fn open_closed(cfg: &RingConfig) -> Result<Ring, LiveError> {
+        Ring::open_with(cfg, &[Insn::stmt(BPF_RET, 0)], Fanout::None)
+    }
+
+    /// Starts taking the packets `filter` accepts (a ring from [`Ring::open_closed`]).
+    pub(crate) fn accept(&self, filter: &[Insn]) -> Result<(), LiveError> {
+        accept(&self.sock, filter)
+    }
+
+    /// Stops the ring's intake: a reject-all filter replaces the capture filter atomically, so
+    /// the ring receives nothing more and what it holds can be drained.
+    pub(crate) fn silence(&self) -> Result<(), LiveError> {
+        self.sock
+            .attach_filter(&[Insn::stmt(BPF_RET, 0)])
+            .map_err(io_err("setsockopt(SO_ATTACH_FILTER), reject all"))
+    }
+
     /// The reader's longest pause since the last call (or since the ring opened), ns; the
     /// next period starts at 0.
     pub fn take_interval_pause(&mut self) -> u64 {
         std::mem::take(&mut self.interval_pause_ns)
+    }
+
+    /// The counters as last read, without asking the kernel.
+    pub(crate) fn last_stats(&self) -> RingStats {
+        self.stats
     }
 
     /// Kernel counters accumulated since the ring was opened (the kernel resets its own on
@@ -438,14 +496,14 @@ fn u16_at(b: &[u8], off: usize) -> Option<u16> {
         b.get(off..off.checked_add(2)?)?.try_into().ok()?,
     ))
 }
-fn u32_at(b: &[u8], off: usize) -> Option<u32> {
+pub(crate) fn u32_at(b: &[u8], off: usize) -> Option<u32> {
     Some(u32::from_ne_bytes(
         b.get(off..off.checked_add(4)?)?.try_into().ok()?,
     ))
 }
 
 /// The wall clock, ns since the epoch (the clock of the kernel's packet timestamps).
-fn realtime_ns() -> u64 {
+pub(crate) fn realtime_ns() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))

@@ -15,11 +15,14 @@ pub struct ReaderPause {
     pub long_pauses: u64,
     /// The capture rings' size in bytes (every capture thread's ring).
     pub ring_bytes: u64,
+    /// Times the capture rings grew with the traffic, since start.
+    pub ring_growths: u64,
 }
 
 /// Appends `dbtap_capture_reader_pause_seconds` (gauge, last interval),
 /// `dbtap_capture_reader_pause_max_seconds` (gauge, since start),
-/// `dbtap_capture_reader_long_pauses_total` (counter) and `dbtap_capture_ring_bytes` (gauge).
+/// `dbtap_capture_reader_long_pauses_total` (counter), `dbtap_capture_ring_bytes` (gauge) and
+/// `dbtap_capture_ring_growths_total` (counter).
 pub fn write_reader_pause(p: ReaderPause, out: &mut String) {
     let rows = [
         (
@@ -46,6 +49,12 @@ pub fn write_reader_pause(p: ReaderPause, out: &mut String) {
             "Size of the capture rings (every capture thread's ring) in bytes.",
             p.ring_bytes as f64,
         ),
+        (
+            "dbtap_capture_ring_growths_total",
+            "counter",
+            "Times a capture ring was replaced by a larger one (--ring-max-mb), since start.",
+            p.ring_growths as f64,
+        ),
     ];
     for (name, kind, help, v) in rows {
         family(out, name, kind, help);
@@ -66,6 +75,7 @@ mod tests {
                 max_ns: 1_500_000_000,
                 long_pauses: 3,
                 ring_bytes: 32 << 20,
+                ring_growths: 2,
             },
             &mut out,
         );
@@ -75,5 +85,6 @@ mod tests {
         assert!(out.contains("# TYPE dbtap_capture_reader_long_pauses_total counter\n"));
         assert!(out.contains("\ndbtap_capture_reader_long_pauses_total 3\n"));
         assert!(out.contains("\ndbtap_capture_ring_bytes 33554432\n"));
+        assert!(out.contains("\ndbtap_capture_ring_growths_total 2\n"));
     }
 }

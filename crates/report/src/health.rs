@@ -103,6 +103,8 @@ pub struct LiveHealth {
     /// The capture rings' size, MiB (every capture thread's ring); 0 without a packet ring
     /// (the eBPF source, capture files), when none of the reader fields is shown.
     pub ring_mb: u64,
+    /// Times a capture ring grew with the traffic (`--ring-max-mb`); shown when above 0.
+    pub ring_growths: u64,
 }
 
 /// Connections that arrived as byte streams with exact gaps (the eBPF source: Unix sockets, TLS
@@ -492,6 +494,7 @@ impl CaptureHealth {
             mine.reader_pause_max_ms = mine.reader_pause_max_ms.max(l.reader_pause_max_ms);
             mine.reader_long_pauses = mine.reader_long_pauses.saturating_add(l.reader_long_pauses);
             mine.ring_mb = mine.ring_mb.saturating_add(l.ring_mb);
+            mine.ring_growths = mine.ring_growths.saturating_add(l.ring_growths);
         }
         self.first_ts_ns = match (self.first_ts_ns, o.first_ts_ns) {
             (Some(a), Some(b)) => Some(a.min(b)),
@@ -564,6 +567,9 @@ impl Serialize for CaptureHealth {
             m.serialize_entry("reader_pause_max_ms", &l.reader_pause_max_ms)?;
             m.serialize_entry("reader_long_pauses", &l.reader_long_pauses)?;
             m.serialize_entry("ring_mb", &l.ring_mb)?;
+            if l.ring_growths > 0 {
+                m.serialize_entry("ring_growths", &l.ring_growths)?;
+            }
         }
         let sampled = self.sampled_one_in();
         if sampled > 1 {
@@ -603,12 +609,13 @@ impl<'de> Visitor<'de> for HealthVisitor {
                         .get_or_insert_with(LiveHealth::default)
                         .sampled_one_in = v;
                 }
-                "reader_pause_max_ms" | "reader_long_pauses" | "ring_mb" => {
+                "reader_pause_max_ms" | "reader_long_pauses" | "ring_mb" | "ring_growths" => {
                     let v: u64 = map.next_value()?;
                     let l = h.live.get_or_insert_with(LiveHealth::default);
                     *match key.as_str() {
                         "reader_pause_max_ms" => &mut l.reader_pause_max_ms,
                         "reader_long_pauses" => &mut l.reader_long_pauses,
+                        "ring_growths" => &mut l.ring_growths,
                         _ => &mut l.ring_mb,
                     } = v;
                 }
@@ -714,6 +721,32 @@ mod tests {
     }
 
     #[test]
+    fn ring_growths_are_shown_only_when_the_ring_grew_and_add_up() {
+        let mut h = CaptureHealth {
+            live: Some(LiveHealth {
+                ring_mb: 32,
+                ..LiveHealth::default()
+            }),
+            ..CaptureHealth::default()
+        };
+        let s = serde_json::to_string(&h).unwrap_or_default();
+        assert!(
+            s.contains("\"ring_mb\":32") && !s.contains("ring_growths"),
+            "{s}"
+        );
+        if let Some(l) = h.live.as_mut() {
+            (l.ring_mb, l.ring_growths) = (96, 2);
+        }
+        let s = serde_json::to_string(&h).unwrap_or_default();
+        assert!(s.contains("\"ring_mb\":96,\"ring_growths\":2"), "{s}");
+        let back: CaptureHealth = serde_json::from_str(&s).unwrap_or_default();
+        assert_eq!(back, h);
+        let mut m = h.clone();
+        m.add(&h);
+        assert_eq!(m.live.map(|l| l.ring_growths), Some(4));
+    }
+
+    #[test]
     fn json_round_trip_keeps_the_reader_pauses() {
         let mut h = every_counter_set();
         h.live = Some(LiveHealth {
@@ -722,6 +755,7 @@ mod tests {
             reader_pause_max_ms: 512,
             reader_long_pauses: 2,
             ring_mb: 32,
+            ring_growths: 0,
         });
         let s = serde_json::to_string(&h).unwrap_or_default();
         assert!(

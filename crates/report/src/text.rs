@@ -361,6 +361,15 @@ fn health_block(
     {
         writeln!(out, "#   {}", reader_pause_note(l))?;
     }
+    if let Some(l) = h.live.as_ref().filter(|l| l.ring_growths > 0) {
+        writeln!(
+            out,
+            "#   capture ring grew {} time{} with the traffic, to {} MiB (--ring-max-mb)",
+            l.ring_growths,
+            if l.ring_growths == 1 { "" } else { "s" },
+            l.ring_mb
+        )?;
+    }
     for c in COUNTERS {
         let Some(note) = c.note else { continue };
         let shown = match c.kind {

@@ -100,6 +100,7 @@ impl metrics::http::Provider for HttpProvider {
                     max_ns: snap.kernel.pause_max_ns,
                     long_pauses: snap.kernel.long_pauses,
                     ring_bytes: snap.kernel.ring_bytes,
+                    ring_growths: snap.kernel.growths,
                 };
                 metrics::write_reader_pause(pause, &mut out);
             }

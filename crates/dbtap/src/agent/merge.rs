@@ -219,6 +219,8 @@ fn collect(
         out.ring.pause_max_ns = out.ring.pause_max_ns.max(r.pause_max_ns);
         out.ring.long_pauses += r.long_pauses;
         out.ring.ring_bytes += r.ring_bytes;
+        out.ring.growths += r.growths;
+        out.ring.handover_duplicates += r.handover_duplicates;
     }
     out
 }
@@ -289,6 +291,7 @@ fn live_health(
         reader_pause_max_ms: ring.pause_max_ns / 1_000_000,
         reader_long_pauses: ring.long_pauses,
         ring_mb: ring.ring_bytes >> 20,
+        ring_growths: ring.growths,
     });
     h
 }

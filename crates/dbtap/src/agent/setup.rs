@@ -51,7 +51,7 @@ pub(super) struct Plan {
 
 impl Plan {
     /// Checks the arguments, opens the rings (one per thread) and derives every configuration.
-    pub(super) fn new(c: &CaptureArgs, mode: &Mode) -> Result<(Plan, Vec<live::Ring>)> {
+    pub(super) fn new(c: &CaptureArgs, mode: &Mode) -> Result<(Plan, Vec<live::AutoRing>)> {
         if c.sample == 0 {
             anyhow::bail!("--sample must be 1 or more");
         }
@@ -196,7 +196,7 @@ fn kernel_filter(c: &CaptureArgs, s: &Settings) -> Result<Vec<live::bpf::Insn>> 
 }
 
 /// Opens the rings; the most common failure (no CAP_NET_RAW) is a one-line error.
-fn open_rings(c: &CaptureArgs, filter: &[live::bpf::Insn]) -> Result<Vec<live::Ring>> {
+fn open_rings(c: &CaptureArgs, filter: &[live::bpf::Insn]) -> Result<Vec<live::AutoRing>> {
     let threads = c.threads.clamp(1, 64);
     let block_size: u32 = 1 << 20;
     let cfg = live::RingConfig {
@@ -206,5 +206,9 @@ fn open_rings(c: &CaptureArgs, filter: &[live::bpf::Insn]) -> Result<Vec<live::R
         retire_ms: 20,
         fanout_group: (threads > 1).then(|| (std::process::id() & 0xffff) as u16),
     };
-    Ok(live::open_group(&cfg, filter, threads)?)
+    let sizing = super::worker::sizing(c);
+    Ok(live::open_group(&cfg, filter, threads)?
+        .into_iter()
+        .map(|r| live::AutoRing::wrap(r, &cfg, filter, sizing))
+        .collect())
 }

@@ -209,7 +209,7 @@ pub(super) fn consumer(c: &CaptureArgs, plan: &Plan) -> LiveConsumer {
 pub(super) fn spawn(
     c: &CaptureArgs,
     plan: &Plan,
-    rings: Vec<live::Ring>,
+    rings: Vec<live::AutoRing>,
     ctl: &Arc<Control>,
     tx: &Sender<WorkerReport>,
     pcap_files: &SharedFiles,
@@ -269,6 +269,52 @@ pub(super) fn spawn(
 /// priority: it reads the ring and parses, about 0.02 CPU per 10k queries, so this is about
 /// 250k queries per second on one thread, far beyond what the priority is for.
 const FIFO_CPU_LIMIT: f64 = 0.5;
+
+/// How the ring grows (`--ring-mb` the start, `--ring-max-mb` the bound, `--ring-margin`);
+/// None when the bound does not exceed the start.
+pub(super) fn sizing(c: &CaptureArgs) -> Option<live::Sizing> {
+    let max_bytes = u64::from(c.ring_max_mb) << 20;
+    (c.ring_max_mb > c.ring_mb.max(2)).then_some(live::Sizing {
+        max_bytes,
+        margin: c.ring_margin,
+    })
+}
+
+/// Says on stderr how the ring of thread `idx` grew, or why it stopped growing.
+fn log_growths(ring: &mut live::AutoRing, idx: usize) {
+    let (growths, failed) = ring.take_growths();
+    for g in growths {
+        eprintln!(
+            "dbtap: capture ring of thread {idx} grown from {} MiB to {} MiB: {}",
+            g.from_bytes >> 20,
+            g.to_bytes >> 20,
+            g.why
+        );
+    }
+    if let Some(e) = failed {
+        eprintln!("dbtap: thread {idx}: {e}");
+    }
+}
+
+/// After the last drain: its wait counts among the pauses (the drops stay those counted
+/// before it, in `stats`); says on stderr how the ring grew. Returns the interval's pause, ns.
+fn finish_ring(ring: &mut live::AutoRing, stats: &mut live::RingStats, idx: usize) -> u64 {
+    let pause_ns = ring.take_interval_pause();
+    if let Ok(s) = ring.stats() {
+        (stats.pause_max_ns, stats.long_pauses) = (s.pause_max_ns, s.long_pauses);
+        stats.handover_duplicates = s.handover_duplicates;
+    }
+    log_growths(ring, idx);
+    if stats.growths > 0 {
+        eprintln!(
+            "dbtap: capture ring of thread {idx}: {} MiB after {} growth(s); {} packet(s) seen by both rings during a handover were handed once",
+            stats.ring_bytes >> 20,
+            stats.growths,
+            stats.handover_duplicates
+        );
+    }
+    pause_ns
+}
 
 /// What `--reader-priority` asks for.
 fn reader_priority(p: crate::cli::ReaderPriorityArg) -> live::ReaderPriority {
@@ -330,7 +376,7 @@ struct Thread {
 
 /// One capture worker: ring → engine → window, until stopped.
 fn worker(
-    mut ring: live::Ring,
+    mut ring: live::AutoRing,
     mut engine: Engine<LiveConsumer>,
     rotator: Option<Rotator>,
     ctl: Arc<Control>,
@@ -372,6 +418,7 @@ fn worker(
                 share * 100.0
             );
         }
+        log_growths(&mut ring, idx);
         if stop || error.is_some() {
             break error;
         }
@@ -403,11 +450,7 @@ fn worker(
     let _ = ring.poll(Duration::ZERO, |p| {
         take_packet(p, &mut engine, &mut writer, &name)
     });
-    // The last drain's wait counts among the pauses (the drops stay those counted above).
-    let pause_ns = ring.take_interval_pause();
-    if let Ok(s) = ring.stats() {
-        (ring_stats.pause_max_ns, ring_stats.long_pauses) = (s.pause_max_ns, s.long_pauses);
-    }
+    let pause_ns = finish_ring(&mut ring, &mut ring_stats, idx);
     let (mut consumer, health) = engine.finish(vec![name.clone()], 0);
     let (window, servers) = consumer.take_window();
     let minutes = consumer.take_minutes();
