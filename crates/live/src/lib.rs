@@ -54,7 +54,7 @@ mod sys;
 
 pub use bpf::{FilterSpec, Insn, and, compile_expr, sample_keeps, servers_filter};
 pub use grow::{AutoRing, Growth, Sizing, decide};
-pub use prio::{FifoGuard, ReaderPriority, set_reader_priority};
+pub use prio::{FIFO_CPU_LIMIT, FifoGuard, ReaderPriority, set_reader_priority};
 pub use ring::{
     Fill, LONG_PAUSE_NS, Packet, Ring, RingConfig, RingStats, block_wait_ns, interface_index,
     loopback_index, open_group, walk_block,

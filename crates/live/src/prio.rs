@@ -32,6 +32,13 @@ pub fn set_reader_priority(p: ReaderPriority) -> Result<(), LiveError> {
     })
 }
 
+/// The share of one CPU past which a capture thread in the FIFO class goes back to normal
+/// priority (the limit `live`'s workers and `replay --live`'s capture thread give
+/// [`FifoGuard::new`]): a capture thread reads the ring and parses, about 0.02 CPU per 10k
+/// queries, so this is about 250k queries per second on one thread, far beyond what the
+/// priority is for.
+pub const FIFO_CPU_LIMIT: f64 = 0.5;
+
 /// A real-time reader that does too much work would take its CPU from the database: past
 /// `limit` of one CPU over a second of wall time, [`FifoGuard::check`] puts the thread back in
 /// the normal class, once, and says how busy it was.

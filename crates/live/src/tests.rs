@@ -754,15 +754,12 @@ fn lo_ring(cfg: &crate::RingConfig, spec: &FilterSpec) -> Option<crate::Ring> {
     }
 }
 
-#[test]
-fn reader_behind_the_kernel_skips_ahead_to_the_ready_block() {
-    use std::io::{Read, Write};
-    use std::time::Duration;
-
+/// A ring of four 128 KiB blocks retired after 10 ms, on `lo`, for the port of the listener it
+/// returns with it (None without the privilege).
+fn small_lo_ring() -> Option<(crate::Ring, std::net::TcpListener)> {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
     let spec = FilterSpec {
-        ports: vec![port],
+        ports: vec![listener.local_addr().unwrap().port()],
         loopback_ifindex: crate::loopback_index(),
         ..FilterSpec::default()
     };
@@ -773,9 +770,18 @@ fn reader_behind_the_kernel_skips_ahead_to_the_ready_block() {
         retire_ms: 10,
         fanout_group: None,
     };
-    let Some(mut ring) = lo_ring(&cfg, &spec) else {
+    Some((lo_ring(&cfg, &spec)?, listener))
+}
+
+#[test]
+fn reader_behind_the_kernel_skips_ahead_to_the_ready_block() {
+    use std::io::{Read, Write};
+    use std::time::Duration;
+
+    let Some((mut ring, listener)) = small_lo_ring() else {
         return;
     };
+    let port = listener.local_addr().unwrap().port();
     let mut client = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
     let (mut server, _) = listener.accept().unwrap();
     client.write_all(b"resync-marker").unwrap();
@@ -859,23 +865,10 @@ fn a_reader_that_does_not_read_shows_its_pause() {
     use std::io::{Read, Write};
     use std::time::Duration;
 
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let spec = FilterSpec {
-        ports: vec![port],
-        loopback_ifindex: crate::loopback_index(),
-        ..FilterSpec::default()
-    };
-    let cfg = crate::RingConfig {
-        interface: "lo".into(),
-        block_size: 128 << 10,
-        block_count: 4,
-        retire_ms: 10,
-        fanout_group: None,
-    };
-    let Some(mut ring) = lo_ring(&cfg, &spec) else {
+    let Some((mut ring, listener)) = small_lo_ring() else {
         return;
     };
+    let port = listener.local_addr().unwrap().port();
     assert_eq!(ring.stats().unwrap().ring_bytes, 512 << 10);
     let mut client = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
     let (mut server, _) = listener.accept().unwrap();

@@ -132,16 +132,26 @@ impl LiveConsumer {
 
 impl Consumer for LiveConsumer {
     fn event(&mut self, ev: QueryEvent) {
+        self.event_ref(&ev);
+    }
+
+    const BY_REF: bool = true;
+
+    fn event_ref(&mut self, ev: &QueryEvent) {
         let bins = &mut self.bins;
-        let admitted = self.fp.add_to_then(&mut self.window, &ev, |mode, c| {
+        let admitted = self.fp.add_to_then(&mut self.window, ev, |mode, c| {
             if let Some(b) = bins {
-                b.event_in(&ev, mode, c);
+                b.event_in(ev, mode, c);
             }
         });
         if !admitted {
             return;
         }
-        self.server(ev.server.clone()).record(&ev);
+        let s = match self.servers.get_mut(&ev.server) {
+            Some(s) => s,
+            None => self.server(ev.server.clone()),
+        };
+        s.record(ev);
     }
 
     fn stream_bytes(&mut self, server: &Endpoint, to_server: bool, len: usize) {
@@ -244,7 +254,7 @@ pub(super) fn spawn(
                         eprintln!("dbtap: capture thread {i} keeps its priority ({e})");
                     }
                     let fifo = set.is_ok() && matches!(prio, live::ReaderPriority::Fifo(_));
-                    let guard = live::FifoGuard::new(fifo, FIFO_CPU_LIMIT);
+                    let guard = live::FifoGuard::new(fifo, live::FIFO_CPU_LIMIT);
                     let engine = Engine::new(&settings, flow_cfg, consumer);
                     worker(
                         ring,
@@ -264,11 +274,6 @@ pub(super) fn spawn(
     }
     Ok(handles)
 }
-
-/// The share of one CPU past which a capture thread in the FIFO class goes back to normal
-/// priority: it reads the ring and parses, about 0.02 CPU per 10k queries, so this is about
-/// 250k queries per second on one thread, far beyond what the priority is for.
-const FIFO_CPU_LIMIT: f64 = 0.5;
 
 /// How the ring grows (`--ring-mb` the start, `--ring-max-mb` the bound, `--ring-margin`);
 /// None when the bound does not exceed the start.

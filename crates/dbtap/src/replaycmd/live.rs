@@ -88,9 +88,6 @@ impl Consumer for LiveSide {
 }
 
 /// Runs the live mirror (see the module doc).
-/// The share of one CPU past which the capture thread leaves real-time priority (as `live`'s).
-const FIFO_CPU_LIMIT: f64 = 0.5;
-
 pub(super) fn run(args: &ReplayArgs, target: &Target, opts: &replay::Options) -> Result<()> {
     let iface = args.interface.clone().context("--live needs -i IFACE")?;
     let (judge, filters) = filters(args)?;
@@ -130,7 +127,7 @@ pub(super) fn run(args: &ReplayArgs, target: &Target, opts: &replay::Options) ->
     // that waits for a CPU behind the database and its clients lets the ring overflow, and the
     // mirror misses what the kernel dropped. The guard gives the CPU back if it gets busy.
     let fifo = live::set_reader_priority(live::ReaderPriority::Fifo(1)).is_ok();
-    let mut guard = live::FifoGuard::new(fifo, FIFO_CPU_LIMIT);
+    let mut guard = live::FifoGuard::new(fifo, live::FIFO_CPU_LIMIT);
     let mut error = None;
     while !stop.load(Ordering::Acquire) && deadline.is_none_or(|d| Instant::now() < d) {
         if let Some(share) = guard.check() {
