@@ -14,6 +14,7 @@
 
 #![forbid(unsafe_code)]
 
+mod bulk;
 mod error;
 mod gz;
 mod pcap;
@@ -27,6 +28,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+pub use bulk::FrameAt;
 pub use error::CaptureError;
 
 use pcapng::Iface;
@@ -120,6 +122,8 @@ pub struct Reader {
     eof: bool,
     state: State,
     stats: ReaderStats,
+    /// Set by [`Reader::next_bulk`] (`bulk.rs`).
+    bulk: Option<Box<bulk::BulkState>>,
 }
 
 impl fmt::Debug for Reader {
@@ -249,6 +253,7 @@ impl Reader {
             eof: false,
             state: State::Done,
             stats: ReaderStats::default(),
+            bulk: None,
         };
         r.detect()?;
         Ok(r)
@@ -357,7 +362,7 @@ impl Reader {
     #[cold]
     #[inline(never)]
     fn refill(&mut self, n: usize) -> Result<Fill, CaptureError> {
-        if self.start + n > self.buf.len() {
+        if self.start + n > self.buf.len() && !self.hand_over(n) {
             // Move the unread tail to the front, growing (or shrinking back) the buffer to fit.
             self.buf.copy_within(self.start..self.end, 0);
             self.base += self.start as u64;

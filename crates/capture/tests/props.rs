@@ -230,3 +230,70 @@ proptest! {
         drain(bytes);
     }
 }
+
+/// What [`Reader::next_bulk`] gives, read with spare buffers of `spare` bytes, as [`drain`]
+/// gives it; also the counters.
+fn drain_bulk(bytes: Vec<u8>, spare: usize) -> (Vec<Owned>, Option<String>, u64) {
+    let mut out = Vec::new();
+    let Ok(mut r) = Reader::from_reader(Box::new(Cursor::new(bytes)), "prop") else {
+        return (out, None, 0);
+    };
+    let mut frames = Vec::new();
+    let mut next = vec![0u8; spare];
+    loop {
+        match r.next_bulk(next, &mut frames) {
+            Ok(Some(buf)) => {
+                assert!(!frames.is_empty());
+                for f in &frames {
+                    out.push((
+                        f.ts_ns,
+                        f.linktype,
+                        buf[f.start..f.end].to_vec(),
+                        f.orig_len,
+                    ));
+                }
+                // The buffer handed out comes back as the next spare, as the digest's does.
+                next = buf;
+            }
+            Ok(None) => return (out, None, r.stats().truncated_frames),
+            Err(e) => {
+                assert!(frames.is_empty());
+                assert!(matches!(r.next_bulk(Vec::new(), &mut frames), Ok(None)));
+                return (out, Some(e.to_string()), r.stats().truncated_frames);
+            }
+        }
+    }
+}
+
+/// Frames, error text and truncated-frame count through `next_frame`.
+fn drain_frames(bytes: Vec<u8>) -> (Vec<Owned>, Option<String>, u64) {
+    let mut r = match Reader::from_reader(Box::new(Cursor::new(bytes.clone())), "prop") {
+        Ok(r) => r,
+        Err(_) => return (Vec::new(), None, 0),
+    };
+    let (got, err) = drain(bytes);
+    while let Ok(Some(_)) = r.next_frame() {}
+    (got, err.map(|e| e.to_string()), r.stats().truncated_frames)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    #[test]
+    fn bulk_reads_like_next_frame(s in file_spec(), spare in 0usize..300,
+                                  muts in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 0..4),
+                                  cut in any::<prop::sample::Index>(), gz in any::<bool>()) {
+        let mut bytes = build(&s);
+        for (i, b) in &muts {
+            let at = i.index(bytes.len());
+            bytes[at] = *b;
+        }
+        bytes.truncate(cut.index(bytes.len() + 1).max(bytes.len() / 2));
+        if gz {
+            bytes = gzip(&bytes);
+        }
+        let want = drain_frames(bytes.clone());
+        prop_assert_eq!(drain_bulk(bytes.clone(), spare), want.clone());
+        prop_assert_eq!(drain_bulk(bytes, 1 << 16), want);
+    }
+}

@@ -21,26 +21,27 @@ use super::{Outcome, ReadEnd, WorkerEnd};
 use crate::DigestConsumer;
 use crate::pipeline::{self, Consumer, Engine, Settings};
 
-/// Frame bytes per chunk (a chunk holds at most this plus one frame) ...
+/// Bytes per chunk: the reader reads this much at a time (a chunk is grown only for a record
+/// larger than that).
 const CHUNK_BYTES: usize = 4 << 20;
-/// ... or frames.
-const CHUNK_FRAMES: usize = 1 << 15;
 /// Chunks queued per worker: with [`CHUNK_BYTES`], what bounds memory besides the engines' own
-/// caps (every chunk is shared by all workers: about `QUEUE + 2` chunks live, 24 MiB).
+/// caps (every chunk is shared by all workers: about `QUEUE + 2` chunks live, 24 MiB, plus
+/// their frame lists: at most 24 bytes per 16-byte record header).
 const QUEUE: usize = 4;
 /// How often one thread's engine closes idle connections, in packet time
 /// (`pipeline::EXPIRE_EVERY_NS`).
 const EXPIRE_EVERY_NS: u64 = 1_000_000_000;
 
-/// Frames read in a row, shared by every worker: their bytes back to back, and per frame its
-/// link type, time, end offset and worker.
+/// Frames read in a row, shared by every worker: the buffer the reader read them into (whole
+/// records as in the file, or as decompressed), where each frame is in it, and its worker.
 #[derive(Default)]
 struct Chunk {
     name: Arc<str>,
     /// Sequence number of the first frame (frames are numbered from 0 over all files).
     first_seq: u64,
     data: Vec<u8>,
-    frames: Vec<(u32, u64, usize, u32)>,
+    frames: Vec<capture::FrameAt>,
+    owners: Vec<u32>,
 }
 
 /// Where an event stands in one thread's order: (frame, 0) for the events of a frame, (frame,
@@ -176,7 +177,8 @@ fn finish(parts: Vec<Part>, read_end: ReadEnd, settings: &Settings) -> Outcome<D
     }
 }
 
-/// The reader: frames in order, in chunks broadcast to every worker.
+/// The reader: frames in order, in the buffers they were read into (no copy), broadcast to
+/// every worker with each frame's worker.
 fn read(
     inputs: Vec<Input>,
     (to, back): (Vec<SyncSender<Arc<Chunk>>>, Receiver<Chunk>),
@@ -186,17 +188,6 @@ fn read(
     let (mut seq, mut done_len) = (0u64, 0u64);
     let n = to.len() as u64;
     let hasher = foldhash::fast::FixedState::with_seed(0x5eed);
-    let fresh = |name: &Arc<str>, seq: u64| {
-        let mut c = back.try_recv().unwrap_or_else(|_| Chunk {
-            data: Vec::with_capacity(CHUNK_BYTES + (64 << 10)),
-            ..Chunk::default()
-        });
-        c.data.clear();
-        c.frames.clear();
-        c.name = name.clone();
-        c.first_seq = seq;
-        c
-    };
     let send = |c: Chunk| {
         let c = Arc::new(c);
         to.iter().all(|tx| tx.send(c.clone()).is_ok())
@@ -210,10 +201,14 @@ fn read(
             }
         };
         let name: Arc<str> = reader.name().into();
-        let mut chunk = fresh(&name, seq);
         loop {
-            let frame = match reader.next_frame() {
-                Ok(Some(f)) => f,
+            let mut c = back.try_recv().unwrap_or_default();
+            if c.data.len() < CHUNK_BYTES {
+                c.data.resize(CHUNK_BYTES, 0);
+            }
+            let spare = std::mem::take(&mut c.data);
+            c.data = match reader.next_bulk(spare, &mut c.frames) {
+                Ok(Some(d)) => d,
                 Ok(None) => break,
                 Err(e) => {
                     let w = format!("{e}; the report covers what was read before it");
@@ -221,41 +216,53 @@ fn read(
                     break;
                 }
             };
-            let (lt, ts) = (frame.linktype, frame.ts_ns);
-            if lt == stream::LINKTYPE {
-                end.fallback = Some("a socket-stream capture".into());
+            if let Err(why) = place(&mut c, &hasher, n, &mut end) {
+                end.fallback = Some(why.into());
                 break 'files;
             }
-            let Some(w) = owner(&hasher, lt, frame.data, n) else {
-                end.fallback = Some("IP fragments".into());
+            c.name = name.clone();
+            c.first_seq = seq;
+            seq += c.frames.len() as u64;
+            if let Some(b) = &bar {
+                b.set_position(done_len + reader.input_position());
+            }
+            if !send(c) {
                 break 'files;
-            };
-            end.first_ts.get_or_insert(ts);
-            end.last_ts = Some(end.last_ts.map_or(ts, |l| l.max(ts)));
-            chunk.data.extend_from_slice(frame.data);
-            chunk.frames.push((lt, ts, chunk.data.len(), w));
-            seq += 1;
-            if chunk.data.len() >= CHUNK_BYTES || chunk.frames.len() >= CHUNK_FRAMES {
-                if let Some(b) = &bar {
-                    b.set_position(done_len + reader.input_position());
-                }
-                let next = fresh(&name, seq);
-                if !send(std::mem::replace(&mut chunk, next)) {
-                    break 'files;
-                }
             }
         }
         end.truncated_frames += reader.stats().truncated_frames;
         end.names.push(name.to_string());
         done_len += reader.input_len().unwrap_or(0);
-        if !chunk.frames.is_empty() && !send(chunk) {
-            break;
-        }
     }
     if let Some(b) = bar {
         b.finish_and_clear();
     }
     end
+}
+
+/// Each frame's worker, and the capture's first and last times; an error for what the
+/// workers cannot split (a socket-stream capture, IP fragments).
+fn place(
+    c: &mut Chunk,
+    hasher: &foldhash::fast::FixedState,
+    n: u64,
+    end: &mut ReadEnd,
+) -> Result<(), &'static str> {
+    c.owners.clear();
+    for f in &c.frames {
+        let (lt, ts) = (f.linktype, f.ts_ns);
+        if lt == stream::LINKTYPE {
+            return Err("a socket-stream capture");
+        }
+        let data = c.data.get(f.start..f.end).unwrap_or_default();
+        let Some(w) = owner(hasher, lt, data, n) else {
+            return Err("IP fragments");
+        };
+        c.owners.push(w);
+        end.first_ts.get_or_insert(ts);
+        end.last_ts = Some(end.last_ts.map_or(ts, |l| l.max(ts)));
+    }
+    Ok(())
 }
 
 /// The worker of a frame: its connection's (both directions hash alike), worker 0 for frames
@@ -303,12 +310,11 @@ fn worker(
     engine.external_expire();
     let (mut peak, mut last_expire) = (0usize, 0u64);
     for chunk in rx {
-        let mut start = 0;
-        for (i, &(lt, ts, end, o)) in chunk.frames.iter().enumerate() {
-            let data = chunk.data.get(start..end).unwrap_or_default();
-            start = end;
+        for (i, (f, &o)) in chunk.frames.iter().zip(&chunk.owners).enumerate() {
+            let (lt, ts) = (f.linktype, f.ts_ns);
             let seq = chunk.first_seq + i as u64;
             if o as usize == w {
+                let data = chunk.data.get(f.start..f.end).unwrap_or_default();
                 engine.consumer_mut().key = (seq, 0);
                 engine.frame(lt, data, ts, &chunk.name);
                 peak = peak.max(engine.parts().table_len);
