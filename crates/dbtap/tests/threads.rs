@@ -192,7 +192,7 @@ fn groups_first_seen_on_many_workers_keep_one_threads_order() {
 }
 
 /// `conns` Redis connections each storing `rounds` values of 1,000 bytes: about 1.1 KB per
-/// request, so that a few thousand requests span several of the reader's 4 MiB chunks.
+/// request, so that a few thousand requests span several of the reader's 1 MiB chunks.
 fn big_values(conns: u16, rounds: u64) -> Vec<(u64, Vec<u8>)> {
     let mut sides: Vec<(Side, Side)> = (0..conns).map(|i| Side::pair(42000 + i, 6379)).collect();
     let mut recs = Vec::new();
@@ -249,7 +249,7 @@ fn pcapng(records: &[(u64, Vec<u8>)]) -> Vec<u8> {
 #[test]
 fn captures_of_many_chunks_are_the_same_on_any_thread_count() {
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-    let recs = big_values(64, 160);
+    let recs = big_values(64, 48);
     let plain = dir.path().join("big.pcap");
     std::fs::write(&plain, pcap(&recs)).unwrap_or_else(|e| panic!("{e}"));
     let ng = dir.path().join("big.pcapng");
@@ -262,9 +262,9 @@ fn captures_of_many_chunks_are_the_same_on_any_thread_count() {
     assert!(st.success());
     let gz = dir.path().join("big.pcap.gz");
     let size = std::fs::metadata(&plain).map_or(0, |m| m.len());
-    assert!(size > 10 << 20, "{size} bytes: fewer than three chunks");
+    assert!(size > 3 << 20, "{size} bytes: fewer than three chunks");
     let (expect, _) = digest(&["-q", "--format", "json"], 1, &plain);
-    assert_eq!(num(&expect, "queries"), 64 * 160, "{expect}");
+    assert_eq!(num(&expect, "queries"), 64 * 48, "{expect}");
     for f in [&plain, &ng, &gz] {
         for v in [&["-q", "--limit", "0"][..], &["-q", "--format", "json"]] {
             let (one, _) = digest(v, 1, f);
@@ -279,6 +279,6 @@ fn captures_of_many_chunks_are_the_same_on_any_thread_count() {
             }
         }
         let (json, _) = digest(&["-q", "--format", "json"], 2, f);
-        assert_eq!(num(&json, "queries"), 64 * 160, "{}: {json}", f.display());
+        assert_eq!(num(&json, "queries"), 64 * 48, "{}: {json}", f.display());
     }
 }
