@@ -205,8 +205,10 @@ fn read(
         let name: Arc<str> = reader.name().into();
         loop {
             let mut c = back.try_recv().unwrap_or_default();
-            if c.data.len() < CHUNK_BYTES {
+            // A buffer grown for a larger record goes back to the usual size.
+            if c.data.len() != CHUNK_BYTES {
                 c.data.resize(CHUNK_BYTES, 0);
+                c.data.shrink_to_fit();
             }
             let spare = std::mem::take(&mut c.data);
             c.data = match reader.next_bulk(spare, &mut c.frames) {
