@@ -14,7 +14,18 @@ fn root() -> PathBuf {
 
 /// stdout and stderr of `dbtap digest ARGS --threads N FILE`.
 fn digest(args: &[&str], threads: usize, file: &Path) -> (String, String) {
+    digest_env(args, threads, file, &[])
+}
+
+/// [`digest`] with more environment variables.
+fn digest_env(
+    args: &[&str],
+    threads: usize,
+    file: &Path,
+    env: &[(&str, &str)],
+) -> (String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_dbtap"))
+        .envs(env.iter().copied())
         .arg("digest")
         .args(args)
         .args(["--threads", &threads.to_string()])
@@ -280,5 +291,61 @@ fn captures_of_many_chunks_are_the_same_on_any_thread_count() {
         }
         let (json, _) = digest(&["-q", "--format", "json"], 2, f);
         assert_eq!(num(&json, "queries"), 64 * 48, "{}: {json}", f.display());
+    }
+}
+
+/// Files mapped into memory (as larger files are: here the threshold is lowered to 0) give the
+/// same output as read ones, and a mapped file cut short in a record gives the same warning
+/// at the same offset as one thread reading it.
+#[test]
+fn mapped_captures_are_the_same_as_read_ones() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let recs = big_values(64, 48);
+    let plain = dir.path().join("big.pcap");
+    let bytes = pcap(&recs);
+    std::fs::write(&plain, &bytes).unwrap_or_else(|e| panic!("{e}"));
+    let ng = dir.path().join("big.pcapng");
+    std::fs::write(&ng, pcapng(&recs)).unwrap_or_else(|e| panic!("{e}"));
+    let cut = dir.path().join("cut.pcap");
+    let half = bytes.get(..bytes.len() / 2 + 7).unwrap_or_default();
+    std::fs::write(&cut, half).unwrap_or_else(|e| panic!("{e}"));
+    let mapped = [("DBTAP_MMAP_MIN_BYTES", "0")];
+    let read = [("DBTAP_MMAP_MIN_BYTES", "0"), ("DBTAP_NO_MMAP", "1")];
+    for f in [&plain, &ng, &cut] {
+        for v in [&["-q", "--limit", "0"][..], &["-q", "--format", "json"]] {
+            let (one, one_err) = digest(v, 1, f);
+            for n in [2, 3] {
+                let (m, m_err) = digest_env(v, n, f, &mapped);
+                assert!(
+                    m_err.contains("is mapped"),
+                    "{}: not mapped: {m_err}",
+                    f.display()
+                );
+                assert!(!m_err.contains("note: --threads"), "fell back: {m_err}");
+                assert!(
+                    one == m,
+                    "{} {v:?}: mapped --threads {n} differs",
+                    f.display()
+                );
+                let (r, r_err) = digest_env(v, n, f, &read);
+                assert!(
+                    !r_err.contains("is mapped"),
+                    "{}: mapped: {r_err}",
+                    f.display()
+                );
+                assert!(
+                    one == r,
+                    "{} {v:?}: read --threads {n} differs",
+                    f.display()
+                );
+                let warning = |e: &str| {
+                    e.lines()
+                        .find(|l| l.contains("cut short"))
+                        .map(|l| l.split("; the report").next().unwrap_or(l).to_string())
+                };
+                assert_eq!(warning(&one_err), warning(&m_err), "{}", f.display());
+                assert_eq!(warning(&m_err).is_some(), *f == cut, "{m_err}");
+            }
+        }
     }
 }

@@ -33,6 +33,11 @@ const QUEUE: usize = 4;
 /// How often one thread's engine closes idle connections, in packet time
 /// (`pipeline::EXPIRE_EVERY_NS`).
 const EXPIRE_EVERY_NS: u64 = 1_000_000_000;
+/// Files of at least this size (not gzip, regular) are mapped into memory rather than read:
+/// the workers read the frames in the page cache, nothing is copied. Smaller files are read
+/// (a map costs more than it saves there). `DBTAP_MMAP_MIN_BYTES` sets it (tests),
+/// `DBTAP_NO_MMAP=1` reads every file.
+const MAP_MIN_BYTES: u64 = 64 << 20;
 
 /// Frames read in a row, shared by every worker: the buffer the reader read them into (whole
 /// records as in the file, or as decompressed), where each frame is in it, and its worker.
@@ -41,9 +46,21 @@ struct Chunk {
     name: Arc<str>,
     /// Sequence number of the first frame (frames are numbered from 0 over all files).
     first_seq: u64,
+    /// The mapped file the frames are in; else they are in `data`.
+    map: Option<capture::Mapping>,
     data: Vec<u8>,
     frames: Vec<capture::FrameAt>,
     owners: Vec<u32>,
+}
+
+impl Chunk {
+    /// The bytes the frames' positions are in.
+    fn bytes(&self) -> &[u8] {
+        match &self.map {
+            Some(m) => m,
+            None => &self.data,
+        }
+    }
 }
 
 /// Where an event stands in one thread's order: (frame, 0) for the events of a frame, (frame,
@@ -187,6 +204,7 @@ fn read(
     bar: Option<indicatif::ProgressBar>,
 ) -> ReadEnd {
     let mut end = ReadEnd::default();
+    let map_min = map_min_bytes();
     let (mut seq, mut done_len) = (0u64, 0u64);
     let n = to.len() as u64;
     let hasher = foldhash::fast::FixedState::with_seed(0x5eed);
@@ -195,7 +213,7 @@ fn read(
         to.iter().all(|tx| tx.send(c.clone()).is_ok())
     };
     'files: for input in inputs {
-        let mut reader = match input.open() {
+        let mut reader = match input.open_mapped(map_min) {
             Ok(r) => r,
             Err(e) => {
                 end.fallback = Some(format!("{e}"));
@@ -203,17 +221,14 @@ fn read(
             }
         };
         let name: Arc<str> = reader.name().into();
+        if map_min != MAP_MIN_BYTES && reader.mapping().is_some() {
+            eprintln!("debug: {name} is mapped");
+        }
         loop {
             let mut c = back.try_recv().unwrap_or_default();
-            // A buffer grown for a larger record goes back to the usual size.
-            if c.data.len() != CHUNK_BYTES {
-                c.data.resize(CHUNK_BYTES, 0);
-                c.data.shrink_to_fit();
-            }
-            let spare = std::mem::take(&mut c.data);
-            c.data = match reader.next_bulk(spare, &mut c.frames) {
-                Ok(Some(d)) => d,
-                Ok(None) => break,
+            match next_chunk(&mut reader, &mut c) {
+                Ok(true) => {}
+                Ok(false) => break,
                 Err(e) => {
                     let w = format!("{e}; the report covers what was read before it");
                     end.read_warnings.push(w);
@@ -244,6 +259,40 @@ fn read(
     end
 }
 
+/// `MAP_MIN_BYTES`, or what the environment says.
+fn map_min_bytes() -> u64 {
+    if std::env::var_os("DBTAP_NO_MMAP").is_some_and(|v| v == "1") {
+        return u64::MAX;
+    }
+    std::env::var("DBTAP_MMAP_MIN_BYTES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(MAP_MIN_BYTES)
+}
+
+/// The next run of frames into `c`: where they are in the mapped file, or the read buffer
+/// they were read into; false at the end.
+fn next_chunk(reader: &mut capture::Reader, c: &mut Chunk) -> Result<bool, capture::CaptureError> {
+    if let Some(m) = reader.mapping() {
+        c.map = Some(m.clone());
+        return reader.next_mapped(CHUNK_BYTES, &mut c.frames);
+    }
+    c.map = None;
+    // A buffer grown for a larger record goes back to the usual size.
+    if c.data.len() != CHUNK_BYTES {
+        c.data.resize(CHUNK_BYTES, 0);
+        c.data.shrink_to_fit();
+    }
+    let spare = std::mem::take(&mut c.data);
+    Ok(match reader.next_bulk(spare, &mut c.frames)? {
+        Some(d) => {
+            c.data = d;
+            true
+        }
+        None => false,
+    })
+}
+
 /// Each frame's worker, and the capture's first and last times; an error for what the
 /// workers cannot split (a socket-stream capture, IP fragments).
 fn place(
@@ -258,7 +307,7 @@ fn place(
         if lt == stream::LINKTYPE {
             return Err("a socket-stream capture");
         }
-        let data = c.data.get(f.start..f.end).unwrap_or_default();
+        let data = c.bytes().get(f.start..f.end).unwrap_or_default();
         let Some(w) = owner(hasher, lt, data, n) else {
             return Err("IP fragments");
         };
@@ -318,7 +367,7 @@ fn worker(
             let (lt, ts) = (f.linktype, f.ts_ns);
             let seq = chunk.first_seq + i as u64;
             if o as usize == w {
-                let data = chunk.data.get(f.start..f.end).unwrap_or_default();
+                let data = chunk.bytes().get(f.start..f.end).unwrap_or_default();
                 engine.consumer_mut().key = (seq, 0);
                 engine.frame(lt, data, ts, &chunk.name);
                 peak = peak.max(engine.parts().table_len);
