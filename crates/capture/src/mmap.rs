@@ -13,7 +13,7 @@ use std::io;
 use std::ops::Deref;
 use std::sync::Arc;
 
-use memmap2::{Advice, Mmap};
+use memmap2::{Advice, Mmap, UncheckedAdvice};
 
 /// A read-only mapping of a whole capture file, cheap to clone and share between threads.
 #[derive(Clone, Debug)]
@@ -30,7 +30,7 @@ impl Deref for Mapping {
 impl Mapping {
     /// Maps `file` (of `len` bytes, at least 1) read-only, advised for sequential reading.
     pub(crate) fn map(file: &File) -> io::Result<Mapping> {
-        // SAFETY: the mapping is read-only and private to this process; memmap2 checks the
+        // SAFETY: the mapping is read-only (nothing writes through it); memmap2 checks the
         // length and alignment. What Rust cannot guarantee is that the file does not change
         // while mapped: another process truncating it makes a read of the lost pages raise
         // SIGBUS, and writing it changes bytes already checked. Callers only map regular files
@@ -39,6 +39,29 @@ impl Mapping {
         // Advice only: the read-ahead is larger and pages behind are dropped first.
         let _ = map.advise(Advice::Sequential);
         Ok(Mapping(Arc::new(map)))
+    }
+
+    /// Drops this process's page-table entries for the bytes `from..to` (whole pages inside
+    /// it): they stay in the page cache, and reading them again faults them back in from the
+    /// file. Keeps the resident set of a long mapped read bounded (advice only: errors are
+    /// ignored). Returns where what was released ends (`to` rounded down to 64 KiB): the
+    /// `from` of the next call.
+    pub fn release(&self, from: usize, to: usize) -> usize {
+        // 64 KiB: a multiple of every usual page size.
+        const ALIGN: usize = 1 << 16;
+        let from = from.next_multiple_of(ALIGN);
+        let to = (to.min(self.0.len()) / ALIGN) * ALIGN;
+        if to > from {
+            // SAFETY: MADV_DONTNEED on a read-only mapping of a file (nothing is ever written
+            // through it) only drops page-table entries: the next read of those bytes maps
+            // the file's pages again, so even a thread still reading them reads the same
+            // bytes; the only risk is the documented one of a file changed while mapped.
+            let _ = unsafe {
+                self.0
+                    .unchecked_advise_range(UncheckedAdvice::DontNeed, from, to - from)
+            };
+        }
+        to.max(from)
     }
 }
 

@@ -294,13 +294,14 @@ fn captures_of_many_chunks_are_the_same_on_any_thread_count() {
     }
 }
 
-/// Files mapped into memory (as larger files are: here the threshold is lowered to 0) give the
-/// same output as read ones, and a mapped file cut short in a record gives the same warning
+/// Files mapped into memory (as larger files are: here the threshold is lowered to 0), their
+/// pages given back as the workers finish with them, give the same output as read ones, and a mapped file cut short in a record gives the same warning
 /// at the same offset as one thread reading it.
 #[test]
 fn mapped_captures_are_the_same_as_read_ones() {
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-    let recs = big_values(64, 48);
+    // About 7 MB: more chunks than the queues hold, so pages are given back during the read.
+    let recs = big_values(64, 100);
     let plain = dir.path().join("big.pcap");
     let bytes = pcap(&recs);
     std::fs::write(&plain, &bytes).unwrap_or_else(|e| panic!("{e}"));
@@ -309,6 +310,7 @@ fn mapped_captures_are_the_same_as_read_ones() {
     let cut = dir.path().join("cut.pcap");
     let half = bytes.get(..bytes.len() / 2 + 7).unwrap_or_default();
     std::fs::write(&cut, half).unwrap_or_else(|e| panic!("{e}"));
+    assert!(bytes.len() > 7 << 20, "{} bytes", bytes.len());
     let mapped = [("DBTAP_MMAP_MIN_BYTES", "0")];
     let read = [("DBTAP_MMAP_MIN_BYTES", "0"), ("DBTAP_NO_MMAP", "1")];
     for f in [&plain, &ng, &cut] {

@@ -4,7 +4,7 @@
 //! arrival order (the order groups are first seen, connection ids) is rebuilt from a global
 //! key, and what a merge cannot rebuild (a bound reached) is a fallback to one thread.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::hash::BuildHasher;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -221,6 +221,7 @@ fn read(
             }
         };
         let name: Arc<str> = reader.name().into();
+        let mut release = Release::default();
         if map_min != MAP_MIN_BYTES && reader.mapping().is_some() {
             eprintln!("debug: {name} is mapped");
         }
@@ -248,6 +249,7 @@ fn read(
             if !send(c) {
                 break 'files;
             }
+            release.sent(&reader);
         }
         end.truncated_frames += reader.stats().truncated_frames;
         end.names.push(name.to_string());
@@ -257,6 +259,32 @@ fn read(
         b.finish_and_clear();
     }
     end
+}
+
+/// Where the chunks of a mapped file end, to give back the pages every worker is done with:
+/// once a chunk is queued to every worker, each has finished the chunks more than [`QUEUE`]
+/// before it (a worker takes the next chunk only after the last one), so the resident set of
+/// a mapped file stays at a few chunks rather than growing to the file's size.
+#[derive(Default)]
+struct Release {
+    ends: VecDeque<usize>,
+    done: usize,
+}
+
+impl Release {
+    /// A chunk of `reader`'s was queued to every worker.
+    fn sent(&mut self, reader: &capture::Reader) {
+        let Some(map) = reader.mapping() else {
+            return;
+        };
+        self.ends
+            .push_back(usize::try_from(reader.stream_position()).unwrap_or(usize::MAX));
+        if self.ends.len() > QUEUE + 1
+            && let Some(e) = self.ends.pop_front()
+        {
+            self.done = map.release(self.done, e);
+        }
+    }
 }
 
 /// `MAP_MIN_BYTES`, or what the environment says.
