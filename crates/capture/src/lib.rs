@@ -12,10 +12,12 @@
 //! faster (see `examples/readbench.rs`, which runs both on the same file), and they give exact
 //! error offsets and frames that borrow the reader without a second parse.
 
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 
+mod bulk;
 mod error;
 mod gz;
+mod mmap;
 mod pcap;
 mod pcapng;
 
@@ -27,8 +29,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+pub use bulk::FrameAt;
 pub use error::CaptureError;
+pub use mmap::Mapping;
 
+use mmap::Buf;
 use pcapng::Iface;
 
 /// Read buffer size: large reads keep syscalls and decompressor calls rare.
@@ -109,7 +114,8 @@ pub struct Reader {
     input_len: Option<u64>,
     gzip: bool,
     format: Format,
-    buf: Vec<u8>,
+    /// The read buffer, or the whole file when mapped ([`Input::open_mapped`]).
+    buf: Buf,
     /// The size `buf` returns to after a larger record ([`BUF_SIZE`], or less for a probe).
     buf_size: usize,
     /// Unread bytes are `buf[start..end]`.
@@ -120,6 +126,8 @@ pub struct Reader {
     eof: bool,
     state: State,
     stats: ReaderStats,
+    /// Set by [`Reader::next_bulk`] (`bulk.rs`).
+    bulk: Option<Box<bulk::BulkState>>,
 }
 
 impl fmt::Debug for Reader {
@@ -241,7 +249,7 @@ impl Reader {
             input_len,
             gzip,
             format: Format::Pcap,
-            buf: vec![0; buf_size],
+            buf: Buf::Owned(vec![0; buf_size]),
             buf_size,
             start: 0,
             end: 0,
@@ -249,6 +257,7 @@ impl Reader {
             eof: false,
             state: State::Done,
             stats: ReaderStats::default(),
+            bulk: None,
         };
         r.detect()?;
         Ok(r)
@@ -357,26 +366,46 @@ impl Reader {
     #[cold]
     #[inline(never)]
     fn refill(&mut self, n: usize) -> Result<Fill, CaptureError> {
-        if self.start + n > self.buf.len() {
-            // Move the unread tail to the front, growing (or shrinking back) the buffer to fit.
-            self.buf.copy_within(self.start..self.end, 0);
-            self.base += self.start as u64;
-            self.end -= self.start;
-            self.start = 0;
-            let size = self.buf_size;
-            let want = n.max(size);
-            if self.buf.len() < want {
-                self.buf.resize(want, 0);
-            } else if self.buf.len() > size && self.end <= size && n <= size {
-                self.buf.truncate(size);
-                self.buf.shrink_to_fit();
-            }
+        let Buf::Owned(buf) = &self.buf else {
+            // A mapping holds the whole file: what is not there is past its end.
+            return Ok(Fill::Eof(self.end - self.start));
+        };
+        if self.start + n > buf.len() && !self.hand_over(n) {
+            self.move_tail(n);
         }
+        self.read_more(n)
+    }
+
+    /// Moves the unread tail to the front of the read buffer, growing (or shrinking back) the
+    /// buffer to fit `n` bytes.
+    fn move_tail(&mut self, n: usize) {
+        let Buf::Owned(buf) = &mut self.buf else {
+            return;
+        };
+        buf.copy_within(self.start..self.end, 0);
+        self.base += self.start as u64;
+        self.end -= self.start;
+        self.start = 0;
+        let size = self.buf_size;
+        let want = n.max(size);
+        if buf.len() < want {
+            buf.resize(want, 0);
+        } else if buf.len() > size && self.end <= size && n <= size {
+            buf.truncate(size);
+            buf.shrink_to_fit();
+        }
+    }
+
+    /// Reads until `n` bytes are unread or the input ends.
+    fn read_more(&mut self, n: usize) -> Result<Fill, CaptureError> {
         while self.end - self.start < n {
             if self.eof {
                 return Ok(Fill::Eof(self.end - self.start));
             }
-            let Some(room) = self.buf.get_mut(self.end..) else {
+            let Buf::Owned(buf) = &mut self.buf else {
+                return Ok(Fill::Eof(self.end - self.start));
+            };
+            let Some(room) = buf.get_mut(self.end..) else {
                 return Ok(Fill::Eof(self.end - self.start));
             };
             let room_len = room.len();
@@ -384,29 +413,32 @@ impl Reader {
                 Ok(0) => self.eof = true,
                 Ok(k) => self.end += k.min(room_len),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => {
-                    let offset = self.base + self.end as u64;
-                    self.state = State::Done;
-                    if let Some(g) = gz::garbage_at(&e) {
-                        return Err(CaptureError::GarbageAfterGzip {
-                            name: self.name.clone(),
-                            offset,
-                            file_offset: g,
-                        });
-                    }
-                    return Err(if e.kind() == io::ErrorKind::UnexpectedEof {
-                        self.truncated(offset, format!("compressed stream ends early ({e})"))
-                    } else {
-                        CaptureError::Io {
-                            name: self.name.clone(),
-                            offset,
-                            source: e,
-                        }
-                    });
-                }
+                Err(e) => return Err(self.read_error(e)),
             }
         }
         Ok(Fill::Ready)
+    }
+
+    /// The error of a failed read.
+    fn read_error(&mut self, e: io::Error) -> CaptureError {
+        let offset = self.base + self.end as u64;
+        self.state = State::Done;
+        if let Some(g) = gz::garbage_at(&e) {
+            return CaptureError::GarbageAfterGzip {
+                name: self.name.clone(),
+                offset,
+                file_offset: g,
+            };
+        }
+        if e.kind() == io::ErrorKind::UnexpectedEof {
+            self.truncated(offset, format!("compressed stream ends early ({e})"))
+        } else {
+            CaptureError::Io {
+                name: self.name.clone(),
+                offset,
+                source: e,
+            }
+        }
     }
 
     /// The next frame; Ok(None) at a clean end. A record cut short or a corrupt record gives
@@ -802,6 +834,15 @@ impl Input {
         match self {
             Input::Later { len, .. } => *len,
             Input::Open(r) => r.input_len(),
+        }
+    }
+
+    /// As [`Input::open`], but a regular file of at least `min_len` bytes that is not gzip is
+    /// mapped into memory ([`Reader::open_mapped`]).
+    pub fn open_mapped(self, min_len: u64) -> Result<Reader, CaptureError> {
+        match self {
+            Input::Later { path, .. } => Reader::open_mapped(&path, min_len),
+            Input::Open(r) => Ok(*r),
         }
     }
 

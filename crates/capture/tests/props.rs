@@ -230,3 +230,153 @@ proptest! {
         drain(bytes);
     }
 }
+
+/// What [`Reader::next_bulk`] gives, read with spare buffers of `spare` bytes, as [`drain`]
+/// gives it; also the counters.
+fn drain_bulk(bytes: Vec<u8>, spare: usize) -> (Vec<Owned>, Option<String>, u64) {
+    let mut out = Vec::new();
+    let Ok(mut r) = Reader::from_reader(Box::new(Cursor::new(bytes)), "prop") else {
+        return (out, None, 0);
+    };
+    let mut frames = Vec::new();
+    let mut next = vec![0u8; spare];
+    loop {
+        match r.next_bulk(next, &mut frames) {
+            Ok(Some(buf)) => {
+                assert!(!frames.is_empty());
+                for f in &frames {
+                    out.push((
+                        f.ts_ns,
+                        f.linktype,
+                        buf[f.start..f.end].to_vec(),
+                        f.orig_len,
+                    ));
+                }
+                // The buffer handed out comes back as the next spare, as the digest's does.
+                next = buf;
+            }
+            Ok(None) => return (out, None, r.stats().truncated_frames),
+            Err(e) => {
+                assert!(frames.is_empty());
+                assert!(matches!(r.next_bulk(Vec::new(), &mut frames), Ok(None)));
+                return (out, Some(e.to_string()), r.stats().truncated_frames);
+            }
+        }
+    }
+}
+
+/// Frames, error text and truncated-frame count through `next_frame`.
+fn drain_frames(bytes: Vec<u8>) -> (Vec<Owned>, Option<String>, u64) {
+    let mut r = match Reader::from_reader(Box::new(Cursor::new(bytes.clone())), "prop") {
+        Ok(r) => r,
+        Err(_) => return (Vec::new(), None, 0),
+    };
+    let (got, err) = drain(bytes);
+    while let Ok(Some(_)) = r.next_frame() {}
+    (got, err.map(|e| e.to_string()), r.stats().truncated_frames)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    #[test]
+    fn bulk_reads_like_next_frame(s in file_spec(), spare in 0usize..300,
+                                  muts in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 0..4),
+                                  cut in any::<prop::sample::Index>(), gz in any::<bool>()) {
+        let mut bytes = build(&s);
+        for (i, b) in &muts {
+            let at = i.index(bytes.len());
+            bytes[at] = *b;
+        }
+        bytes.truncate(cut.index(bytes.len() + 1).max(bytes.len() / 2));
+        if gz {
+            bytes = gzip(&bytes);
+        }
+        let want = drain_frames(bytes.clone());
+        prop_assert_eq!(drain_bulk(bytes.clone(), spare), want.clone());
+        prop_assert_eq!(drain_bulk(bytes, 1 << 16), want);
+    }
+}
+
+/// Frames, error text (opening included) and truncated-frame count of the file at `path`,
+/// mapped and read with [`Reader::next_mapped`] in runs of `run` bytes, or read with
+/// [`Reader::next_frame`] when `run` is `None`.
+fn drain_path(
+    path: &std::path::Path,
+    run: Option<usize>,
+) -> (Vec<Owned>, Option<String>, u64, bool) {
+    let mut out = Vec::new();
+    let opened = match run {
+        Some(_) => Reader::open_mapped(path, 0),
+        None => Reader::open(path),
+    };
+    let mut r = match opened {
+        Ok(r) => r,
+        Err(e) => return (out, Some(e.to_string()), 0, false),
+    };
+    let mapped = r.mapping().is_some();
+    // A reader that is not mapped (gzip) has no frames for next_mapped: read as the digest does.
+    let Some(run) = run.filter(|_| mapped) else {
+        loop {
+            match r.next_frame() {
+                Ok(Some(f)) => out.push((f.ts_ns, f.linktype, f.data.to_vec(), f.orig_len)),
+                Ok(None) => return (out, None, r.stats().truncated_frames, mapped),
+                Err(e) => return (out, Some(e.to_string()), r.stats().truncated_frames, mapped),
+            }
+        }
+    };
+    let mut frames = Vec::new();
+    loop {
+        match r.next_mapped(run, &mut frames) {
+            Ok(true) => {
+                let map = r.mapping().map(|m| m.to_vec()).unwrap_or_default();
+                for f in &frames {
+                    out.push((
+                        f.ts_ns,
+                        f.linktype,
+                        map[f.start..f.end].to_vec(),
+                        f.orig_len,
+                    ));
+                }
+            }
+            Ok(false) => return (out, None, r.stats().truncated_frames, mapped),
+            Err(e) => {
+                assert!(frames.is_empty());
+                assert!(matches!(r.next_mapped(run, &mut frames), Ok(false)));
+                return (out, Some(e.to_string()), r.stats().truncated_frames, mapped);
+            }
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+
+    #[test]
+    fn mapped_reads_like_next_frame(s in file_spec(), run in 0usize..300,
+                                    muts in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 0..4),
+                                    cut in any::<prop::sample::Index>(), gz in any::<bool>()) {
+        let mut bytes = build(&s);
+        for (i, b) in &muts {
+            let at = i.index(bytes.len());
+            bytes[at] = *b;
+        }
+        bytes.truncate(cut.index(bytes.len() + 1).max(bytes.len() / 2));
+        if gz {
+            bytes = gzip(&bytes);
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("prop.pcap");
+        std::fs::write(&path, &bytes).unwrap();
+        let (frames, err, truncated, _) = drain_path(&path, None);
+        let (m_frames, m_err, m_truncated, mapped) = drain_path(&path, Some(run));
+        // gzip files are read, not mapped; the rest is mapped when it opens.
+        let opened = Reader::open(&path).is_ok();
+        prop_assert_eq!(mapped, opened && !gz);
+        prop_assert_eq!(&m_frames, &frames);
+        prop_assert_eq!(&m_err, &err);
+        prop_assert_eq!(m_truncated, truncated);
+        let (b_frames, b_err, b_truncated, _) = drain_path(&path, Some(1 << 20));
+        prop_assert_eq!((b_frames, b_err, b_truncated), (frames, err, truncated));
+    }
+}

@@ -14,7 +14,18 @@ fn root() -> PathBuf {
 
 /// stdout and stderr of `dbtap digest ARGS --threads N FILE`.
 fn digest(args: &[&str], threads: usize, file: &Path) -> (String, String) {
+    digest_env(args, threads, file, &[])
+}
+
+/// [`digest`] with more environment variables.
+fn digest_env(
+    args: &[&str],
+    threads: usize,
+    file: &Path,
+    env: &[(&str, &str)],
+) -> (String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_dbtap"))
+        .envs(env.iter().copied())
         .arg("digest")
         .args(args)
         .args(["--threads", &threads.to_string()])
@@ -189,4 +200,154 @@ fn groups_first_seen_on_many_workers_keep_one_threads_order() {
     let idle = dir.path().join("groups-idle.pcap");
     std::fs::write(&idle, many_groups(24, 4, true)).unwrap_or_else(|e| panic!("{e}"));
     same_across_threads(&idle);
+}
+
+/// `conns` Redis connections each storing `rounds` values of 1,000 bytes: about 1.1 KB per
+/// request, so that a few thousand requests span several of the reader's 1 MiB chunks.
+fn big_values(conns: u16, rounds: u64) -> Vec<(u64, Vec<u8>)> {
+    let mut sides: Vec<(Side, Side)> = (0..conns).map(|i| Side::pair(42000 + i, 6379)).collect();
+    let mut recs = Vec::new();
+    let mut t = 1_000_000u64;
+    for r in 0..rounds {
+        for (i, (c, s)) in sides.iter_mut().enumerate() {
+            let key = format!("k{}", (r as usize * 7 + i) % 13);
+            let val = vec![b'a' + (i % 26) as u8; 1000];
+            let mut req = format!("*3\r\n$3\r\nSET\r\n${}\r\n{key}\r\n$1000\r\n", key.len());
+            req.push_str(std::str::from_utf8(&val).unwrap_or_default());
+            req.push_str("\r\n");
+            recs.push((t, c.send(PSH_ACK, req.as_bytes())));
+            recs.push((t + 30 + i as u64, s.send(PSH_ACK, b"+OK\r\n")));
+            t += 200;
+        }
+        t += 100_000_000;
+    }
+    recs
+}
+
+/// The same records as a pcapng file: one section, one raw-IP interface (microseconds).
+fn pcapng(records: &[(u64, Vec<u8>)]) -> Vec<u8> {
+    let block = |out: &mut Vec<u8>, btype: u32, body: &[u8]| {
+        let len = (12 + body.len().next_multiple_of(4)) as u32;
+        out.extend_from_slice(&btype.to_le_bytes());
+        out.extend_from_slice(&len.to_le_bytes());
+        out.extend_from_slice(body);
+        out.resize(out.len() + body.len().next_multiple_of(4) - body.len(), 0);
+        out.extend_from_slice(&len.to_le_bytes());
+    };
+    let mut out = Vec::new();
+    let mut shb = 0x1a2b_3c4du32.to_le_bytes().to_vec();
+    shb.extend_from_slice(&[1, 0, 0, 0]);
+    shb.extend_from_slice(&u64::MAX.to_le_bytes());
+    block(&mut out, 0x0a0d_0d0a, &shb);
+    let mut idb = (LINKTYPE_RAW as u16).to_le_bytes().to_vec();
+    idb.extend_from_slice(&[0, 0]);
+    idb.extend_from_slice(&65535u32.to_le_bytes());
+    block(&mut out, 1, &idb);
+    for (ts, p) in records {
+        let mut epb = 0u32.to_le_bytes().to_vec();
+        epb.extend_from_slice(&((ts >> 32) as u32).to_le_bytes());
+        epb.extend_from_slice(&(*ts as u32).to_le_bytes());
+        epb.extend_from_slice(&(p.len() as u32).to_le_bytes());
+        epb.extend_from_slice(&(p.len() as u32).to_le_bytes());
+        epb.extend_from_slice(p);
+        block(&mut out, 6, &epb);
+    }
+    out
+}
+
+/// A capture of several of the reader's chunks, as pcap, pcapng and gzip: frames cut across
+/// the chunks' boundaries are read whole (the reader hands its read buffers to the workers).
+#[test]
+fn captures_of_many_chunks_are_the_same_on_any_thread_count() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let recs = big_values(64, 48);
+    let plain = dir.path().join("big.pcap");
+    std::fs::write(&plain, pcap(&recs)).unwrap_or_else(|e| panic!("{e}"));
+    let ng = dir.path().join("big.pcapng");
+    std::fs::write(&ng, pcapng(&recs)).unwrap_or_else(|e| panic!("{e}"));
+    let st = Command::new("gzip")
+        .args(["-k", "-1"])
+        .arg(&plain)
+        .status()
+        .unwrap_or_else(|e| panic!("gzip: {e}"));
+    assert!(st.success());
+    let gz = dir.path().join("big.pcap.gz");
+    let size = std::fs::metadata(&plain).map_or(0, |m| m.len());
+    assert!(size > 3 << 20, "{size} bytes: fewer than three chunks");
+    let (expect, _) = digest(&["-q", "--format", "json"], 1, &plain);
+    assert_eq!(num(&expect, "queries"), 64 * 48, "{expect}");
+    for f in [&plain, &ng, &gz] {
+        for v in [&["-q", "--limit", "0"][..], &["-q", "--format", "json"]] {
+            let (one, _) = digest(v, 1, f);
+            for n in [2, 3] {
+                let (many, err) = digest(v, n, f);
+                assert!(
+                    !err.contains("note: --threads"),
+                    "{}: fell back: {err}",
+                    f.display()
+                );
+                assert!(one == many, "{} {v:?}: --threads {n} differs", f.display());
+            }
+        }
+        let (json, _) = digest(&["-q", "--format", "json"], 2, f);
+        assert_eq!(num(&json, "queries"), 64 * 48, "{}: {json}", f.display());
+    }
+}
+
+/// Files mapped into memory (as larger files are: here the threshold is lowered to 0), their
+/// pages given back as the workers finish with them, give the same output as read ones, and a mapped file cut short in a record gives the same warning
+/// at the same offset as one thread reading it.
+#[test]
+fn mapped_captures_are_the_same_as_read_ones() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    // About 7 MB: more chunks than the queues hold, so pages are given back during the read.
+    let recs = big_values(64, 100);
+    let plain = dir.path().join("big.pcap");
+    let bytes = pcap(&recs);
+    std::fs::write(&plain, &bytes).unwrap_or_else(|e| panic!("{e}"));
+    let ng = dir.path().join("big.pcapng");
+    std::fs::write(&ng, pcapng(&recs)).unwrap_or_else(|e| panic!("{e}"));
+    let cut = dir.path().join("cut.pcap");
+    let half = bytes.get(..bytes.len() / 2 + 7).unwrap_or_default();
+    std::fs::write(&cut, half).unwrap_or_else(|e| panic!("{e}"));
+    assert!(bytes.len() > 7 << 20, "{} bytes", bytes.len());
+    let mapped = [("DBTAP_MMAP_MIN_BYTES", "0")];
+    let read = [("DBTAP_MMAP_MIN_BYTES", "0"), ("DBTAP_NO_MMAP", "1")];
+    for f in [&plain, &ng, &cut] {
+        for v in [&["-q", "--limit", "0"][..], &["-q", "--format", "json"]] {
+            let (one, one_err) = digest(v, 1, f);
+            for n in [2, 3] {
+                let (m, m_err) = digest_env(v, n, f, &mapped);
+                assert!(
+                    m_err.contains("is mapped"),
+                    "{}: not mapped: {m_err}",
+                    f.display()
+                );
+                assert!(!m_err.contains("note: --threads"), "fell back: {m_err}");
+                assert!(
+                    one == m,
+                    "{} {v:?}: mapped --threads {n} differs",
+                    f.display()
+                );
+                let (r, r_err) = digest_env(v, n, f, &read);
+                assert!(
+                    !r_err.contains("is mapped"),
+                    "{}: mapped: {r_err}",
+                    f.display()
+                );
+                assert!(
+                    one == r,
+                    "{} {v:?}: read --threads {n} differs",
+                    f.display()
+                );
+                let warning = |e: &str| {
+                    e.lines()
+                        .find(|l| l.contains("cut short"))
+                        .map(|l| l.split("; the report").next().unwrap_or(l).to_string())
+                };
+                assert_eq!(warning(&one_err), warning(&m_err), "{}", f.display());
+                assert_eq!(warning(&m_err).is_some(), *f == cut, "{m_err}");
+            }
+        }
+    }
 }
