@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import collections
 import datetime
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -471,3 +473,30 @@ def test_suspended_portal_is_one_execution(scripted):
     assert q["rows"] == ph.CURSOR_PREFETCH, q
     assert f["count"] in (batches - 1, batches), f
     assert f["errors"] == 0 and q["errors"] == 0
+
+
+@pytest.mark.parametrize("extra", [
+    (),
+    ("--format", "json"),
+    # Groups keyed by dimensions are named after their first event: here a simple Query and an
+    # extended Execute share `command` groups, so the name must come from the worker that saw
+    # the group first (it did not, before stop 23's fix).
+    ("--group-by", "server,command", "--format", "json"),
+    ("--group-by", "user,database,client", "--format", "json"),
+])
+def test_threads_give_one_threads_report(scripted, extra):
+    """`digest --threads 2` and `3` on the real scripted capture (the file mapped, as a large
+    one would be) print exactly what one thread prints."""
+    def run(threads: int) -> str:
+        env = dict(os.environ, DBTAP_MMAP_MIN_BYTES="0")
+        r = subprocess.run([str(harness.DBTAP), "digest", "-q", "--port", str(PORT), "--limit",
+                            "0", "--threads", str(threads), *extra, str(scripted.pcap)],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                           timeout=120)
+        assert r.returncode == 0, r.stderr
+        assert "note: --threads" not in r.stderr, r.stderr
+        return r.stdout
+    one = run(1)
+    assert one.strip()
+    for n in (2, 3):
+        assert run(n) == one, f"--threads {n} {extra}"

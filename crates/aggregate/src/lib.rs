@@ -269,6 +269,24 @@ impl Aggregator {
         self.totals.unique_groups = self.groups.len() as u64;
     }
 
+    /// After [`Aggregator::merge`]: the groups of `other` that `pick` names (those `other`'s
+    /// part of the stream saw first) take their text, id and dimension values from `other`,
+    /// which one reader of the whole stream would have taken from their first event (a group
+    /// keyed by dimensions is named after its first event's values).
+    pub fn adopt_names(&mut self, other: &Aggregator, pick: impl Fn(&GroupKey) -> bool) {
+        for og in other.groups.iter().filter(|og| pick(&og.key)) {
+            if let Some(g) = self
+                .index
+                .get(&og.key)
+                .and_then(|&i| self.groups.get_mut(i))
+            {
+                g.fingerprint.clone_from(&og.fingerprint);
+                g.id.clone_from(&og.id);
+                g.dims.clone_from(&og.dims);
+            }
+        }
+    }
+
     /// Puts the groups in the order of `rank` (stable): after merging the parts of one event
     /// stream (the parallel digest), the order one reader would have seen them first in.
     pub fn order_groups<K: Ord>(&mut self, rank: impl Fn(&GroupKey) -> K) {

@@ -37,12 +37,24 @@ fn digest_env(
     (String::from_utf8_lossy(&out.stdout).into_owned(), err)
 }
 
-/// The outputs compared: text, JSON, JSON with the mergeable distributions, another grouping.
+/// The outputs compared: text, JSON, JSON with the mergeable distributions, another
+/// fingerprint, groups by dimensions.
 const VARIANTS: &[&[&str]] = &[
     &["-q", "--limit", "0"],
     &["-q", "--limit", "0", "--format", "json"],
     &["-q", "--limit", "0", "--format", "json", "--mergeable"],
     &["-q", "--limit", "0", "--fingerprint", "pt", "--no-examples"],
+    // Groups keyed by dimensions are named after their first event (the merge must take the
+    // name from the worker that saw it first).
+    &[
+        "-q",
+        "--limit",
+        "0",
+        "--group-by",
+        "server,command",
+        "--format",
+        "json",
+    ],
 ];
 
 /// Every variant at 2, 3 and 4 threads equals 1 thread. Returns whether some run with more

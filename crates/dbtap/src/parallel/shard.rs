@@ -431,7 +431,7 @@ fn worker_end(
 /// One consumer from the workers': aggregates merged, groups in the order one thread first saw
 /// them, connections numbered as one thread numbers them.
 fn merge(mut shards: Vec<Shard>) -> Result<DigestConsumer, String> {
-    let rank = group_order(&shards)?;
+    let (rank, seen_by) = group_order(&shards)?;
     let mut opens: Vec<u64> = shards
         .iter()
         .flat_map(|s| s.opens.iter().copied())
@@ -442,9 +442,11 @@ fn merge(mut shards: Vec<Shard>) -> Result<DigestConsumer, String> {
         return Err("no worker".into());
     };
     let mut base = first.inner;
-    for s in it {
+    for (w, s) in it.enumerate() {
         let mut o = s.inner;
         base.agg.merge(&o.agg);
+        base.agg
+            .adopt_names(&o.agg, |k| seen_by.get(k) == Some(&(w + 1)));
         let txns = o.agg.transactions_mut().map(std::mem::take);
         if let (Some(t), Some(ot)) = (base.agg.transactions_mut(), txns) {
             t.merge(ot);
@@ -462,9 +464,10 @@ fn merge(mut shards: Vec<Shard>) -> Result<DigestConsumer, String> {
 }
 
 /// Each group's place in the order one thread first saw them: by the key of its first event
-/// over all workers. An error when two workers saw new groups at one key (connections of both
-/// closed idle at one expiry): one thread's order among them is not known.
-fn group_order(shards: &[Shard]) -> Result<HashMap<GroupKey, usize>, String> {
+/// over all workers; and the worker that saw it first. An error when two workers saw new
+/// groups at one key (connections of both closed idle at one expiry): one thread's order
+/// among them is not known.
+fn group_order(shards: &[Shard]) -> Result<(Ranks, Ranks), String> {
     let mut first: HashMap<GroupKey, (Key, usize, usize)> = HashMap::new();
     for (w, s) in shards.iter().enumerate() {
         for (i, &(k, g)) in s.firsts.iter().enumerate() {
@@ -487,12 +490,17 @@ fn group_order(shards: &[Shard]) -> Result<HashMap<GroupKey, usize>, String> {
             return Err("two workers saw new groups at the same idle expiry".into());
         }
     }
-    Ok(order
+    let seen_by = order.iter().map(|&(_, w, _, g)| (g, w)).collect();
+    let rank = order
         .into_iter()
         .enumerate()
         .map(|(r, (.., g))| (g, r))
-        .collect())
+        .collect();
+    Ok((rank, seen_by))
 }
+
+/// A number per group: its rank, or the worker that saw it first.
+type Ranks = HashMap<GroupKey, usize>;
 
 /// A bound whose cut depends on the order events came in, reached in the merged aggregate.
 fn bound_reached(agg: &Aggregator) -> Option<&'static str> {
