@@ -29,6 +29,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -611,3 +612,49 @@ def main() -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+class PacedSets:
+    """Pipelined SETs of 4 KiB, `batch` at a time, paced to `bytes_per_s` on one connection to
+    127.0.0.1:`port` until the `with` block ends; `answered` counts the SETs answered (the
+    client's own count). A failure in the client is raised again when the block ends."""
+
+    VALUE = b"v" * 4096
+
+    def __init__(self, port: int, bytes_per_s: float, batch: int):
+        self.port, self.rate, self.batch = port, bytes_per_s, batch
+        self.stop = threading.Event()
+        self.answered = 0
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        try:
+            s = socket.create_connection(("127.0.0.1", self.port))
+            batch = b"".join(resp_cmd("SET", f"k{i}", self.VALUE) for i in range(self.batch))
+            start = time.monotonic()
+            while not self.stop.is_set():
+                s.sendall(batch)
+                got = b""
+                while got.count(b"\r\n") < self.batch:
+                    chunk = s.recv(65536)
+                    if not chunk:
+                        raise RuntimeError("redis closed the connection")
+                    got += chunk
+                self.answered += self.batch
+                ahead = self.answered * len(self.VALUE) / self.rate - (time.monotonic() - start)
+                if ahead > 0:
+                    time.sleep(ahead)
+            s.close()
+        except BaseException as e:  # raised again by __exit__
+            self.error = e
+
+    def __enter__(self) -> "PacedSets":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        self.thread.join(30)
+        if self.error is not None:
+            raise self.error

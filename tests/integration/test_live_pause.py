@@ -25,10 +25,8 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -44,7 +42,6 @@ from live_harness import Live  # noqa: E402
 PORT = 38600
 HTTP = 38601
 OUT = harness.REPO / "tests" / "out" / "s22-drop" / "live_pause"
-VALUE = b"v" * 4096
 BATCH = 32
 STOP_S = 1.2
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
@@ -60,49 +57,6 @@ def redis_srv():
         yield srv
     finally:
         srv.stop()
-
-
-class Blaster:
-    """Pipelined SETs of 4 KiB at about `mb_per_s` on one connection, until stopped; counts the
-    SETs answered."""
-
-    def __init__(self, mb_per_s: float):
-        self.rate = mb_per_s * 1e6
-        self.stop = threading.Event()
-        self.sent = 0
-        self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        try:
-            s = socket.create_connection(("127.0.0.1", PORT))
-            batch = b"".join(rh.resp_cmd("SET", f"k{i}", VALUE) for i in range(BATCH))
-            start = time.monotonic()
-            while not self.stop.is_set():
-                s.sendall(batch)
-                got = b""
-                while got.count(b"\r\n") < BATCH:
-                    chunk = s.recv(65536)
-                    if not chunk:
-                        raise RuntimeError("redis closed the connection")
-                    got += chunk
-                self.sent += BATCH
-                ahead = self.sent * len(VALUE) / self.rate - (time.monotonic() - start)
-                if ahead > 0:
-                    time.sleep(ahead)
-            s.close()
-        except BaseException as e:  # raised again by __exit__
-            self.error = e
-
-    def __enter__(self) -> "Blaster":
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop.set()
-        self.thread.join(30)
-        if self.error is not None:
-            raise self.error
 
 
 def held_stopped(live: Live, seconds: float) -> float:
@@ -132,7 +86,7 @@ def run(srv, extra: list[str], stop_s: float, listen: bool = False, fmt: str = "
     metrics, held_ms = "", 0.0
     before = srv.snapshot()
     with Live(*args) as live:
-        with Blaster(2.0) as b:
+        with rh.PacedSets(PORT, 2.0e6, BATCH) as b:
             time.sleep(1.0)
             if stop_s:
                 held_ms = held_stopped(live, stop_s)
@@ -148,7 +102,7 @@ def run(srv, extra: list[str], stop_s: float, listen: bool = False, fmt: str = "
         live.stop()
     after = srv.snapshot()
     truth = rh.stats_delta(before, after)["commandstats"].get("set", {}).get("calls", 0)
-    assert truth == b.sent, (truth, b.sent)
+    assert truth == b.answered, (truth, b.answered)
     return live, held_ms, truth, metrics
 
 

@@ -24,9 +24,7 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import sys
-import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -41,8 +39,7 @@ from live_harness import Live  # noqa: E402
 
 PORT = 38610
 HTTP = 38611
-OUT = harness.REPO / "tests" / "out" / "s23-ring" / "live_ring"
-VALUE = b"v" * 4096
+OUT = harness.REPO / "tests" / "out" / "live_ring"
 BATCH = 4
 RATE = 2e6
 STOP_S = 0.55
@@ -61,48 +58,6 @@ def redis_srv():
         srv.stop()
 
 
-class Client:
-    """Pipelined SETs of 4 KiB, BATCH at a time, paced to RATE bytes/s on one connection until
-    stopped; counts the SETs answered."""
-
-    def __init__(self):
-        self.stop = threading.Event()
-        self.answered = 0
-        self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        try:
-            s = socket.create_connection(("127.0.0.1", PORT))
-            batch = b"".join(rh.resp_cmd("SET", f"k{i}", VALUE) for i in range(BATCH))
-            start = time.monotonic()
-            while not self.stop.is_set():
-                s.sendall(batch)
-                got = b""
-                while got.count(b"\r\n") < BATCH:
-                    chunk = s.recv(65536)
-                    if not chunk:
-                        raise RuntimeError("redis closed the connection")
-                    got += chunk
-                self.answered += BATCH
-                ahead = self.answered * len(VALUE) / RATE - (time.monotonic() - start)
-                if ahead > 0:
-                    time.sleep(ahead)
-            s.close()
-        except BaseException as e:  # raised again by __exit__
-            self.error = e
-
-    def __enter__(self) -> "Client":
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop.set()
-        self.thread.join(30)
-        if self.error is not None:
-            raise self.error
-
-
 def metric(text: str, name: str) -> float:
     m = re.search(rf"^{name} (\S+)$", text, re.M)
     assert m, f"{name} missing from /metrics:\n{text[-2000:]}"
@@ -116,7 +71,7 @@ def run(srv, extra: list[str], stop_s: float):
             "--limit", "0", "--listen", f"127.0.0.1:{HTTP}", *extra]
     before = srv.snapshot()
     with Live(*args) as live:
-        with Client() as c:
+        with rh.PacedSets(PORT, RATE, BATCH) as c:
             time.sleep(1.2)
             if stop_s:
                 os.kill(live.pid, signal.SIGSTOP)
