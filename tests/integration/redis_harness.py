@@ -658,3 +658,17 @@ class PacedSets:
         self.thread.join(30)
         if self.error is not None:
             raise self.error
+
+
+def live_capture_server(port: int, out: Path):
+    """A module fixture's body for the live-capture tests: a Redis server on `port` under
+    `out`/redis, yielded, stopped after; fails without root (CI runs as root)."""
+    import pytest
+    if os.geteuid() != 0:
+        pytest.fail("needs root (live capture); CI runs as root")
+    out.mkdir(parents=True, exist_ok=True)
+    srv = RedisServer(port, out / "redis").start()
+    try:
+        yield srv
+    finally:
+        srv.stop()

@@ -49,14 +49,7 @@ PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
 
 @pytest.fixture(scope="module")
 def redis_srv():
-    if os.geteuid() != 0:
-        pytest.fail("needs root (live capture); CI runs as root")
-    OUT.mkdir(parents=True, exist_ok=True)
-    srv = rh.RedisServer(PORT, OUT / "redis").start()
-    try:
-        yield srv
-    finally:
-        srv.stop()
+    yield from rh.live_capture_server(PORT, OUT)
 
 
 def held_stopped(live: Live, seconds: float) -> float:

@@ -48,14 +48,7 @@ GROWS = ["--ring-mb", "40", "--ring-max-mb", "96", "--ring-margin", "0"]
 
 @pytest.fixture(scope="module")
 def redis_srv():
-    if os.geteuid() != 0:
-        pytest.fail("needs root (live capture); CI runs as root")
-    OUT.mkdir(parents=True, exist_ok=True)
-    srv = rh.RedisServer(PORT, OUT / "redis").start()
-    try:
-        yield srv
-    finally:
-        srv.stop()
+    yield from rh.live_capture_server(PORT, OUT)
 
 
 def metric(text: str, name: str) -> float:
