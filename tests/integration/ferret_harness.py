@@ -92,18 +92,8 @@ class FerretServer:
     def stop(self) -> None:
         if self.proc is None:
             return
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        harness.end_process(self.proc, 20, self.pidfile)
         self.proc = None
-        try:
-            self.pidfile.unlink()
-        except OSError:
-            pass
 
     def counts(self) -> dict[tuple[str, str], int]:
         """The server's own counters: ("requests", command) and (result, command) -> count."""

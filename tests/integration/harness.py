@@ -99,6 +99,23 @@ def die(msg: str) -> None:
     raise RuntimeError(msg)
 
 
+def end_process(proc: subprocess.Popen | None, timeout: float,
+                pidfile: Path | None = None) -> None:
+    """Stop a child we started: SIGTERM, wait up to `timeout` s, then SIGKILL; remove its pidfile."""
+    if proc is not None and proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    if pidfile is not None:
+        try:
+            pidfile.unlink()
+        except OSError:
+            pass
+
+
 def wait_port_free(port: int, timeout: float = 10.0) -> None:
     deadline = time.monotonic() + timeout
     while True:
@@ -223,13 +240,7 @@ class Server:
             self._status_conn = None
         if self.proc is None:
             return
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        end_process(self.proc, 60)
         self.proc = None
 
     def __enter__(self) -> "Server":

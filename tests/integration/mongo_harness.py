@@ -139,18 +139,8 @@ class MongoServer:
     def stop(self) -> None:
         if self.proc is None:
             return
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        harness.end_process(self.proc, 20, self.pidfile)
         self.proc = None
-        try:
-            self.pidfile.unlink()
-        except OSError:
-            pass
 
     def __enter__(self) -> "MongoServer":
         return self.start()

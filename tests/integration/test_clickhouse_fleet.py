@@ -1,7 +1,7 @@
 """The fleet UI over ClickHouse (`dbtap ui --clickhouse`, followed) and HTTPS to ClickHouse.
 
 A private clickhouse-server (Debian's 18.16), like test_clickhouse.py's but on this file's ports
-and directory (tests/out/s22-fleet/): HTTP on 127.0.0.1:38700 and HTTPS on 38701 with a
+and directory (tests/out/clickhouse_fleet/): HTTP on 127.0.0.1:38700 and HTTPS on 38701 with a
 certificate the test makes (openssl: a CA, and a server certificate it signs for 127.0.0.1);
 38704 and 38705: dbtap ui.
 
@@ -45,7 +45,7 @@ HTTP_PORT = 38700
 HTTPS_PORT = 38701
 UI_PORT = 38704
 UI_PORT_2 = 38705
-OUT = harness.REPO / "tests" / "out" / "s22-fleet"
+OUT = harness.REPO / "tests" / "out" / "clickhouse_fleet"
 URL = f"http://127.0.0.1:{HTTP_PORT}/"
 HTTPS_URL = f"https://127.0.0.1:{HTTPS_PORT}/"
 

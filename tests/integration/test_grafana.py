@@ -149,12 +149,7 @@ class Prometheus:
 
     def stop(self) -> None:
         if self.proc is not None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+            harness.end_process(self.proc, 30)
             self.proc = None
 
     def query(self, expr: str) -> list[dict]:

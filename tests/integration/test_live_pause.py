@@ -41,7 +41,7 @@ from live_harness import Live  # noqa: E402
 
 PORT = 38600
 HTTP = 38601
-OUT = harness.REPO / "tests" / "out" / "s22-drop" / "live_pause"
+OUT = harness.REPO / "tests" / "out" / "live_pause"
 BATCH = 32
 STOP_S = 1.2
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
