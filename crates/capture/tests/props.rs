@@ -265,6 +265,26 @@ fn drain_bulk(bytes: Vec<u8>, spare: usize) -> (Vec<Owned>, Option<String>, u64)
     }
 }
 
+/// The file `s` describes with `muts` bytes overwritten, cut at `cut` (to at least half), and
+/// gzipped when `gz`: what the reading properties feed every reader alike.
+fn damaged(
+    s: &FileSpec,
+    muts: &[(prop::sample::Index, u8)],
+    cut: prop::sample::Index,
+    gz: bool,
+) -> Vec<u8> {
+    let mut bytes = build(s);
+    for (i, b) in muts {
+        let at = i.index(bytes.len());
+        bytes[at] = *b;
+    }
+    bytes.truncate(cut.index(bytes.len() + 1).max(bytes.len() / 2));
+    if gz {
+        bytes = gzip(&bytes);
+    }
+    bytes
+}
+
 /// Frames, error text and truncated-frame count through `next_frame`.
 fn drain_frames(bytes: Vec<u8>) -> (Vec<Owned>, Option<String>, u64) {
     let mut r = match Reader::from_reader(Box::new(Cursor::new(bytes.clone())), "prop") {
@@ -283,15 +303,7 @@ proptest! {
     fn bulk_reads_like_next_frame(s in file_spec(), spare in 0usize..300,
                                   muts in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 0..4),
                                   cut in any::<prop::sample::Index>(), gz in any::<bool>()) {
-        let mut bytes = build(&s);
-        for (i, b) in &muts {
-            let at = i.index(bytes.len());
-            bytes[at] = *b;
-        }
-        bytes.truncate(cut.index(bytes.len() + 1).max(bytes.len() / 2));
-        if gz {
-            bytes = gzip(&bytes);
-        }
+        let bytes = damaged(&s, &muts, cut, gz);
         let want = drain_frames(bytes.clone());
         prop_assert_eq!(drain_bulk(bytes.clone(), spare), want.clone());
         prop_assert_eq!(drain_bulk(bytes, 1 << 16), want);
@@ -356,15 +368,7 @@ proptest! {
     fn mapped_reads_like_next_frame(s in file_spec(), run in 0usize..300,
                                     muts in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 0..4),
                                     cut in any::<prop::sample::Index>(), gz in any::<bool>()) {
-        let mut bytes = build(&s);
-        for (i, b) in &muts {
-            let at = i.index(bytes.len());
-            bytes[at] = *b;
-        }
-        bytes.truncate(cut.index(bytes.len() + 1).max(bytes.len() / 2));
-        if gz {
-            bytes = gzip(&bytes);
-        }
+        let bytes = damaged(&s, &muts, cut, gz);
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("prop.pcap");
         std::fs::write(&path, &bytes).unwrap();

@@ -7,7 +7,6 @@
 //! caller runs on one thread.
 
 use std::collections::{BTreeMap, HashMap};
-use std::hash::BuildHasher;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -18,10 +17,10 @@ use capture::Input;
 use flow::FlowConfig;
 use proto::{ConnMeta, QueryEvent};
 use report::CaptureHealth;
-use wire::Decoded;
 
 use crate::pipeline::{self, Consumer, Engine, Settings};
 
+mod route;
 mod shard;
 
 /// Frames read before every worker is sent its share (one epoch; pipelined requests make many
@@ -143,7 +142,9 @@ pub(crate) fn run<C: Consumer>(
         let total_len: u64 = inputs.iter().filter_map(Input::input_len).sum();
         let bar = pipeline::progress_bar(settings.progress, total_len);
         drop(back_tx);
-        let reader = s.spawn(move || read(inputs, (to_workers, back_rx), stop, bar));
+        let router = route::Router::new(threads, per.1.idle_timeout_ns);
+        let to = (to_workers, back_rx);
+        let reader = s.spawn(move || read(inputs, to, (router, stop), bar));
         let merged = merge(&from_workers, &mut consumer, stop);
         let read_end = reader
             .join()
@@ -175,18 +176,17 @@ fn worker_settings(settings: &Settings, threads: usize) -> (Settings, FlowConfig
     (per, flow)
 }
 
-/// The reader: frames in order, each TCP segment to the worker of its connection (both
-/// directions hash alike), everything else to worker 0, and every second of packet time an
+/// The reader: frames in order, each TCP segment to the worker of its connection (`router`'s),
+/// everything else to worker 0, and every second of packet time an
 /// expiry to all, where one thread's engine would expire.
 fn read(
     inputs: Vec<Input>,
     (to, back): (Vec<SyncSender<Batch>>, Receiver<Batch>),
-    stop: &AtomicBool,
+    (mut router, stop): (route::Router, &AtomicBool),
     bar: Option<indicatif::ProgressBar>,
 ) -> ReadEnd {
     let mut done_len = 0u64;
-    let n = to.len() as u64;
-    let hasher = foldhash::fast::FixedState::with_seed(0x5eed);
+    let n = to.len();
     let mut end = ReadEnd::default();
     let mut batches: Vec<Batch> = (0..n).map(|_| Batch::default()).collect();
     let (mut seq, mut in_epoch, mut epoch_bytes, mut last_expire) = (0u64, 0usize, 0usize, 0u64);
@@ -217,18 +217,11 @@ fn read(
                 end.fallback = Some("a socket-stream capture".into());
                 break 'files;
             }
-            let w = match wire::decode(lt, data) {
-                Decoded::Tcp(t) => {
-                    let a = (t.src, t.sport);
-                    let b = (t.dst, t.dport);
-                    hasher.hash_one(if a < b { (a, b) } else { (b, a) }) % n
-                }
-                Decoded::Fragment(_) => {
-                    end.fallback = Some("IP fragments".into());
-                    break 'files;
-                }
-                _ => 0,
-            } as usize;
+            let Some(w) = router.route(lt, data, ts) else {
+                end.fallback = Some("IP fragments".into());
+                break 'files;
+            };
+            let w = w as usize;
             end.first_ts.get_or_insert(ts);
             end.last_ts = Some(end.last_ts.map_or(ts, |l| l.max(ts)));
             let b = &mut batches[w];

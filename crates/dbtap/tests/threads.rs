@@ -363,3 +363,85 @@ fn mapped_captures_are_the_same_as_read_ones() {
         }
     }
 }
+
+/// Redis connections of unequal weight whose 4-tuples are used again: closed by FIN or RST and
+/// opened anew with a SYN 20 s later (after the flow table forgot them), and again at once
+/// (while it still remembers them, or while the last life is still open: its SYN closes it),
+/// between new connections on fresh ports.
+fn reused_tuples() -> Vec<u8> {
+    const SYN: u8 = 0x02;
+    const SYN_ACK: u8 = 0x12;
+    const RST_ACK: u8 = 0x14;
+    let mut recs = Vec::new();
+    let mut t = 1_000_000u64;
+    let ping = b"*1\r\n$4\r\nPING\r\n";
+    // One life of the connection on `port`: `n` exchanges (opened with a SYN when `syn`), then
+    // closed by FIN both ways, RST, or not at all (`end` 0, 1, 2).
+    let mut lives = 0u32;
+    let mut life = |port: u16, n: usize, syn: bool, end: u8, t: &mut u64| {
+        let (mut c, mut s) = Side::pair(port, 6379);
+        // A fresh initial sequence number each life, as a new connection has.
+        lives += 1;
+        (c.seq, s.seq) = (c.seq + lives * 100_000, s.seq + lives * 100_000);
+        if syn {
+            recs.push((*t, c.send(SYN, b"")));
+            recs.push((*t + 10, s.send(SYN_ACK, b"")));
+            (c.seq, s.seq) = (c.seq + 1, s.seq + 1);
+        }
+        for i in 0..n {
+            recs.push((*t + 100 + 40 * i as u64, c.send(PSH_ACK, ping)));
+            recs.push((*t + 120 + 40 * i as u64, s.send(PSH_ACK, b"+PONG\r\n")));
+        }
+        *t += 100 + 40 * n as u64;
+        if end == 2 {
+            // A last request left unanswered: the next life's SYN ends this one.
+            recs.push((*t, c.send(PSH_ACK, ping)));
+        } else if end == 1 {
+            recs.push((*t, c.send(RST_ACK, b"")));
+        } else if end == 0 {
+            recs.push((*t, c.send(FIN_ACK, b"")));
+            recs.push((*t + 10, s.send(FIN_ACK, b"")));
+        }
+        *t += 1_000;
+    };
+    for (port, n) in [
+        (40000, 300),
+        (40001, 5),
+        (40002, 40),
+        (40003, 2),
+        (40004, 90),
+    ] {
+        life(port, n, port % 2 == 0, u8::from(port == 40003), &mut t);
+    }
+    t += 20_000_000_000;
+    for (port, n, end) in [
+        (40003, 200, 0),
+        (40005, 7, 2),
+        (40000, 3, 0),
+        (40001, 60, 1),
+    ] {
+        life(port, n, true, end, &mut t);
+    }
+    for (port, n) in [
+        (40001, 9),
+        (40005, 4),
+        (40003, 4),
+        (40007, 120),
+        (40000, 30),
+    ] {
+        life(port, n, true, 0, &mut t);
+    }
+    pcap(&recs)
+}
+
+#[test]
+fn reused_tuples_and_unequal_connections_are_the_same_on_any_thread_count() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let f = dir.path().join("reused.pcap");
+    std::fs::write(&f, reused_tuples()).unwrap_or_else(|e| panic!("{e}"));
+    let (one, _) = digest(&["-q", "--format", "json"], 1, &f);
+    // Every life was read as a connection of its own: 14 of them, 875 PINGs.
+    assert_eq!(num(&one, "connections"), 14, "{one}");
+    assert_eq!(num(&one, "queries"), 875, "{one}");
+    assert!(!same_across_threads(&f), "reused tuples fell back");
+}

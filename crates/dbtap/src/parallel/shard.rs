@@ -5,7 +5,6 @@
 //! key, and what a merge cannot rebuild (a bound reached) is a fallback to one thread.
 
 use std::collections::{HashMap, VecDeque};
-use std::hash::BuildHasher;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
@@ -15,8 +14,8 @@ use anyhow::Result;
 use capture::Input;
 use flow::FlowConfig;
 use proto::{ConnMeta, QueryEvent};
-use wire::Decoded;
 
+use super::route::Router;
 use super::{Outcome, ReadEnd, WorkerEnd};
 use crate::DigestConsumer;
 use crate::pipeline::{self, Consumer, Engine, Settings};
@@ -161,7 +160,8 @@ pub(super) fn run(
         drop(back_tx);
         let total_len: u64 = inputs.iter().filter_map(Input::input_len).sum();
         let bar = pipeline::progress_bar(settings.progress, total_len);
-        let read_end = read(inputs, (to, back_rx), bar);
+        let router = super::route::Router::new(threads, per.1.idle_timeout_ns);
+        let read_end = read(inputs, (to, back_rx), router, bar);
         let mut parts = Vec::new();
         let mut fallback = read_end.fallback.clone();
         for h in handles {
@@ -197,17 +197,16 @@ fn finish(parts: Vec<Part>, read_end: ReadEnd, settings: &Settings) -> Outcome<D
 }
 
 /// The reader: frames in order, in the buffers they were read into (no copy), broadcast to
-/// every worker with each frame's worker.
+/// every worker with each frame's worker (`router`'s).
 fn read(
     inputs: Vec<Input>,
     (to, back): (Vec<SyncSender<Arc<Chunk>>>, Receiver<Chunk>),
+    mut router: Router,
     bar: Option<indicatif::ProgressBar>,
 ) -> ReadEnd {
     let mut end = ReadEnd::default();
     let map_min = map_min_bytes();
     let (mut seq, mut done_len) = (0u64, 0u64);
-    let n = to.len() as u64;
-    let hasher = foldhash::fast::FixedState::with_seed(0x5eed);
     let send = |c: Chunk| {
         let c = Arc::new(c);
         to.iter().all(|tx| tx.send(c.clone()).is_ok())
@@ -236,7 +235,7 @@ fn read(
                     break;
                 }
             };
-            if let Err(why) = place(&mut c, &hasher, n, &mut end) {
+            if let Err(why) = place(&mut c, &mut router, &mut end) {
                 end.fallback = Some(why.into());
                 break 'files;
             }
@@ -323,12 +322,7 @@ fn next_chunk(reader: &mut capture::Reader, c: &mut Chunk) -> Result<bool, captu
 
 /// Each frame's worker, and the capture's first and last times; an error for what the
 /// workers cannot split (a socket-stream capture, IP fragments).
-fn place(
-    c: &mut Chunk,
-    hasher: &foldhash::fast::FixedState,
-    n: u64,
-    end: &mut ReadEnd,
-) -> Result<(), &'static str> {
+fn place(c: &mut Chunk, router: &mut Router, end: &mut ReadEnd) -> Result<(), &'static str> {
     c.owners.clear();
     for f in &c.frames {
         let (lt, ts) = (f.linktype, f.ts_ns);
@@ -336,7 +330,7 @@ fn place(
             return Err("a socket-stream capture");
         }
         let data = c.bytes().get(f.start..f.end).unwrap_or_default();
-        let Some(w) = owner(hasher, lt, data, n) else {
+        let Some(w) = router.route(lt, data, ts) else {
             return Err("IP fragments");
         };
         c.owners.push(w);
@@ -344,20 +338,6 @@ fn place(
         end.last_ts = Some(end.last_ts.map_or(ts, |l| l.max(ts)));
     }
     Ok(())
-}
-
-/// The worker of a frame: its connection's (both directions hash alike), worker 0 for frames
-/// without TCP; `None` for an IP fragment (its connection is not known before reassembly).
-fn owner(hasher: &foldhash::fast::FixedState, lt: u32, data: &[u8], n: u64) -> Option<u32> {
-    Some(match wire::decode(lt, data) {
-        Decoded::Tcp(t) => {
-            let a = (t.src, t.sport);
-            let b = (t.dst, t.dport);
-            (hasher.hash_one(if a < b { (a, b) } else { (b, a) }) % n) as u32
-        }
-        Decoded::Fragment(_) => return None,
-        _ => 0,
-    })
 }
 
 type Inbox = (Receiver<Arc<Chunk>>, SyncSender<Chunk>);

@@ -1,0 +1,254 @@
+//! Which worker of the parallel digest takes a frame: a connection's 4-tuple goes to the worker
+//! that had been given the fewest bytes when the tuple was first seen, and stays there as long
+//! as any worker's engine may still hold state for it, so every worker sees whole connections
+//! and the merge stays exact whatever the assignment.
+//!
+//! Exactness rests on one rule: a tuple's route is forgotten only when no engine can still hold
+//! its flow. An engine forgets a flow at the latest `2 × idle timeout` (plus one expiry tick)
+//! after the flow's last segment (its idle queue is lazy: an entry requeued late can wait one
+//! more timeout behind fresher ones), and a closed flow sooner. So a route is forgotten only
+//! when it has been idle for longer than that, measured against the newest time of the frames
+//! before the current one (the engines have expired up to there), and never once the capture's
+//! times have gone backwards. Routes are keyed by a 64-bit hash of the tuple: two tuples that
+//! collide share a route, which is still exact (both stay on one worker while either may have
+//! state). The map is bounded: when it is full of routes that may still be live, new tuples go
+//! by hash from then on (a fixed function, also exact), and are not remembered.
+
+use std::collections::HashMap;
+use std::hash::BuildHasher;
+
+use wire::Decoded;
+
+/// Routes remembered at most (about 40 bytes each with the map's overhead: 10 MiB).
+const MAX_ROUTES: usize = 1 << 18;
+/// What a frame costs a worker besides its bytes, in bytes (its headers, its engine's per-frame
+/// work), so that many small frames weigh more than their bytes alone.
+const FRAME_COST: u64 = 64;
+/// One expiry tick of packet time, and some slack.
+const TICK_SLACK_NS: u64 = 3_000_000_000;
+
+#[derive(Clone, Copy)]
+struct Route {
+    worker: u32,
+    last_ts: u64,
+}
+
+/// The reader's routing state for `n` workers.
+pub(super) struct Router {
+    hasher: foldhash::fast::FixedState,
+    routes: HashMap<u64, Route, foldhash::fast::FixedState>,
+    /// Bytes (plus [`FRAME_COST`] per frame) given to each worker so far.
+    load: Vec<u64>,
+    /// A route idle this long (packet time) may be forgotten.
+    keep_ns: u64,
+    /// The newest frame time so far.
+    newest: u64,
+    /// Frame times have gone backwards at least once: routes are never forgotten.
+    unordered: bool,
+    /// The map was full of live routes once: new tuples go by hash.
+    full: bool,
+}
+
+impl Router {
+    /// A router for `n` workers whose engines close connections idle for `idle_timeout_ns`.
+    pub(super) fn new(n: usize, idle_timeout_ns: u64) -> Self {
+        Router {
+            hasher: foldhash::fast::FixedState::with_seed(0x5eed),
+            routes: HashMap::with_hasher(foldhash::fast::FixedState::with_seed(0x7a11)),
+            load: vec![0; n.max(1)],
+            keep_ns: idle_timeout_ns
+                .saturating_mul(2)
+                .saturating_add(TICK_SLACK_NS),
+            newest: 0,
+            unordered: false,
+            full: false,
+        }
+    }
+
+    /// The worker of a frame of link type `lt` captured at `ts`: its connection's for TCP (both
+    /// directions alike), worker 0 for frames without TCP; `None` for an IP fragment (its
+    /// connection is not known before reassembly).
+    pub(super) fn route(&mut self, lt: u32, data: &[u8], ts: u64) -> Option<u32> {
+        let w = match wire::decode(lt, data) {
+            Decoded::Tcp(t) => {
+                let a = (t.src, t.sport);
+                let b = (t.dst, t.dport);
+                let h = self.hasher.hash_one(if a < b { (a, b) } else { (b, a) });
+                self.tcp(h, ts)
+            }
+            Decoded::Fragment(_) => return None,
+            _ => 0,
+        };
+        if ts < self.newest {
+            self.unordered = true;
+        }
+        self.newest = self.newest.max(ts);
+        if let Some(l) = self.load.get_mut(w as usize) {
+            *l += data.len() as u64 + FRAME_COST;
+        }
+        Some(w)
+    }
+
+    /// The worker of the tuple hashed to `h`, seen at `ts` (before `self.newest` counts it).
+    fn tcp(&mut self, h: u64, ts: u64) -> u32 {
+        if let Some(r) = self.routes.get_mut(&h) {
+            r.last_ts = r.last_ts.max(ts);
+            return r.worker;
+        }
+        let n = self.load.len() as u64;
+        if self.full {
+            return (h % n) as u32;
+        }
+        if self.routes.len() >= MAX_ROUTES && !self.sweep() {
+            self.full = true;
+            return (h % n) as u32;
+        }
+        let worker = self.least_loaded();
+        self.routes.insert(
+            h,
+            Route {
+                worker,
+                last_ts: ts,
+            },
+        );
+        worker
+    }
+
+    /// Forgets the routes no engine can still need; true when that freed a quarter of the map
+    /// or more (else new tuples go by hash: sweeping again soon would free little).
+    fn sweep(&mut self) -> bool {
+        if self.unordered {
+            return false;
+        }
+        let (newest, keep) = (self.newest, self.keep_ns);
+        self.routes
+            .retain(|_, r| newest.saturating_sub(r.last_ts) <= keep);
+        self.routes.len() <= MAX_ROUTES / 4 * 3
+    }
+
+    /// The worker given the fewest bytes so far (the first of those on a tie).
+    fn least_loaded(&self) -> u32 {
+        self.load
+            .iter()
+            .enumerate()
+            .min_by_key(|&(w, &l)| (l, w))
+            .map_or(0, |(w, _)| w as u32)
+    }
+
+    /// Bytes given to each worker (with [`FRAME_COST`] per frame).
+    #[cfg(test)]
+    fn loads(&self) -> &[u64] {
+        &self.load
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An Ethernet/IPv4/TCP frame from 10.0.0.`a`:`sport` to 10.0.0.`b`:`dport` with `len`
+    /// payload bytes.
+    fn frame(a: u8, sport: u16, b: u8, dport: u16, len: usize) -> Vec<u8> {
+        let mut f = vec![0u8; 12];
+        f.extend_from_slice(&[0x08, 0x00, 0x45, 0]);
+        f.extend_from_slice(&((40 + len) as u16).to_be_bytes());
+        f.extend_from_slice(&[0, 0, 0x40, 0, 64, 6, 0, 0, 10, 0, 0, a, 10, 0, 0, b]);
+        f.extend_from_slice(&sport.to_be_bytes());
+        f.extend_from_slice(&dport.to_be_bytes());
+        f.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 1, 0x50, 0x18, 0xff, 0xff, 0, 0, 0, 0]);
+        f.resize(f.len() + len, b'x');
+        f
+    }
+
+    const S: u64 = 1_000_000_000;
+
+    #[test]
+    fn new_connections_go_to_the_least_loaded_worker_and_stay() {
+        let mut r = Router::new(2, 600 * S);
+        let a = frame(1, 40000, 2, 3306, 1000);
+        let a_back = frame(2, 3306, 1, 40000, 10);
+        assert_eq!(r.route(1, &a, S), Some(0));
+        assert_eq!(r.route(1, &a_back, S), Some(0));
+        // Worker 0 is busier: the next two connections go to worker 1, then the third back to
+        // worker 0 once worker 1 has been given more.
+        let b = frame(1, 40001, 2, 3306, 5000);
+        assert_eq!(r.route(1, &b, S), Some(1));
+        let c = frame(1, 40002, 2, 3306, 10);
+        assert_eq!(r.route(1, &c, S), Some(0));
+        // However the load moves later, a connection keeps its worker, both ways.
+        for _ in 0..10 {
+            assert_eq!(r.route(1, &a, 2 * S), Some(0));
+            assert_eq!(r.route(1, &frame(2, 3306, 1, 40001, 1), 2 * S), Some(1));
+        }
+        assert_eq!(r.route(1, &c, 3 * S), Some(0));
+        let (l0, l1) = (r.loads()[0], r.loads()[1]);
+        assert_eq!(l0, 11 * (1054 + FRAME_COST) + 3 * (64 + FRAME_COST));
+        assert_eq!(l1, 5054 + FRAME_COST + 10 * (55 + FRAME_COST));
+        // Frames without TCP go to worker 0; fragments have no worker.
+        assert_eq!(r.route(1, &[0u8; 20], 3 * S), Some(0));
+        let mut frag = frame(1, 40003, 2, 3306, 12);
+        frag[20] = 0x20; // more fragments
+        assert_eq!(r.route(1, &frag, 3 * S), None);
+    }
+
+    /// Fills the map with `MAX_ROUTES` tuples, the first at `t0`, all others at `t1`.
+    fn fill(r: &mut Router, t0: u64, t1: u64) {
+        for i in 0..MAX_ROUTES {
+            let f = frame(1, (i % 60000) as u16, 2 + (i / 60000) as u8, 3306, 0);
+            assert!(r.route(1, &f, if i == 0 { t0 } else { t1 }).is_some());
+        }
+        assert_eq!(r.routes.len(), MAX_ROUTES);
+    }
+
+    #[test]
+    fn a_full_map_forgets_only_routes_idle_past_any_engine_and_then_hashes() {
+        let idle = 10 * S;
+        let mut r = Router::new(2, idle);
+        fill(&mut r, S, 2 * S);
+        // Nothing is idle long enough: every route stays, and new tuples go by hash for good.
+        let late = 2 * S + r.keep_ns;
+        let f = frame(9, 1, 9, 3306, 0);
+        let h = {
+            let (a, b) = ((ip(9), 1u16), (ip(9), 3306u16));
+            r.hasher.hash_one(if a < b { (a, b) } else { (b, a) })
+        };
+        assert_eq!(r.route(1, &f, late), Some((h % 2) as u32));
+        assert!(r.full);
+        assert_eq!(r.routes.len(), MAX_ROUTES);
+        // The first tuple is remembered: it keeps its worker whatever the time.
+        let first = frame(1, 0, 2, 3306, 0);
+        assert_eq!(r.route(1, &first, late + 100 * idle), Some(0));
+    }
+
+    #[test]
+    fn routes_are_forgotten_only_by_the_time_of_earlier_frames_and_in_order() {
+        let idle = 10 * S;
+        let mut r = Router::new(2, idle);
+        fill(&mut r, S, S);
+        // The newest time before this frame is S: no route may be forgotten, whatever this
+        // frame's own time (the engines have not expired up to it yet).
+        let jump = frame(9, 2, 9, 3306, 0);
+        assert!(r.route(1, &jump, S + 100 * idle).is_some());
+        assert!(r.full);
+        let mut r = Router::new(2, idle);
+        fill(&mut r, S, S);
+        // A frame past the bound (of a remembered tuple), then a new tuple: the map is swept
+        // and the new tuple remembered.
+        let t = S + r.keep_ns + 1;
+        assert_eq!(r.route(1, &frame(1, 0, 2, 3306, 0), t), Some(0));
+        assert!(r.route(1, &frame(9, 3, 9, 3306, 0), t).is_some());
+        assert!(!r.full);
+        assert_eq!(r.routes.len(), 2);
+        // Times that went backwards once: never swept.
+        let mut r = Router::new(2, idle);
+        fill(&mut r, 2 * S, S);
+        let t = 2 * S + 10 * r.keep_ns;
+        assert_eq!(r.route(1, &frame(1, 0, 2, 3306, 0), t), Some(0));
+        assert!(r.route(1, &frame(9, 4, 9, 3306, 0), t).is_some());
+        assert!(r.full);
+    }
+
+    fn ip(last: u8) -> std::net::IpAddr {
+        std::net::IpAddr::from([10, 0, 0, last])
+    }
+}
