@@ -28,6 +28,10 @@ CATEGORIES: list[tuple[str, re.Pattern]] = [
     ("BPF helpers and maps", re.compile(r"^__?bpf_(?!lsm_)|htab|^lookup_nulls_elem_raw$|"
                                          r"^ktime_get_mono_fast_ns$|task_storage")),
     ("syscall slow path", re.compile(r"^syscall_trace_enter$|^syscall_exit_work$|^trace_sys_")),
+    # The ring's wake-up of the reader: an IRQ-work self-interrupt on the producing CPU, then
+    # the reader's epoll callback (perf's own wake-ups also go through IRQ work: a few a second).
+    ("reader wake-ups (IRQ work interrupt, epoll callback)",
+     re.compile(r"^(asm_)?sysvec_irq_work$|^ep_poll_callback$")),
 ]
 # perf report -n --sort sym: "  0.63%   21  [k] bpf_prog_a1d7f0c3d47cbaf4_tp_sys_exit"
 LINE = re.compile(r"^\s*[\d.]+%\s+(\d+)\s+\[(.)\]\s+(\S.*?)\s*$")
@@ -116,17 +120,20 @@ def _selftest() -> None:
      0.17%     5  [k] bpf_probe_read_user_dynptr
      0.10%     3  [k] syscall_exit_work
      0.03%     1  [k] bpf_lsm_socket_sendmsg
+     0.07%     2  [k] sysvec_irq_work
+     0.03%     1  [k] ep_poll_callback
      1.73%    52  [.] my_hash_sort_simple_nopad
      0.10%     3  [.] bpf_prog_lookalike_in_user_space
 """
     total, cats = parse_report(text)
-    assert total == 639, total
+    assert total == 642, total
     assert cats["BPF programs"] == 19, cats
     assert cats["ring reserve/submit"] == 14, cats
     assert cats["memory copies (user data, kernel fields)"] == 21, cats
     assert cats["tracepoint glue (trace_call_bpf, perf_syscall_exit)"] == 18, cats
     assert cats["BPF helpers and maps"] == 8, cats
     assert cats["syscall slow path"] == 3, cats
+    assert cats["reader wake-ups (IRQ work interrupt, epoll callback)"] == 3, cats
 
 
 if __name__ == "__main__":

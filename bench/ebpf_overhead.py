@@ -124,6 +124,16 @@ def read_dbtap(cap: Proc, work: Path, rnd: int, cond: str) -> dict:
             "stderr": [l.rstrip() for l in cap.stderr]}
 
 
+def irq_work_interrupts() -> int:
+    """The machine's IRQ-work interrupts so far (/proc/interrupts IWI, every CPU): a BPF ring
+    wakes its reader with one on the producing CPU."""
+    for line in Path("/proc/interrupts").read_text().splitlines():
+        f = line.split()
+        if f and f[0] == "IWI:":
+            return sum(int(x) for x in f[1:] if x.isdigit())
+    return 0
+
+
 def run_one(a, srv: eh.Maria, cond: str, work: Path, rnd: int) -> dict:
     res: dict = {"condition": cond, "round": rnd}
     cap = out = None
@@ -145,8 +155,10 @@ def run_one(a, srv: eh.Maria, cond: str, work: Path, rnd: int) -> dict:
             rec = ea.Recorder(srv.proc.pid, work / f"perf-{rnd}.data")
         m0 = cpu_seconds(srv.proc.pid)
         c0 = cpu_seconds(cap.proc.pid) if cap else 0.0
+        i0 = irq_work_interrupts()
         res.update(sysbench(a, srv, VIA[cond], a.seconds))
         m1 = cpu_seconds(srv.proc.pid)
+        res["irq_work"] = irq_work_interrupts() - i0
         if rec is not None:
             try:
                 res["attribution"] = rec.stop()
@@ -348,6 +360,11 @@ def report(a, runs: list[dict], meta: dict) -> tuple[str, bool]:
           f"published eBPF agent: 0.2 in mysqld + 0.22 in the agent = 0.42.")
         P(f"- lost records at this rate with the default ring (summed over the rounds): {e['lost']} "
           f"({'none' if not e['lost'] else 'NOT zero'}).")
+    iwi = [f"{LABELS[c]} {statistics.median(r['irq_work'] / r['queries'] for r in by[c]):.4f}"
+           for c in CONDITIONS if by[c] and all("irq_work" in r for r in by[c])]
+    if iwi:
+        P("- IRQ-work interrupts per query (/proc/interrupts IWI, the whole machine; a BPF ring "
+          "wakes its reader with one), medians: " + "; ".join(iwi) + ".")
     attribution_lines(by, summary, P)
     P("")
     paired_lines(by, P)
