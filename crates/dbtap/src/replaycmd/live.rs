@@ -176,6 +176,12 @@ pub(super) fn run(args: &ReplayArgs, target: &Target, opts: &replay::Options) ->
             stats.drops
         );
     }
+    if let Some(n) = fid.skipped_requests.get("live_queue_full") {
+        eprintln!(
+            "dbtap: warning: {n} request(s) not mirrored (live_queue_full): the sessions fell behind the capture by more than --read-ahead ({} bytes queued)",
+            args.read_ahead
+        );
+    }
     fid.filters = filters;
     super::report(args, &side.agg, &health, &sink.agg, fid)
 }
@@ -214,6 +220,7 @@ fn live_side(
     if side.judge.is_some() {
         side.live.filter();
     }
+    side.live.read_ahead(args.read_ahead);
     side
 }
 
