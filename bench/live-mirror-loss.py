@@ -73,7 +73,7 @@ def main() -> int:
             print(f"run {i}: {run['qps']:.0f} q/s {'LOST' if lost else 'ok'} A/B {short} "
                   f"captured {f.get('requests_captured')} sent {f.get('requests_sent')} "
                   f"skipped {f.get('skipped_requests')} bytes {f.get('skipped_bytes')} "
-                  f"drops {drops} gaps {gaps} load {os.getloadavg()[0]:.1f}", flush=True)
+                  f"lag max {f.get('lag_max_ms')} ms drops {drops} gaps {gaps} load {os.getloadavg()[0]:.1f}", flush=True)
             if lost:
                 print("  stderr:", err[-800:].replace("\n", " | "), flush=True)
     print(f"{lost_runs} of {runs} runs lost requests")
