@@ -64,7 +64,8 @@ class Mirror:
                 self.err.append(line)
                 if "mirroring" in line:
                     ready.set()
-        threading.Thread(target=read_err, daemon=True).start()
+        self._reader = threading.Thread(target=read_err, daemon=True)
+        self._reader.start()
         if not ready.wait(20):
             self.proc.kill()
             pytest.fail(f"dbtap replay --live did not start: {''.join(self.err)}")
@@ -76,7 +77,16 @@ class Mirror:
 
     def wait_report(self, timeout: float = 60) -> tuple[dict, float]:
         t0 = time.monotonic()
-        out, _ = self.proc.communicate(timeout=timeout)
+        # stdout read aside, stderr left whole to the reader (communicate() would take part
+        # of it: a warning printed at the end would then be missing from `err`).
+        box: list[str] = []
+        out_reader = threading.Thread(target=lambda: box.append(self.proc.stdout.read()),
+                                      daemon=True)
+        out_reader.start()
+        self.proc.wait(timeout=timeout)
+        out_reader.join(timeout)
+        self._reader.join(timeout)
+        out = box[0] if box else ""
         assert self.proc.returncode == 0, "".join(self.err)
         return json.loads(out), time.monotonic() - t0
 

@@ -2,7 +2,7 @@
 sysbench (oltp_read_only, prepared statements).
 
 - `replay --live` mirrors a sysbench paced at 300 transactions/s (about 4,800 queries/s) from
-  MariaDB A to B: B's Com_* deltas equal A's, nothing lost (unpaced, not yet: see README).
+  MariaDB A to B: B's Com_* deltas equal A's, nothing lost (unpaced: test_replay_live_unpaced.py).
 - `--target-tls --target-cert/--target-key`: a user `REQUIRE X509` on a TLS MariaDB (its
   certificates, and the client's signed by the same CA, made here with openssl) logs in only
   with the client certificate; the replay's counts on it equal A's.
@@ -81,8 +81,7 @@ def need_capture() -> None:
 def test_live_mirror_of_paced_sysbench(servers):
     """sysbench oltp_read_only (2 threads, paced at 300 transactions/s, about 4,800 queries/s)
     on A while the mirror runs: B's Com_* deltas equal A's, every captured request sent.
-    Unpaced (11-15k queries/s on 2 cores shared by sysbench, both servers and the mirror) the
-    mirror missed requests in 2 of 13 runs (README, replay --live): not shown there yet."""
+    Unpaced: test_replay_live_unpaced.py."""
     need_capture()
     a, b = servers
     before_a, before_b = a.status(), b.status()

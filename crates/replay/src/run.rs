@@ -362,7 +362,7 @@ fn warn_once(msg: &str) {
 }
 
 /// A live session's batches as the capture frames them (see [`live`]).
-pub type LiveFeed = Arc<Mutex<mpsc::Receiver<crate::capture::Batch>>>;
+pub type LiveFeed = Arc<live::Feed>;
 
 /// A session's batches with their offsets from the replay's start: the plan's, or those of
 /// its live feed as they come, each due at its captured time (so its lag is how far behind
@@ -380,7 +380,7 @@ fn batches<'a>(
                 .map(|(b, &o)| (std::borrow::Cow::Borrowed(b), o)),
         ),
         Some(feed) => Box::new(std::iter::from_fn(move || {
-            let b = feed.lock().unwrap_or_else(|e| e.into_inner()).recv().ok()?;
+            let b = feed.recv()?;
             let off = b.ts_ns.saturating_sub(ctx.epoch_ns);
             Some((std::borrow::Cow::Owned(b), off))
         })),

@@ -129,6 +129,9 @@ pub(super) fn run(args: &ReplayArgs, target: &Target, opts: &replay::Options) ->
     let fifo = live::set_reader_priority(live::ReaderPriority::Fifo(1)).is_ok();
     let mut guard = live::FifoGuard::new(fifo, live::FIFO_CPU_LIMIT);
     let mut error = None;
+    // Frames the ring cut short (a snap length under the packet's): their missing bytes
+    // are reassembly gaps without a kernel drop; counted into the health.
+    let mut cut = 0u64;
     while !stop.load(Ordering::Acquire) && deadline.is_none_or(|d| Instant::now() < d) {
         if let Some(share) = guard.check() {
             eprintln!(
@@ -137,6 +140,7 @@ pub(super) fn run(args: &ReplayArgs, target: &Target, opts: &replay::Options) ->
             );
         }
         match ring.poll(POLL, |p| {
+            cut += u64::from((p.data.len() as u64) < u64::from(p.wire_len));
             engine.frame(LINKTYPE_RAW, p.data, p.ts_ns, &iface);
             if filtering {
                 // The packet's events came: what they judged goes on.
@@ -155,7 +159,7 @@ pub(super) fn run(args: &ReplayArgs, target: &Target, opts: &replay::Options) ->
         }
     }
     let stats = ring.stats().unwrap_or_default();
-    let (side, mut health) = engine.finish(vec![iface.clone()], 0);
+    let (side, mut health) = engine.finish(vec![iface.clone()], cut);
     if let Some(e) = error {
         health
             .warnings
@@ -172,8 +176,16 @@ pub(super) fn run(args: &ReplayArgs, target: &Target, opts: &replay::Options) ->
     if let Some(b) = fid.skipped_bytes.get("capture_gap") {
         // Seen without kernel drops on a loaded machine: said whatever the ring's count.
         eprintln!(
-            "dbtap: warning: the capture missed {b} byte(s) of client traffic (reassembly gaps;              kernel drops: {}): the requests in them were neither seen nor mirrored",
-            stats.drops
+            "dbtap: warning: the capture missed {b} byte(s) of client traffic (reassembly gaps; kernel drops: {}; frames cut short: {cut}; ring resyncs: {}; longest reader pause: {} ms): the requests in them were neither seen nor mirrored",
+            stats.drops,
+            stats.resyncs,
+            stats.pause_max_ns / 1_000_000
+        );
+    }
+    if let Some(n) = fid.skipped_requests.get("live_queue_full") {
+        eprintln!(
+            "dbtap: warning: {n} request(s) not mirrored (live_queue_full): the sessions fell behind the capture by more than --read-ahead ({} bytes queued)",
+            args.read_ahead
         );
     }
     fid.filters = filters;
@@ -214,6 +226,7 @@ fn live_side(
     if side.judge.is_some() {
         side.live.filter();
     }
+    side.live.read_ahead(args.read_ahead);
     side
 }
 

@@ -2,8 +2,10 @@
 //! The capture's hooks hand each connection's bytes here as they arrive; at each reply (the
 //! client's turn is over) the connection's window of chunks since the last clean cut is framed
 //! by the same framers as a capture file ([`crate::capture::frame`]), and the new batches go
-//! to the connection's session thread(s) (one per `--scale` copy) over bounded queues, the
-//! same session loops as a file replay, each batch due at its captured time. A window is cut
+//! to the connection's session thread(s) (one per `--scale` copy) over queues bounded
+//! together by `--read-ahead` bytes ([`Feed`]), the same session loops as a file replay,
+//! each batch due at its captured time. A session that falls behind (the target, or the
+//! machine, slower than the source for a while) catches up from its queue. A window is cut
 //! where its framing left nothing pending; the login exchange (and PostgreSQL's named Parse
 //! messages) stay in a prefix framed again with every window, so each window is framed as
 //! the connection's continuation. Nothing here blocks the capture: a full queue drops the
@@ -11,22 +13,56 @@
 //! they open, into the cursor map the sessions share.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::thread::JoinHandle;
 
 use proto::{Protocol, QueryEvent};
 
 use super::{Ctx, EventSink, Options, Target, mongo, run_session, start};
-use crate::capture::{self, Batch, Chunk, Plan, chunk_len};
+use crate::capture::{self, Batch, Chunk, Plan, Request, chunk_len};
 use crate::fidelity::{Fidelity, Tally};
 use crate::schedule;
 
-/// Batches queued for one live session at most (then a batch is dropped, counted).
-const LIVE_QUEUE: usize = 4096;
+/// Bytes queued for the live sessions together at most, unless [`Live::read_ahead`] says
+/// otherwise (then a batch is dropped, counted `live_queue_full`).
+const LIVE_QUEUE_BYTES: usize = 1 << 30;
 /// Client bytes held per connection window at most (then the window is dropped, counted).
 const MAX_WINDOW: usize = 16 << 20;
 /// Prefix bytes (login, named statements) kept per connection at most.
 const MAX_PREFIX: usize = 1 << 20;
+
+/// What a queued batch holds, as counted against the read-ahead: its bytes and what holds them.
+fn held(b: &Batch) -> usize {
+    let per = std::mem::size_of::<Request>() + std::mem::size_of::<Batch>();
+    b.requests
+        .iter()
+        .fold(std::mem::size_of::<Batch>(), |n, r| {
+            n + per + r.bytes.len() + r.args.len() * std::mem::size_of::<(usize, usize)>()
+        })
+}
+
+/// A live session's feed: the batches the capture framed for it, in order. What they hold
+/// counts against the mirror's read-ahead until the session takes them.
+#[derive(Debug)]
+pub struct Feed {
+    rx: Mutex<mpsc::Receiver<Batch>>,
+    queued: Arc<AtomicUsize>,
+}
+
+impl Feed {
+    /// The next batch (`None`: the connection ended and its batches were taken).
+    pub fn recv(&self) -> Option<Batch> {
+        let b = self
+            .rx
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .recv()
+            .ok()?;
+        self.queued.fetch_sub(held(&b), Ordering::Relaxed);
+        Some(b)
+    }
+}
 
 #[derive(Default)]
 struct LiveConn {
@@ -45,7 +81,7 @@ struct LiveConn {
     emitted: usize,
     /// Batches sent over the connection's life.
     sent_total: u64,
-    feeds: Vec<mpsc::SyncSender<Batch>>,
+    feeds: Vec<mpsc::Sender<Batch>>,
     started: bool,
     /// Not replayed (not sampled, or over the connection cap): bytes are not kept; its
     /// requests are counted as skipped by its events.
@@ -76,6 +112,9 @@ pub struct Live<S: EventSink> {
     filtering: bool,
     /// Connections whose gate has batches waiting.
     dirty: Vec<u64>,
+    /// Bytes queued for the sessions (see [`Feed`]), and their bound.
+    queued: Arc<AtomicUsize>,
+    max_queued: usize,
 }
 
 fn add(
@@ -115,7 +154,15 @@ impl<S: EventSink> Live<S> {
             last_ts: 0,
             filtering: false,
             dirty: Vec::new(),
+            queued: Arc::new(AtomicUsize::new(0)),
+            max_queued: LIVE_QUEUE_BYTES,
         }
+    }
+
+    /// Bounds the bytes queued for the sessions together (`--read-ahead`; default 1 GiB):
+    /// beyond it a batch is dropped and its requests counted `live_queue_full`.
+    pub fn read_ahead(&mut self, bytes: usize) {
+        self.max_queued = bytes;
     }
 
     /// Turns the filters on: each framed request is then sent or left out by the
@@ -339,7 +386,7 @@ impl<S: EventSink> Live<S> {
             } else {
                 self.fid.sessions_replayed += scale;
                 for _ in 0..scale {
-                    let (tx, rx) = mpsc::sync_channel(LIVE_QUEUE);
+                    let (tx, rx) = mpsc::channel();
                     let plan = Plan {
                         conn,
                         protocol: p,
@@ -349,7 +396,10 @@ impl<S: EventSink> Live<S> {
                         batches: Vec::new(),
                         end_ns: 0,
                         mongo_cursors: Vec::new(),
-                        live: Some(Arc::new(Mutex::new(rx))),
+                        live: Some(Arc::new(Feed {
+                            rx: Mutex::new(rx),
+                            queued: Arc::clone(&self.queued),
+                        })),
                     };
                     let ctx = Arc::clone(&self.ctx);
                     let h = std::thread::Builder::new()
@@ -377,9 +427,13 @@ impl<S: EventSink> Live<S> {
         }
         c.sent_total += 1;
         self.fid.requests_planned += n * scale;
+        let cost = held(&b);
         for tx in &c.feeds {
-            if let Err(mpsc::TrySendError::Full(_)) = tx.try_send(b.clone()) {
+            // Every copy holds its own; a session that ended takes nothing (its end counted).
+            if self.queued.load(Ordering::Relaxed) + cost > self.max_queued {
                 self.tally.skip("live_queue_full", n);
+            } else if tx.send(b.clone()).is_ok() {
+                self.queued.fetch_add(cost, Ordering::Relaxed);
             }
         }
     }
@@ -434,10 +488,18 @@ mod tests {
 
     /// A target answering every RESP command with +OK; returns the commands it got.
     fn fake_redis() -> (String, std::thread::JoinHandle<Vec<Vec<u8>>>) {
+        let (go, wait) = mpsc::channel();
+        drop(go);
+        held_redis(wait)
+    }
+
+    /// [`fake_redis`], reading nothing until `wait` gives the word (or is dropped).
+    fn held_redis(wait: mpsc::Receiver<()>) -> (String, std::thread::JoinHandle<Vec<Vec<u8>>>) {
         let l = TcpListener::bind("127.0.0.1:0").expect("bind");
         let addr = l.local_addr().expect("addr").to_string();
         let h = std::thread::spawn(move || {
             let (mut s, _) = l.accept().expect("accept");
+            let _ = wait.recv();
             let (mut buf, mut got) = (Vec::new(), Vec::new());
             let mut b = [0u8; 4096];
             while let Ok(n) = s.read(&mut b) {
@@ -455,10 +517,8 @@ mod tests {
         (addr, h)
     }
 
-    #[test]
-    fn windows_are_framed_at_replies_and_sent_once() {
-        let (addr, server) = fake_redis();
-        let opts = Options {
+    fn options() -> Options {
+        Options {
             timing: crate::Timing::Speed(1.0),
             skip_idle_ns: None,
             scale: 1,
@@ -469,7 +529,13 @@ mod tests {
             block_wait: std::time::Duration::from_secs(1),
             session: SessionConfig::default(),
             tls: None,
-        };
+        }
+    }
+
+    #[test]
+    fn windows_are_framed_at_replies_and_sent_once() {
+        let (addr, server) = fake_redis();
+        let opts = options();
         let mut live = Live::new(&opts, &Target::Tcp(addr), Count(0));
         let set = resp::encode(&[b"SET", b"k", b"v"]);
         let get = resp::encode(&[b"GET", b"k"]);
@@ -498,5 +564,48 @@ mod tests {
             fid.skipped_requests
         );
         assert_eq!(sink.0, 3);
+    }
+
+    /// A session held up by its target: what the queue (bounded by the read-ahead) cannot
+    /// hold is dropped and counted, what it holds is sent once the target reads, and every
+    /// framed request is one or the other.
+    #[test]
+    fn a_lagging_session_queues_up_to_the_read_ahead() {
+        let (go, wait) = mpsc::channel();
+        let (addr, server) = held_redis(wait);
+        let mut live = Live::new(&options(), &Target::Tcp(addr), Count(0));
+        let set = resp::encode(&[b"SET", b"k", b"v"]);
+        let one = held(&Batch {
+            ts_ns: 0,
+            requests: vec![Request {
+                ts_ns: 0,
+                bytes: set.clone(),
+                args: vec![(0, 1); 3],
+                prepared_id: None,
+            }],
+        });
+        live.read_ahead(one * 3);
+        live.open(1, true);
+        for i in 0..40u64 {
+            live.bytes(1, true, 2 * i + 1, &set);
+            live.bytes(1, false, 2 * i + 2, b"+OK\r\n");
+            if i == 0 {
+                let mut ev = proto::testing::event(Protocol::Redis, "set", 0, Some(1));
+                ev.conn = 1;
+                live.event(&ev);
+            }
+        }
+        // The session holds at most one batch it took, the queue at most 3.
+        let dropped = live.tally.skipped.get("live_queue_full").copied();
+        assert!(dropped.is_some_and(|d| d >= 36), "{dropped:?}");
+        go.send(()).expect("go");
+        live.close(1);
+        let (_, fid) = live.finish();
+        let got = server.join().expect("server");
+        assert_eq!(fid.requests_framed, 40);
+        let skipped = fid.skipped_requests.get("live_queue_full").copied();
+        assert_eq!(Some(40 - fid.requests_sent), skipped, "{fid:?}");
+        assert_eq!(got.len() as u64, fid.requests_sent);
+        assert!((1..=4).contains(&fid.requests_sent), "{fid:?}");
     }
 }

@@ -16,7 +16,7 @@ use proto::mongodb::wire::{HEADER_LEN, Header, op, put_message};
 use proto::{Direction, Session};
 
 use super::{Ctx, Stream, feed, is_timeout, new_session};
-use crate::capture::Plan;
+use crate::capture::{Batch, Plan};
 use crate::fidelity::Tally;
 use crate::mongo::reply_cursor;
 use crate::mongo::rewrite::{self, Conv, Out};
@@ -285,9 +285,11 @@ impl Conn {
     }
 }
 
-/// The login of a session's connections: its captured user's (see [`auth::plan`]).
-fn login_of(ctx: &Ctx, plan: &Plan) -> Option<auth::Login> {
-    let msgs = plan.batches.iter().flat_map(|b| &b.requests);
+/// The login of a session's connections: its captured user's (see [`auth::plan`]), found
+/// in `batches` (a live session's first batch: the driver's hello, whose
+/// speculativeAuthenticate names the user).
+fn login_of(ctx: &Ctx, batches: &[Batch]) -> Option<auth::Login> {
+    let msgs = batches.iter().flat_map(|b| &b.requests);
     let cap = auth::captured(msgs.map(|r| r.bytes.as_slice()));
     auth::plan(&cap, &ctx.opts.creds).unwrap_or_else(|e| {
         super::warn_once(&format!("dbtap: replay: mongodb: not logging in: {e}"));
@@ -300,7 +302,11 @@ pub(super) fn run_session(ctx: &Ctx, plan: &Plan, offsets: &[u64]) -> Tally {
     let mut t = Tally::default();
     let shared = &ctx.mongo;
     let copy = shared.copy_of(plan.conn);
-    let login = login_of(ctx, plan);
+    let mut login = plan
+        .live
+        .is_none()
+        .then(|| login_of(ctx, &plan.batches))
+        .flatten();
     let mut conn: Option<Conn> = None;
     // A refused login is not tried again for every batch of the session.
     let mut refused = false;
@@ -311,6 +317,9 @@ pub(super) fn run_session(ctx: &Ctx, plan: &Plan, offsets: &[u64]) -> Tally {
             continue;
         }
         let late = ctx.wait_until(off);
+        if plan.live.is_some() && conn.is_none() && login.is_none() {
+            login = login_of(ctx, std::slice::from_ref(batch.as_ref()));
+        }
         let Some((c, _)) = super::connected(&mut conn, &mut t, n, "mongodb", || {
             let r = Conn::open(ctx, login.as_ref());
             refused = r.as_ref().is_err_and(|e| e.starts_with("login refused"));
