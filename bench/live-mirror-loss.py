@@ -5,7 +5,7 @@ requests captured/sent and skips, the kernel's drops and the reassembly gaps (st
 
   DBTAP_BIN=target/debug/dbtap python3 bench/live-mirror-loss.py [RUNS] [SECONDS] [THREADS]
 
-Ports 38672/38673, directories under tests/out/s24-mirror/bench."""
+Ports 38672/38673, directories under tests/out/live_mirror_loss."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "integ
 import harness  # noqa: E402
 import replay_harness as rph  # noqa: E402
 
-OUT = harness.REPO / "tests" / "out" / "s24-mirror" / "bench"
+OUT = harness.REPO / "tests" / "out" / "live_mirror_loss"
 A, B = 38672, 38673
 ROWS = 200
 COUNTERS = ["Com_stmt_prepare", "Com_stmt_execute", "Com_stmt_close", "Com_select",

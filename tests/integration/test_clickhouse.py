@@ -1,7 +1,7 @@
 """The ClickHouse sink (`--clickhouse URL`, `dbtap schema clickhouse`) against a real server.
 
 A private clickhouse-server (Debian's 18.16: the oldest the schema and the wire format must
-work on) with its own config and data under tests/out/s21-ch/, HTTP on 127.0.0.1:38500 only (the
+work on) with its own config and data under tests/out/clickhouse/, HTTP on 127.0.0.1:38500 only (the
 sink needs nothing else; a TCP or interserver port would be one more port that other tests'
 outgoing connections, whose ephemeral ports fall in our range, can hold in TIME_WAIT);
 38503: live's --listen, 38504: dbtap ui; the schema is created with `dbtap schema clickhouse --apply`.
@@ -59,7 +59,7 @@ import redis_harness as rh  # noqa: E402
 
 HTTP_PORT = 38500
 REDIS_PORT = 38510
-OUT = harness.REPO / "tests" / "out" / "s21-ch"
+OUT = harness.REPO / "tests" / "out" / "clickhouse"
 URL = f"http://127.0.0.1:{HTTP_PORT}/"
 REQUIRE = bool(os.environ.get("DBTAP_REQUIRE_CAPTURE"))
 SAMPLE = harness.REPO / "samples" / "mysql-sysbench.pcap.gz"

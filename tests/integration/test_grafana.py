@@ -20,7 +20,7 @@ expression of the dashboard is valid and returns series on real data:
 - Sub-100 µs latencies are resolved: Redis GETs over loopback land in the buckets below 100 µs
   (le 1e-05, 2.5e-05, 5e-05), which did not exist before.
 
-Ports 38552-38559. Files: tests/out/s21-ship/grafana.
+Ports 38552-38559. Files: tests/out/grafana.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import harness  # noqa: E402
 import redis_harness as rh  # noqa: E402
 
-OUT = harness.REPO / "tests" / "out" / "s21-ship" / "grafana"
+OUT = harness.REPO / "tests" / "out" / "grafana"
 DASHBOARD = harness.REPO / "deploy" / "grafana" / "dbtap.json"
 REDIS_PORTS = (38552, 38553)
 LISTEN = 38554

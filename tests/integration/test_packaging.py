@@ -17,7 +17,7 @@
   precedence (flag > env > file) shows in the output; an unknown key is a one-line error
   naming it, exit status 2.
 
-Ports: 38550-38559. Files: tests/out/s21-ship/packaging.
+Ports: 38550-38559. Files: tests/out/packaging.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 import harness  # noqa: E402
 
-OUT = harness.REPO / "tests" / "out" / "s21-ship" / "packaging"
+OUT = harness.REPO / "tests" / "out" / "packaging"
 PKG = "dbtap"
 LIVE_PORT = 38551
 LISTEN_PORT = 38550

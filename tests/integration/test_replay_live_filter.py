@@ -6,7 +6,7 @@ while the workload does.
 Truth: the target's own counters (INFO commandstats, pg_stat_statements calls) beside the
 source's over the same window; dbtap's report is only checked against those.
 
-Ports 38660-38669; server directories under tests/out/s23-replay.
+Ports 38660-38669; server directories under tests/out/replay_live_filter.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import harness  # noqa: E402
 import redis_harness as rh  # noqa: E402
 import replay_harness as rph  # noqa: E402
 
-OUT = harness.REPO / "tests" / "out" / "s23-replay"
+OUT = harness.REPO / "tests" / "out" / "replay_live_filter"
 R_A, R_B = 38660, 38661
 PG_A, PG_B = 38662, 38663
 REDIS_WRITES = {"set", "incr", "incrby", "lpush", "rpush", "del", "hset", "sadd"}

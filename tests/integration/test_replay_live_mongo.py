@@ -8,7 +8,7 @@ run on A while the mirror runs.
 Truth: the servers' own per-command counters (ferretdb_client_requests_total and
 ferretdb_client_responses_total, read over HTTP) and the clients' own counts.
 
-Ports 38680-38683; files under tests/out/s24-mirror.
+Ports 38680-38683; files under tests/out/replay_live_mongo.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import replay_harness as rph  # noqa: E402
 import test_replay_mongo_auth as ma  # noqa: E402  (its workload and count helpers)
 
 PORT_A, DEBUG_A, PORT_B, DEBUG_B = 38680, 38681, 38682, 38683
-OUT = harness.REPO / "tests" / "out" / "s24-mirror"
+OUT = harness.REPO / "tests" / "out" / "replay_live_mongo"
 
 
 def need_capture() -> None:

@@ -12,7 +12,7 @@ statements).
   Com_stmt_execute is short of A's, and the warning says it.
 
 Truth: the servers' own SHOW GLOBAL STATUS deltas, read over their Unix sockets (not captured,
-not replayed). Ports 38670-38671; server directories under tests/out/s24-mirror.
+not replayed). Ports 38670-38671; server directories under tests/out/replay_live_unpaced.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import harness  # noqa: E402
 import replay_harness as rph  # noqa: E402
 
-OUT = harness.REPO / "tests" / "out" / "s24-mirror"
+OUT = harness.REPO / "tests" / "out" / "replay_live_unpaced"
 MY_A, MY_B = 38670, 38671
 ROWS = 200
 COUNTERS = ["Com_stmt_prepare", "Com_stmt_execute", "Com_stmt_close", "Com_select",

@@ -32,7 +32,7 @@ import harness  # noqa: E402
 import mongo_harness as mh  # noqa: E402
 
 PORT_A, PORT_B = 38475, 38476
-OUT = harness.REPO / "tests" / "out" / "s21-mongo"
+OUT = harness.REPO / "tests" / "out" / "replay_mongo"
 DB = "dbtapwl"
 N_DOCS, BATCH, CHAINS = 300, 20, 3
 

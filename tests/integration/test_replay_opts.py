@@ -5,7 +5,7 @@ captured with tcpdump on lo and replayed onto a second server. The truth is the 
 counters (INFO commandstats, Com_* deltas, pg_stat_statements calls) beside the source's over
 the capture window, and wall clocks; dbtap's report is only checked against those.
 
-Ports 38450-38474 only; server directories under tests/out/s21-replay.
+Ports 38450-38474 only; server directories under tests/out/replay_opts.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import harness  # noqa: E402
 import redis_harness as rh  # noqa: E402
 import replay_harness as rph  # noqa: E402
 
-OUT = harness.REPO / "tests" / "out" / "s21-replay"
+OUT = harness.REPO / "tests" / "out" / "replay_opts"
 R_A, R_B = 38450, 38451
 MY_A, MY_B = 38452, 38453
 PG_A, PG_B = 38454, 38455

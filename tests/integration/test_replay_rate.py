@@ -8,7 +8,7 @@ sysbench (oltp_read_only, prepared statements).
   with the client certificate; the replay's counts on it equal A's.
 
 Truth: the servers' own SHOW GLOBAL STATUS deltas, read over their Unix sockets (not captured,
-not replayed). Ports 38640-38649; server directories under tests/out/s22-replay.
+not replayed). Ports 38640-38649; server directories under tests/out/replay_rate.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import harness  # noqa: E402
 import replay_harness as rph  # noqa: E402
 
-OUT = harness.REPO / "tests" / "out" / "s22-replay"
+OUT = harness.REPO / "tests" / "out" / "replay_rate"
 MY_A, MY_B = 38640, 38641
 ROWS = 200
 COUNTERS = ["Com_stmt_prepare", "Com_stmt_execute", "Com_stmt_close", "Com_select",
