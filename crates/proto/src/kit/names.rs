@@ -6,7 +6,8 @@
 //! extended-protocol request) lives in a slot of its own beside the map: the same count, bytes
 //! and age order, without hashing or comparing the empty key (comparing two empty byte strings
 //! through `memcmp` with a dangling pointer costs a masked load that faults, slowly, in the
-//! hardware).
+//! hardware). Its age is kept in the slot, not in the age index: re-setting it (once per
+//! request) costs no tree update; eviction compares its age with the index's oldest.
 
 use std::borrow::Borrow;
 use std::collections::{BTreeMap, HashMap};
@@ -65,7 +66,8 @@ pub struct NameCache<K> {
     map: HashMap<K, Entry, foldhash::fast::RandomState>,
     /// The unnamed name's entry (counted with the map's).
     unnamed: Option<Entry>,
-    /// Insertion age to key: the oldest is first.
+    /// Insertion age to key of the named entries (the unnamed one's age is in its slot): the
+    /// oldest is first.
     order: BTreeMap<u64, K>,
     age: u64,
     bytes: usize,
@@ -150,13 +152,14 @@ impl<K: Hash + Eq + Clone + Unnamed> NameCache<K> {
         while !self.is_empty()
             && (self.len() >= self.max_count || self.bytes + text.len() > self.max_bytes)
         {
-            let Some((_, oldest)) = self.order.pop_first() else {
-                break;
-            };
-            let e = if oldest.is_unnamed() {
-                self.unnamed.take()
-            } else {
-                self.map.remove(&oldest)
+            let e = match (self.unnamed.as_ref(), self.order.first_key_value()) {
+                (Some(u), Some((&age, _))) if u.age < age => self.unnamed.take(),
+                (Some(_), None) => self.unnamed.take(),
+                (_, Some(_)) => self
+                    .order
+                    .pop_first()
+                    .and_then(|(_, oldest)| self.map.remove(&oldest)),
+                (None, None) => break,
             };
             if let Some(e) = e {
                 self.bytes -= e.text.len();
@@ -171,7 +174,6 @@ impl<K: Hash + Eq + Clone + Unnamed> NameCache<K> {
             _charge: charge,
         };
         if name.is_unnamed() {
-            self.order.insert(self.age, name);
             self.unnamed = Some(e);
         } else {
             self.order.insert(self.age, name.clone());
@@ -189,9 +191,10 @@ impl<K: Hash + Eq + Clone + Unnamed> NameCache<K> {
         let e = if name.is_unnamed() {
             self.unnamed.take()?
         } else {
-            self.map.remove(name)?
+            let e = self.map.remove(name)?;
+            self.order.remove(&e.age);
+            e
         };
-        self.order.remove(&e.age);
         self.bytes -= e.text.len();
         Some(Named {
             text: e.text,

@@ -211,7 +211,7 @@ impl<'a, O: ByteOrder> Cursor<'a, O> {
         let found = if delim.is_empty() {
             Some(0)
         } else if let [b] = delim {
-            rest.iter().position(|c| c == b)
+            find_byte(rest, *b)
         } else {
             rest.windows(delim.len()).position(|w| w == delim)
         };
@@ -238,10 +238,49 @@ impl<'a, O: ByteOrder> Cursor<'a, O> {
     }
 }
 
+/// The first position of `b` in `hay`, eight bytes at a time (C strings of statement text
+/// are scanned on every PostgreSQL Parse and Query).
+#[inline]
+fn find_byte(hay: &[u8], b: u8) -> Option<usize> {
+    const LO: u64 = 0x0101_0101_0101_0101;
+    const HI: u64 = 0x8080_8080_8080_8080;
+    let rep = LO.wrapping_mul(u64::from(b));
+    let mut words = hay.chunks_exact(8);
+    let mut at = 0;
+    for w in words.by_ref() {
+        let Ok(bytes) = <[u8; 8]>::try_from(w) else {
+            break;
+        };
+        let x = u64::from_le_bytes(bytes) ^ rep;
+        // The lowest flagged byte is the first zero byte of `x` (a borrow only flags bytes
+        // above a zero one).
+        let z = x.wrapping_sub(LO) & !x & HI;
+        if z != 0 {
+            return Some(at + (z.trailing_zeros() / 8) as usize);
+        }
+        at += 8;
+    }
+    words
+        .remainder()
+        .iter()
+        .position(|&c| c == b)
+        .map(|i| at + i)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn find_byte_agrees_with_a_plain_scan(
+            hay in proptest::collection::vec(prop_oneof![Just(0u8), Just(1), Just(0x80), Just(0xff), any::<u8>()], 0..40),
+            b in prop_oneof![Just(0u8), Just(1), Just(0x80), Just(0xff), any::<u8>()],
+        ) {
+            prop_assert_eq!(find_byte(&hay, b), hay.iter().position(|&c| c == b));
+        }
+    }
 
     #[test]
     fn reads_in_both_byte_orders() {

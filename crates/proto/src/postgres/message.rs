@@ -60,6 +60,7 @@ pub const MAX_NAME: u32 = 1024;
 /// Whether a frontend message with this type byte and length field can exist. Fixed-size
 /// messages must have their exact size; the others a minimum and, where the content is small
 /// by nature, a maximum. `false` for type bytes that are not frontend messages.
+#[inline]
 pub fn frontend_len_ok(tag: u8, len: u32) -> bool {
     if !Header::len_ok(len) {
         return false;
@@ -85,6 +86,7 @@ pub fn frontend_len_ok(tag: u8, len: u32) -> bool {
 
 /// Whether a backend message with this type byte and length field can exist (see
 /// [`frontend_len_ok`]).
+#[inline]
 pub fn backend_len_ok(tag: u8, len: u32) -> bool {
     if !Header::len_ok(len) {
         return false;
@@ -117,6 +119,7 @@ pub fn backend_len_ok(tag: u8, len: u32) -> bool {
 }
 
 /// Whether `tag` is a frontend message type (authentication data included).
+#[inline]
 pub fn is_frontend_tag(tag: u8) -> bool {
     matches!(
         tag,
@@ -138,6 +141,7 @@ pub fn is_frontend_tag(tag: u8) -> bool {
 }
 
 /// Whether `tag` is a backend message type.
+#[inline]
 pub fn is_backend_tag(tag: u8) -> bool {
     matches!(
         tag,
@@ -425,7 +429,10 @@ impl<'a> CommandTag<'a> {
             && last.len() <= 20
             && last.iter().all(u8::is_ascii_digit)
         {
-            std::str::from_utf8(last).ok().and_then(|s| s.parse().ok())
+            // ASCII digits: the decimal value, `None` past u64 (as `str::parse` would say).
+            last.iter().try_fold(0u64, |n, &d| {
+                n.checked_mul(10)?.checked_add(u64::from(d - b'0'))
+            })
         } else {
             None
         };
@@ -790,6 +797,9 @@ mod tests {
             (b"CREATE TABLE\0", b"CREATE", None),
             (b"BEGIN\0", b"BEGIN", None),
             (b"SELECT 99999999999999999999999\0", b"SELECT", None),
+            (b"SELECT 18446744073709551615\0", b"SELECT", Some(u64::MAX)),
+            (b"SELECT 18446744073709551616\0", b"SELECT", None),
+            (b"FETCH 007\0", b"FETCH", Some(7)),
             (b"", b"", None),
         ] {
             assert_eq!(CommandTag::parse(tag), CommandTag { verb, rows }, "{tag:?}");

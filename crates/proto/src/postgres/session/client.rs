@@ -194,14 +194,32 @@ impl Conn {
             return self.push_item(Want::ParseComplete, id, sink);
         };
         self.parse_types(m, name, sql.len());
-        let (t, tr) = cut_text(sql, !sql_complete || m.damaged, self.cfg.max_text);
         // Drivers re-parse the same SQL into the unnamed statement for every execution: the
         // text already held is shared rather than copied again (unnamed only: a named
-        // statement's undo tells its texts apart by allocation).
+        // statement's undo tells its texts apart by allocation). Whole and equal bytes are
+        // that text without decoding them again.
         let held = name.is_empty().then(|| self.stmts.get(name)).flatten();
-        let text: Arc<str> = match held {
-            Some(p) if p.truncated == tr && *p.text == *t => p.text,
-            _ => Arc::from(t.as_ref()),
+        let cut = !sql_complete || m.damaged;
+        let whole = !cut && sql.len() <= self.cfg.max_text;
+        let (text, tr) = match held {
+            Some(p) if whole && !p.truncated && p.text.as_bytes() == sql => (p.text, false),
+            held => match (whole && name.is_empty())
+                .then(|| self.recent.find(sql))
+                .flatten()
+            {
+                Some(t) => (t, false),
+                None => {
+                    let (t, tr) = cut_text(sql, cut, self.cfg.max_text);
+                    let text: Arc<str> = match held {
+                        Some(p) if p.truncated == tr && *p.text == *t => p.text,
+                        _ => Arc::from(t.as_ref()),
+                    };
+                    if name.is_empty() && !tr {
+                        self.recent.add(&text);
+                    }
+                    (text, tr)
+                }
+            },
         };
         let prev = self
             .stmts

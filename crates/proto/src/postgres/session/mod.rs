@@ -39,6 +39,7 @@ mod loss;
 mod params;
 mod query;
 mod queue;
+mod recent;
 mod resync;
 mod server;
 mod startup;
@@ -164,6 +165,7 @@ impl PgSession {
                 pending_text: Default::default(),
                 param_types: Default::default(),
                 held: VecDeque::new(),
+                recent: Default::default(),
             },
             dirs: PerDir::new(Dir::new(!saw_open, client), Dir::new(true, server)),
             stopped: false,
@@ -213,6 +215,7 @@ impl PgSession {
             + self.conn.items.len() * std::mem::size_of::<Item>()
             + self.conn.stmts.heap_bytes()
             + self.conn.portals.heap_bytes()
+            + self.conn.recent.heap_bytes()
     }
 }
 

@@ -7,7 +7,7 @@ use super::super::message::{
 use super::super::wire::{Header, MAX_STARTUP_LEN, Message};
 use super::state::{CLOSED, Conn, Item, Kind, Unit, Want, name_hash};
 use super::{CLIENT, ERROR_KEEP, MAX_PORTALS};
-use crate::kit::{Origin, Tags};
+use crate::kit::{Origin, RequestCore, Tags};
 use crate::{Direction, Outcome, Protocol, QueryEvent, Sink};
 
 /// Requests in flight a Bind looks back through for the Parse it executes (bounded, so a long
@@ -68,21 +68,34 @@ impl Conn {
 
     /// The event of a unit, with the outcome its state implies.
     pub(super) fn base_event(&self, u: &Unit) -> QueryEvent {
+        self.event_of(u, u.core.clone())
+    }
+
+    /// [`Conn::base_event`] of a unit being emitted: its record moves into the event (no
+    /// copies of its text, error and parameters to drop right after).
+    fn take_event(&self, u: &mut Unit) -> QueryEvent {
+        let core = std::mem::replace(&mut u.core, RequestCore::new(0, 0));
+        self.event_of(u, core)
+    }
+
+    /// The event of unit `u` from its record `core` (`u.core` or what was taken from it).
+    fn event_of(&self, u: &Unit, core: RequestCore) -> QueryEvent {
         let origin = Origin {
             protocol: Protocol::Postgres,
             meta: &self.meta,
         };
         let tags = Tags::new(u.kind.name()).user_db(self.user.clone(), self.database.clone());
-        let outcome = u.core.implied_outcome(u.no_reply);
-        let mut ev = u.core.to_event(origin, tags, outcome);
+        let outcome = core.implied_outcome(u.no_reply);
         // A folded Parse that failed is timed after all: the execution it travelled with never
         // ran (the server skipped it), so this event is the only one carrying that round trip.
-        ev.timed = u.timed || u.core.error.is_some();
+        let timed = u.timed || core.error.is_some();
+        let mut ev = core.into_event(origin, tags, outcome);
+        ev.timed = timed;
         ev
     }
 
     /// Emits a finished unit. `outcome` overrides the one its state implies.
-    pub(super) fn emit(&mut self, u: Unit, outcome: Option<Outcome>, sink: &mut dyn Sink) {
+    pub(super) fn emit(&mut self, mut u: Unit, outcome: Option<Outcome>, sink: &mut dyn Sink) {
         if u.skipped {
             return;
         }
@@ -104,7 +117,7 @@ impl Conn {
         let mut ev = if u.kind == Kind::Query {
             self.statement_event(&u, true)
         } else {
-            self.base_event(&u)
+            self.take_event(&mut u)
         };
         if let Some(o) = outcome {
             ev.outcome = o;

@@ -253,6 +253,8 @@ pub(super) struct Conn {
     /// Events of extended-protocol requests waiting for their batch's ReadyForQuery
     /// ([`super::batch`]); at most `max_inflight`.
     pub held: VecDeque<crate::QueryEvent>,
+    /// Texts parsed into the unnamed statement lately, shared by the Parses that repeat them.
+    pub recent: super::recent::RecentTexts,
 }
 
 /// Result of one server message against the item at the front.

@@ -1908,3 +1908,84 @@ fn described_types_decode_binary_values() {
     let lits = r.events[1].params.as_ref().map(|p| p.literals());
     assert_eq!(lits, Some(vec!["-7".to_string()]));
 }
+
+/// Unnamed Parses cycling through a few statements (pgbench `-M extended`): each execution
+/// carries its own statement's text, in every chunking, and repeated texts share one
+/// allocation (the recent-texts ring), also after another statement was parsed in between.
+#[test]
+fn unnamed_parses_cycling_share_their_texts() {
+    let sqls = [
+        "SELECT 1",
+        "UPDATE t SET a = $1",
+        "SELECT 1",
+        "SELECT 2",
+        "UPDATE t SET a = $1",
+    ];
+    let mut b = B::new();
+    b.startup();
+    for sql in sqls {
+        b.cli(&[
+            parse("", sql),
+            bind("", ""),
+            describe(b'P', ""),
+            execute("", 0),
+            sync(),
+        ])
+        .srv(&[
+            parse_complete(),
+            bind_complete(),
+            no_data(),
+            complete("SELECT 1"),
+            ready(b'I'),
+        ]);
+    }
+    let r = run(&b);
+    assert_eq!(r.health, Health::default());
+    let exec: Vec<&QueryEvent> = r.events.iter().filter(|e| e.command == "execute").collect();
+    let got: Vec<&str> = exec
+        .iter()
+        .map(|e| e.text.as_deref().unwrap_or("-"))
+        .collect();
+    assert_eq!(got, sqls);
+    let arc = |i: usize| exec[i].text.clone().unwrap();
+    assert!(Arc::ptr_eq(&arc(0), &arc(2)));
+    assert!(Arc::ptr_eq(&arc(1), &arc(4)));
+    assert!(!Arc::ptr_eq(&arc(0), &arc(3)));
+    assert_bytes_attributed(&b, &r.events);
+}
+
+/// A Parse cut short (its text incomplete) is never answered from the recent texts, and a
+/// whole Parse of the same prefix afterwards gets its own whole text.
+#[test]
+fn a_cut_parse_does_not_take_a_recent_text() {
+    let cfg = SessionConfig {
+        max_text: 8,
+        ..SessionConfig::default()
+    };
+    let mut s = super::super::new_session(meta(true), cfg);
+    let mut b = B::new();
+    b.startup();
+    for sql in ["SELECT 1", "SELECT 123456", "SELECT 1"] {
+        b.cli(&[parse("", sql), bind("", ""), execute("", 0), sync()])
+            .srv(&[
+                parse_complete(),
+                bind_complete(),
+                complete("SELECT 1"),
+                ready(b'I'),
+            ]);
+    }
+    let mut sink = VecSink::default();
+    for (d, bytes, ts) in &b.t {
+        s.feed(*d, bytes, *ts, &mut sink);
+    }
+    let exec: Vec<(&str, bool)> = sink
+        .events
+        .iter()
+        .filter(|e| e.command == "execute")
+        .map(|e| (e.text.as_deref().unwrap_or("-"), e.text_truncated))
+        .collect();
+    assert_eq!(
+        exec,
+        [("SELECT 1", false), ("SELECT 1", true), ("SELECT 1", false)]
+    );
+}
