@@ -378,3 +378,22 @@ fn ssl_request(mut s: Stream, tls: &crate::tls::Tls) -> Result<Stream, String> {
     }
     s.upgrade(tls).map_err(|e| format!("TLS: {e}"))
 }
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The one-byte-first test finds "copy" exactly where the plain window scan does.
+        #[test]
+        fn names_copy_matches_window_scan(
+            b in proptest::collection::vec(prop_oneof![
+                Just(b'c'), Just(b'C'), Just(b'o'), Just(b'O'), Just(b'p'), Just(b'P'),
+                Just(b'y'), Just(b'Y'), any::<u8>()
+            ], 0..64)
+        ) {
+            let want = b.windows(4).any(|w| w.eq_ignore_ascii_case(b"copy"));
+            prop_assert_eq!(super::names_copy(&b), want);
+        }
+    }
+}
