@@ -71,6 +71,10 @@ thread_local! {
 /// Queues a target event for the collector (sent with the next [`EVENT_BATCH`]).
 fn send_event(tx: &mpsc::SyncSender<Msg>, ev: QueryEvent) {
     PENDING.with_borrow_mut(|p| {
+        if p.capacity() == 0 {
+            // Sized once per batch: no reallocation while it fills.
+            p.reserve_exact(EVENT_BATCH);
+        }
         p.push(ev);
         if p.len() >= EVENT_BATCH {
             let _ = tx.send(Msg::Events(std::mem::take(p)));
@@ -322,6 +326,7 @@ pub mod live;
 mod mongo;
 mod my;
 mod pg;
+mod readbuf;
 use conn::TargetConn;
 
 /// The session's connection, opened by `open` when there is none (counted in `t`); when it

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use proto::{Direction, Health, QueryEvent, Session, Sink};
 
+use super::readbuf::ReadBuf;
 use super::{Ctx, Msg, Stream, is_timeout, new_session};
 use crate::capture::Plan;
 use crate::fidelity::Tally;
@@ -32,11 +33,11 @@ struct Conn {
     stream: Stream,
     session: Box<dyn Session>,
     /// Server bytes read and not yet split into messages.
-    inbuf: Vec<u8>,
-    /// Where the first message not yet returned starts in `inbuf`.
-    at: usize,
-    buf: Vec<u8>,
+    inbuf: ReadBuf,
 }
+
+/// The read buffer of a connection (a message longer than this grows it).
+const READ_BUF: usize = 64 << 10;
 
 /// Why a read stopped.
 enum Stop {
@@ -62,42 +63,38 @@ impl Conn {
 
     /// The next whole server message (type, body).
     fn next(&mut self, ctx: &Ctx, deadline: Instant) -> Result<(u8, Vec<u8>), Stop> {
+        // Login only: the body is copied (not on the replay's per-query path).
         let (t, body) = self.next_msg(ctx, deadline)?;
-        Ok((t, self.inbuf.get(body).unwrap_or_default().to_vec()))
+        Ok((t, self.inbuf.get(body).to_vec()))
     }
 
     /// The next whole server message: its type and where its body is in `inbuf` (valid until
-    /// the next call). Every read is fed to the session as it comes, whole; nothing is copied
-    /// but into `inbuf`.
+    /// the next call). Every read is fed to the session as it comes, whole; nothing is copied:
+    /// reads go straight into `inbuf`.
     fn next_msg(
         &mut self,
         ctx: &Ctx,
         deadline: Instant,
     ) -> Result<(u8, std::ops::Range<usize>), Stop> {
         loop {
-            let rest = self.inbuf.get(self.at..).unwrap_or_default();
-            if let Some((t, _, used)) = server_message(rest) {
-                let body = self.at + 5..self.at + used;
-                self.at += used;
-                return Ok((t, body));
+            if let Some((t, _, used)) = server_message(self.inbuf.pending()) {
+                let r = self.inbuf.take(used);
+                return Ok((t, r.start + 5..r.end));
             }
-            self.inbuf.drain(..self.at.min(self.inbuf.len()));
-            self.at = 0;
             let left = deadline
                 .checked_duration_since(Instant::now())
                 .ok_or(Stop::Timeout)?;
             self.stream.set_timeout(left).map_err(|_| Stop::Lost)?;
-            match self.stream.read(&mut self.buf) {
+            match self.stream.read(self.inbuf.room()) {
                 Ok(0) => return Err(Stop::Closed),
                 Ok(k) => {
-                    let got = self.buf.get(..k).unwrap_or_default();
+                    let got = self.inbuf.filled(k);
                     let mut s = ChanSink {
                         tx: &ctx.tx,
                         health: Health::default(),
                     };
                     self.session
                         .feed(Direction::ToClient, got, ctx.now_ns(), &mut s);
-                    self.inbuf.extend_from_slice(got);
                 }
                 Err(e) if is_timeout(&e) => return Err(Stop::Timeout),
                 Err(_) => return Err(Stop::Lost),
@@ -117,9 +114,7 @@ impl Conn {
             id,
             stream,
             session,
-            inbuf: Vec::new(),
-            at: 0,
-            buf: vec![0u8; 64 << 10],
+            inbuf: ReadBuf::new(READ_BUF),
         };
         let deadline = Instant::now() + ctx.opts.reply_timeout.max(Duration::from_secs(5));
         let lost = |_| "connection lost during login".to_string();
@@ -264,6 +259,8 @@ pub(super) fn run_session(ctx: &Ctx, plan: &Plan, offsets: &[u64]) -> Tally {
     // A refused login is not tried again for every batch of the session.
     let mut refused = false;
     let mut feed = super::batches(ctx, plan, offsets).peekable();
+    // The batch's messages, sent as one write (reused: no allocation per batch).
+    let mut out = Vec::new();
     while let Some((batch, off)) = feed.next() {
         if is_copy_data(&batch) {
             // Not taken by a COPY before it (see copy_after).
@@ -303,7 +300,7 @@ pub(super) fn run_session(ctx: &Ctx, plan: &Plan, offsets: &[u64]) -> Tally {
             continue;
         };
         ctx.record_lag(&mut t, late);
-        let mut out = Vec::new();
+        out.clear();
         let mut expect = 0;
         for r in &batch.requests {
             out.extend_from_slice(&r.bytes);
@@ -341,10 +338,7 @@ fn copy_after<'a>(
     t: &mut Tally,
 ) -> Vec<u8> {
     let mut copy = Vec::new();
-    let may_copy = batch
-        .requests
-        .iter()
-        .any(|r| r.bytes.windows(4).any(|w| w.eq_ignore_ascii_case(b"copy")));
+    let may_copy = batch.requests.iter().any(|r| names_copy(&r.bytes));
     if !may_copy {
         return copy;
     }
@@ -355,6 +349,13 @@ fn copy_after<'a>(
         }
     }
     copy
+}
+
+/// Whether `b` holds "copy" in any case (a statement that may start a COPY); the first byte
+/// is tested alone first, so most windows cost one comparison.
+fn names_copy(b: &[u8]) -> bool {
+    b.windows(4)
+        .any(|w| w.first().is_some_and(|c| c | 0x20 == b'c') && w.eq_ignore_ascii_case(b"copy"))
 }
 
 fn is_copy_data(b: &crate::capture::Batch) -> bool {
@@ -376,4 +377,23 @@ fn ssl_request(mut s: Stream, tls: &crate::tls::Tls) -> Result<Stream, String> {
         return Err("the target does not accept TLS (it answered the SSLRequest with N)".into());
     }
     s.upgrade(tls).map_err(|e| format!("TLS: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The one-byte-first test finds "copy" exactly where the plain window scan does.
+        #[test]
+        fn names_copy_matches_window_scan(
+            b in proptest::collection::vec(prop_oneof![
+                Just(b'c'), Just(b'C'), Just(b'o'), Just(b'O'), Just(b'p'), Just(b'P'),
+                Just(b'y'), Just(b'Y'), any::<u8>()
+            ], 0..64)
+        ) {
+            let want = b.windows(4).any(|w| w.eq_ignore_ascii_case(b"copy"));
+            prop_assert_eq!(super::names_copy(&b), want);
+        }
+    }
 }
