@@ -150,6 +150,25 @@ fn push_name(out: &mut String, name: &[u8]) {
     }
 }
 
+/// Appends what follows the command name in a request's text: `<db>[.<collection>]` and the
+/// shape in braces, if any.
+fn push_rest(out: &mut String, req: &Request) {
+    match &req.db {
+        Some(db) => push_name(out, db),
+        None => out.push('?'),
+    }
+    if let Some(c) = &req.collection {
+        out.push('.');
+        push_name(out, c);
+    }
+    let shape = req.shape.members();
+    if !shape.is_empty() {
+        out.push_str(" {");
+        out.push_str(shape);
+        out.push('}');
+    }
+}
+
 /// `text` as an `Arc`: the one in `last` when it holds the same text, else a new one (then
 /// kept in `last`).
 fn share(last: &mut Option<Arc<str>>, text: &str) -> Arc<str> {
@@ -277,20 +296,7 @@ impl Conn {
         let mut buf = std::mem::take(&mut self.buf);
         buf.clear();
         buf.push_str(GETMORE);
-        match &req.db {
-            Some(db) => push_name(&mut buf, db),
-            None => buf.push('?'),
-        }
-        if let Some(c) = &req.collection {
-            buf.push('.');
-            push_name(&mut buf, c);
-        }
-        let shape = req.shape.members();
-        if !shape.is_empty() {
-            buf.push_str(" {");
-            buf.push_str(shape);
-            buf.push('}');
-        }
+        push_rest(&mut buf, req);
         let rest = buf.get(GETMORE.len()..).unwrap_or("");
         let mut truncated = req.shape.truncated();
         let getmore = req.is("getmore") || matches!(req.kind, ReqKind::Legacy(op::GET_MORE));
