@@ -6,42 +6,30 @@
 use proptest::prelude::*;
 use proto::redis::wire::{Event, Kept, ReplyReader};
 
-/// What the reader reported, in order: each event with the heads and first elements it left,
-/// then how the input ended (`Err` at the first error, with the bytes consumed before it).
-#[derive(Debug, PartialEq)]
-enum Seen {
-    Event(Event, Vec<u8>, Vec<u8>, Vec<Kept>),
-    Error(usize),
-}
+mod common;
+
+use common::{Seen, feed};
+
+/// An event with the heads and first elements the reader left after it.
+type Reported = (Event, Vec<u8>, Vec<u8>, Vec<Kept>);
 
 /// Feeds `input` in pieces of at most `piece` bytes.
-fn run(input: &[u8], piece: usize) -> Vec<Seen> {
+fn run(input: &[u8], piece: usize) -> Vec<Seen<Reported>> {
     let mut r = ReplyReader::new();
-    let mut out = Vec::new();
-    let mut consumed = 0usize;
-    for chunk in input.chunks(piece.max(1)) {
-        let mut data = chunk;
-        loop {
-            let (n, res) = r.push(data, 7);
-            consumed += n;
-            data = data.get(n..).unwrap_or(&[]);
-            match res {
-                Ok(Some(ev)) => out.push(Seen::Event(
+    feed(input, piece, |data| {
+        let (n, res) = r.push(data, 7);
+        let res = res.map(|ev| {
+            ev.map(|ev| {
+                (
                     ev,
                     r.head().to_vec(),
                     r.elem_head().to_vec(),
                     r.first_elements().to_vec(),
-                )),
-                Ok(None) if data.is_empty() => break,
-                Ok(None) if n > 0 => {}
-                Ok(None) | Err(_) => {
-                    out.push(Seen::Error(consumed));
-                    return out;
-                }
-            }
-        }
-    }
-    out
+                )
+            })
+        });
+        (n, res)
+    })
 }
 
 /// RESP reply pieces: valid scalars and aggregates, and near-miss variants.

@@ -5,42 +5,23 @@
 use proptest::prelude::*;
 use proto::redis::wire::{ReqEvent, RequestReader};
 
-/// What the reader reported, in order: events with the head of each argument, then how the
-/// input ended (`Err` at the first error, with the bytes consumed before it).
-#[derive(Debug, PartialEq)]
-enum Seen {
-    Event(ReqEvent, Vec<u8>),
-    Error(usize),
-}
+mod common;
+
+use common::{Seen, feed};
 
 fn keep(i: u64) -> usize {
     // Different kept lengths per argument, some shorter than the argument.
     [3usize, 0, 64, 1][(i % 4) as usize]
 }
 
-/// Feeds `input` in pieces of at most `piece` bytes.
-fn run(input: &[u8], piece: usize) -> Vec<Seen> {
+/// Feeds `input` in pieces of at most `piece` bytes; each event with the head of its
+/// argument.
+fn run(input: &[u8], piece: usize) -> Vec<Seen<(ReqEvent, Vec<u8>)>> {
     let mut r = RequestReader::new();
-    let mut out = Vec::new();
-    let mut consumed = 0usize;
-    for chunk in input.chunks(piece.max(1)) {
-        let mut data = chunk;
-        loop {
-            let (n, res) = r.push(data, 7, &keep);
-            consumed += n;
-            data = data.get(n..).unwrap_or(&[]);
-            match res {
-                Ok(Some(ev)) => out.push(Seen::Event(ev, r.arg_head().to_vec())),
-                Ok(None) if data.is_empty() => break,
-                Ok(None) if n > 0 => {}
-                Ok(None) | Err(_) => {
-                    out.push(Seen::Error(consumed));
-                    return out;
-                }
-            }
-        }
-    }
-    out
+    feed(input, piece, |data| {
+        let (n, res) = r.push(data, 7, &keep);
+        (n, res.map(|ev| ev.map(|ev| (ev, r.arg_head().to_vec()))))
+    })
 }
 
 /// RESP request pieces: valid commands and near-miss variants of their parts.

@@ -9,7 +9,7 @@
 //! conversation half (`conn::Conn`: the requests waiting for replies, each a `Unit` on the
 //! kit's `RequestCore`, and the open cursors of the connection) is in `session/conn.rs`.
 
-use super::message::BodyParser;
+use super::message::{BodyParser, Spare};
 use super::wire::{
     HEADER_LEN, Header, PROBE_LEN, Plausible, is_reply_opcode, is_request_opcode, plausible_start,
 };
@@ -61,6 +61,8 @@ struct Dir {
     framing: Framing,
     /// Messages framed in this direction so far.
     messages: u64,
+    /// The last body parser's reader and walker, for the next message.
+    spare: Spare,
 }
 
 impl Dir {
@@ -76,6 +78,7 @@ impl Dir {
                 Framing::lost(true)
             },
             messages: 0,
+            spare: Spare::default(),
         }
     }
 }
@@ -166,6 +169,7 @@ impl MongoSession {
             .iter()
             .map(|d| {
                 d.framing.probe.heap_bytes()
+                    + d.spare.buffered_bytes()
                     + d.msg
                         .as_ref()
                         .and_then(|m| m.parser.as_ref())
@@ -372,7 +376,12 @@ impl MongoSession {
         let len = u64::from(h.body_len());
         let (parser, unit) = if client {
             (
-                Some(BodyParser::request(h.opcode, len, self.shape_cap())),
+                Some(BodyParser::request_in(
+                    h.opcode,
+                    len,
+                    self.shape_cap(),
+                    &mut self.dirs[d].spare,
+                )),
                 None,
             )
         } else if !known {
@@ -382,7 +391,9 @@ impl MongoSession {
         } else {
             match self.conn.reply_target(&h, ts) {
                 Some((id, legacy_cmd)) => {
-                    (Some(BodyParser::reply(h.opcode, len, legacy_cmd)), Some(id))
+                    let spare = &mut self.dirs[d].spare;
+                    let p = BodyParser::reply_in(h.opcode, len, legacy_cmd, spare);
+                    (Some(p), Some(id))
                 }
                 None => {
                     if self.conn.orphans_before.is_none() {
@@ -410,8 +421,9 @@ impl MongoSession {
         let Some(mut m) = self.dirs[d].msg.take() else {
             return;
         };
+        let spare = &mut self.dirs[d].spare;
         let parsed = m.parser.take().map(|p| {
-            let (parsed, bad) = p.finish(!m.damaged);
+            let (parsed, bad) = p.finish_into(!m.damaged, spare);
             if bad && !m.damaged && !m.parse_failed {
                 sink.health().malformed += 1;
             }

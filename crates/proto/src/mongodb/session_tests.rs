@@ -1546,3 +1546,59 @@ fn start_tls_after_the_client_hello_reads_on_and_uncounts() {
     s.feed(*d, b, *ts, &mut VecSink::default());
     assert!(!s.start_tls());
 }
+
+#[test]
+fn messages_after_a_malformed_one_read_as_in_a_new_session() {
+    // The parsers reuse each direction's reader and walker: one left mid-document by
+    // malformed BSON (a request and a reply) must not change how the next messages read.
+    let mut bad = cmd(1, Doc::new().str("find", "a").str("$db", "d"));
+    bad[37] = 0x77;
+    let mut bad_reply = cursor_reply(2, 1, 5, "d.a", true, 3);
+    let n = bad_reply.len();
+    bad_reply[n - 20] = 0x77;
+    let good = vec![
+        (
+            C,
+            cmd(
+                3,
+                Doc::new()
+                    .str("find", "users")
+                    .doc("filter", Doc::new().doc("age", Doc::new().i32("$gt", 3)))
+                    .str("$db", "test"),
+            ),
+        ),
+        (S, cursor_reply(4, 3, 99, "test.users", true, 2)),
+        (
+            C,
+            cmd(
+                5,
+                Doc::new()
+                    .i64("getMore", 99)
+                    .str("collection", "users")
+                    .str("$db", "test"),
+            ),
+        ),
+        (S, cursor_reply(6, 5, 0, "test.users", false, 1)),
+    ];
+    let mut damaged = vec![(C, bad), (S, bad_reply)];
+    damaged.extend(good.iter().cloned());
+    let seen = |e: &QueryEvent| {
+        (
+            text(e).to_string(),
+            e.command,
+            e.rows_sent,
+            e.outcome,
+            e.bytes_in,
+            e.bytes_out,
+        )
+    };
+    let sink = run(&conv(damaged));
+    assert_eq!(
+        sink.health.malformed, 2,
+        "both damaged messages failed to parse"
+    );
+    let after: Vec<_> = sink.events.iter().skip(1).map(seen).collect();
+    let fresh: Vec<_> = run(&conv(good)).events.iter().map(seen).collect();
+    assert_eq!(fresh.len(), 2);
+    assert_eq!(after, fresh);
+}

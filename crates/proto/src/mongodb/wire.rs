@@ -411,6 +411,13 @@ impl FieldReader {
         f64::from_bits(self.i64() as u64)
     }
 
+    /// Takes over the read `other` started (none of its bytes read yet), keeping this
+    /// reader's buffer.
+    pub fn resume_from(&mut self, other: &FieldReader) {
+        self.start(other.want);
+        self.extra = other.extra;
+    }
+
     pub fn reset(&mut self) {
         self.want = Want::Idle;
         self.buf.clear();

@@ -123,6 +123,48 @@ pub struct Builder {
     last_name: Vec<u8>,
     last_info: Option<&'static CommandInfo>,
     last_kind: Kind,
+    /// The command is one [`Builder::special`] looks at (see [`SPECIAL_NAMES`]), and the same
+    /// for the last name looked up.
+    special_name: bool,
+    last_special: bool,
+    /// What the last text without a subcommand was built from (its key in `memo_key`): a
+    /// command with the same name and key takes that text without building it again.
+    memo: Option<Memo>,
+    memo_key: Vec<u8>,
+}
+
+/// The command names [`Builder::special`] gives something other than [`Special::None`].
+const SPECIAL_NAMES: &[&str] = &[
+    "multi",
+    "exec",
+    "discard",
+    "reset",
+    "monitor",
+    "sync",
+    "psync",
+    "hello",
+    "auth",
+    "select",
+    "client",
+    "subscribe",
+    "psubscribe",
+    "ssubscribe",
+    "unsubscribe",
+    "punsubscribe",
+    "sunsubscribe",
+];
+
+/// The inputs of the last text built for a command without a subcommand, and the result.
+#[derive(Debug)]
+struct Memo {
+    info: &'static CommandInfo,
+    /// The key was in the text (set and not empty), and cut.
+    keyed: bool,
+    key_truncated: bool,
+    max_text: usize,
+    truncated: bool,
+    /// Always the same allocation as `Builder::last_text`.
+    text: Arc<str>,
 }
 
 /// The commands [`Builder`] treats apart, from the table entry.
@@ -163,6 +205,7 @@ impl Builder {
             + self.text.capacity()
             + self.last_name.capacity()
             + self.last_text.as_ref().map_or(0, |t| t.len())
+            + self.memo_key.capacity()
     }
 
     /// A command with `argc` arguments begins.
@@ -170,6 +213,7 @@ impl Builder {
         self.argc = argc;
         self.info = None;
         self.kind = Kind::Other;
+        self.special_name = false;
         self.name.clear();
         self.name_complete = false;
         self.has_sub = false;
@@ -245,12 +289,13 @@ impl Builder {
                 self.last_name.extend_from_slice(head);
                 self.last_info = info;
                 self.last_kind = Kind::of(info);
+                self.last_special = info.is_some_and(|c| SPECIAL_NAMES.contains(&c.name));
                 info
             };
-            self.kind = if self.info.is_some() {
-                self.last_kind
+            (self.kind, self.special_name) = if self.info.is_some() {
+                (self.last_kind, self.last_special)
             } else {
-                Kind::Other
+                (Kind::Other, false)
             };
             self.rule = match self.info {
                 Some(c) if !c.container => c.key,
@@ -335,7 +380,7 @@ impl Builder {
     }
 
     fn special(&self) -> Special {
-        let Some(info) = self.info else {
+        let Some(info) = self.info.filter(|_| self.special_name) else {
             return Special::None;
         };
         let channels = self.argc.saturating_sub(1);
@@ -407,6 +452,9 @@ impl Builder {
 
     /// The command is complete. `max_text` caps the text.
     pub fn finish(&mut self, max_text: usize) -> Request {
+        if let Some(r) = self.repeat(max_text) {
+            return r;
+        }
         let mut text = std::mem::take(&mut self.text);
         text.clear();
         let mut truncated = false;
@@ -452,6 +500,7 @@ impl Builder {
         if text.capacity() <= 4 * KEY_KEEP {
             self.text = text;
         }
+        self.remember(max_text, truncated, &shared);
         Request {
             command: self.info.map_or("unknown", |c| c.name),
             text: shared,
@@ -459,6 +508,55 @@ impl Builder {
             special: self.special(),
             argc: self.argc,
         }
+    }
+}
+
+impl Builder {
+    /// Whether the key goes into the text.
+    fn keyed(&self) -> bool {
+        self.has_key && !self.key.is_empty()
+    }
+
+    /// The request when the command repeats the last one built without a subcommand (same
+    /// table entry, same key, same cap): its text is taken as it is, not built again.
+    fn repeat(&self, max_text: usize) -> Option<Request> {
+        let m = self.memo.as_ref()?;
+        let info = self.info?;
+        let keyed = self.keyed();
+        let same = !self.has_sub
+            && std::ptr::eq(info, m.info)
+            && m.max_text == max_text
+            && m.keyed == keyed
+            && (!keyed || (self.key_truncated == m.key_truncated && self.key == self.memo_key));
+        same.then(|| Request {
+            command: info.name,
+            text: Arc::clone(&m.text),
+            text_truncated: m.truncated,
+            special: self.special(),
+            argc: self.argc,
+        })
+    }
+
+    /// Remembers what the text just built (`text`, now `last_text`) was built from, for
+    /// [`Self::repeat`]; only commands of the table without a subcommand are remembered.
+    fn remember(&mut self, max_text: usize, truncated: bool, text: &Arc<str>) {
+        let Some(info) = self.info.filter(|_| !self.has_sub) else {
+            self.memo = None;
+            return;
+        };
+        let keyed = self.keyed();
+        self.memo_key.clear();
+        if keyed {
+            self.memo_key.extend_from_slice(&self.key);
+        }
+        self.memo = Some(Memo {
+            info,
+            keyed,
+            key_truncated: self.key_truncated,
+            max_text,
+            truncated,
+            text: Arc::clone(text),
+        });
     }
 }
 
@@ -763,5 +861,87 @@ mod tests {
         let e = db_error(b"NOAUTH");
         assert_eq!(e.state.as_deref(), Some("NOAUTH"));
         assert_eq!(&*e.message, "");
+    }
+
+    #[test]
+    fn only_the_special_names_are_special() {
+        // The slow match of `special` gives nothing for any other table entry, whatever
+        // the arguments (`special_name` forced, as if the entry were listed).
+        for c in super::super::commands::COMMANDS {
+            if SPECIAL_NAMES.contains(&c.name) {
+                continue;
+            }
+            for argc in 1..5 {
+                let mut b = Builder::new();
+                b.begin(argc);
+                b.info = Some(c);
+                b.special_name = true;
+                b.has_sub = true;
+                b.sub = b"reply".to_vec();
+                b.arg1 = b"3".to_vec();
+                b.arg2 = b"off".to_vec();
+                assert_eq!(b.special(), Special::None, "{}", c.name);
+            }
+        }
+        for n in SPECIAL_NAMES {
+            assert!(lookup(n.as_bytes()).is_some(), "{n}");
+        }
+    }
+
+    fn args_strategy() -> impl proptest::strategy::Strategy<Value = Vec<Vec<u8>>> {
+        use proptest::prelude::*;
+        let name = prop::sample::select(vec![
+            &b"GET"[..],
+            b"get",
+            b"SET",
+            b"client",
+            b"CONFIG",
+            b"select",
+            b"auth",
+            b"hello",
+            b"subscribe",
+            b"nosuch",
+            b"OBJECT",
+        ]);
+        let arg = prop::sample::select(vec![
+            &b"k1"[..],
+            b"K1",
+            b"reply",
+            b"off",
+            b"ENCODING",
+            b"",
+            b"3",
+            b"\xff\xfe",
+            b"a-very-long-key-a-very-long-key",
+        ]);
+        (name, prop::collection::vec(arg, 0..4)).prop_map(|(n, a)| {
+            let mut v = vec![n.to_vec()];
+            v.extend(a.into_iter().map(<[u8]>::to_vec));
+            v
+        })
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn a_builder_reused_builds_what_a_new_one_builds(
+            cmds in proptest::collection::vec(args_strategy(), 1..12),
+            max_text in proptest::sample::select(vec![4usize, 9, 1 << 20]),
+        ) {
+            let mut shared = Builder::new();
+            for args in &cmds {
+                let mut fresh = Builder::new();
+                let mut got = Vec::new();
+                for b in [&mut shared, &mut fresh] {
+                    b.begin(args.len() as u64);
+                    for (i, a) in (0u64..).zip(args) {
+                        let k = b.keep(i).min(a.len());
+                        b.arg(i, &a[..k], a.len() as u64);
+                    }
+                    let r = b.finish(max_text);
+                    got.push((r.command, r.text.to_string(), r.text_truncated, r.special, r.argc));
+                }
+                proptest::prop_assert_eq!(&got[0], &got[1]);
+            }
+        }
     }
 }

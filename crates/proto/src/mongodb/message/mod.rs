@@ -167,6 +167,21 @@ pub struct BodyParser {
     out: Parsed,
 }
 
+/// The field reader and the BSON walker of a direction's last body parser, kept with their
+/// buffers for its next one (which starts them afresh): a message then allocates none of them.
+#[derive(Debug, Default)]
+pub struct Spare {
+    r: FieldReader,
+    w: Walker,
+}
+
+impl Spare {
+    /// Heap bytes held.
+    pub fn buffered_bytes(&self) -> usize {
+        self.r.buffered_bytes() + self.w.buffered_bytes()
+    }
+}
+
 fn invalid(what: &'static str, why: &'static str) -> WireError {
     WireError::Invalid { what, why }
 }
@@ -187,6 +202,36 @@ impl BodyParser {
         };
         let out = Parsed::Request(Box::new(Request::new(kind, shape_cap)));
         Self::new(opcode, len, out, false, shape_cap)
+    }
+
+    /// [`Self::request`], with the reader and walker taken from `spare`.
+    pub fn request_in(opcode: i32, len: u64, shape_cap: usize, spare: &mut Spare) -> Self {
+        let mut p = Self::request(opcode, len, shape_cap);
+        p.reuse(spare);
+        p
+    }
+
+    /// [`Self::reply`], with the reader and walker taken from `spare`.
+    pub fn reply_in(opcode: i32, len: u64, legacy_command: bool, spare: &mut Spare) -> Self {
+        let mut p = Self::reply(opcode, len, legacy_command);
+        p.reuse(spare);
+        p
+    }
+
+    /// Takes the spare reader and walker (before any byte was pushed): the reader resumes
+    /// the read the new parser started, the walker is started afresh by its first document.
+    fn reuse(&mut self, spare: &mut Spare) {
+        let want = std::mem::take(&mut self.r);
+        self.r = std::mem::take(&mut spare.r);
+        self.r.resume_from(&want);
+        self.w = std::mem::take(&mut spare.w);
+    }
+
+    /// [`Self::finish`], giving the reader and walker back to `spare` for the next message.
+    pub fn finish_into(mut self, complete: bool, spare: &mut Spare) -> (Parsed, bool) {
+        spare.r = std::mem::take(&mut self.r);
+        spare.w = std::mem::take(&mut self.w);
+        self.finish(complete)
     }
 
     /// A parser for a reply body of `len` bytes. `legacy_command`: an OP_REPLY's first

@@ -119,6 +119,12 @@ pub(super) struct Conn {
     /// Open cursors: id and the getMore text of the command that opened it.
     pub(super) cursors: VecDeque<(i64, Arc<str>)>,
     last_db: Option<Arc<str>>,
+    /// Texts built last (request text, cursor text) and the buffer they are built in: a
+    /// request repeating the last shape shares its text instead of a new allocation.
+    last_text: Option<Arc<str>>,
+    last_cursor_text: Option<Arc<str>>,
+    buf: String,
+    text_buf: String,
     /// Requests were lost (pickup, client gap, overflow) before the unit with this id: replies
     /// to nothing are theirs, until a reply to this unit or a later one comes.
     pub(super) orphans_before: Option<u64>,
@@ -127,12 +133,51 @@ pub(super) struct Conn {
 /// Writes a database or collection name into text: bytes that would confuse the text's
 /// format (space and control characters, `%`) are percent-escaped.
 fn push_name(out: &mut String, name: &[u8]) {
+    if name.iter().all(|&b| b > b' ' && b < 0x7f && b != b'%')
+        && let Ok(plain) = std::str::from_utf8(name)
+    {
+        // The usual name: printable ASCII, nothing to escape.
+        out.push_str(plain);
+        return;
+    }
     let s = String::from_utf8_lossy(name);
     for c in s.chars() {
         if c <= ' ' || c == '%' || c == '\u{7f}' {
             let _ = write!(out, "%{:02X}", c as u32);
         } else {
             out.push(c);
+        }
+    }
+}
+
+/// Appends what follows the command name in a request's text: `<db>[.<collection>]` and the
+/// shape in braces, if any.
+fn push_rest(out: &mut String, req: &Request) {
+    match &req.db {
+        Some(db) => push_name(out, db),
+        None => out.push('?'),
+    }
+    if let Some(c) = &req.collection {
+        out.push('.');
+        push_name(out, c);
+    }
+    let shape = req.shape.members();
+    if !shape.is_empty() {
+        out.push_str(" {");
+        out.push_str(shape);
+        out.push('}');
+    }
+}
+
+/// `text` as an `Arc`: the one in `last` when it holds the same text, else a new one (then
+/// kept in `last`).
+fn share(last: &mut Option<Arc<str>>, text: &str) -> Arc<str> {
+    match last {
+        Some(t) if **t == *text => Arc::clone(t),
+        _ => {
+            let t: Arc<str> = Arc::from(text);
+            *last = Some(Arc::clone(&t));
+            t
         }
     }
 }
@@ -160,6 +205,10 @@ impl Conn {
             next_id: 0,
             cursors: VecDeque::new(),
             last_db: None,
+            last_text: None,
+            last_cursor_text: None,
+            buf: String::new(),
+            text_buf: String::new(),
         }
     }
 
@@ -176,7 +225,11 @@ impl Conn {
             })
             .sum();
         let cursors: usize = self.cursors.iter().map(|c| c.1.len() + 32).sum();
-        units + cursors
+        let texts = self.buf.capacity()
+            + self.text_buf.capacity()
+            + self.last_text.as_ref().map_or(0, |t| t.len())
+            + self.last_cursor_text.as_ref().map_or(0, |t| t.len());
+        units + cursors + texts
     }
 
     /// Requests were lost here: their replies may come.
@@ -237,22 +290,14 @@ impl Conn {
         wire: u64,
     ) -> Unit {
         let database = self.database(req.db.as_deref());
-        let mut ns = String::new();
-        match &req.db {
-            Some(db) => push_name(&mut ns, db),
-            None => ns.push('?'),
-        }
-        if let Some(c) = &req.collection {
-            ns.push('.');
-            push_name(&mut ns, c);
-        }
-        let shape = req.shape.members();
-        let mut rest = ns;
-        if !shape.is_empty() {
-            rest.push_str(" {");
-            rest.push_str(shape);
-            rest.push('}');
-        }
+        // The text is `<name> <rest>` and the cursor's `getMore <rest>`, built in one buffer:
+        // `getMore ` first, then `<rest>`.
+        const GETMORE: &str = "getMore ";
+        let mut buf = std::mem::take(&mut self.buf);
+        buf.clear();
+        buf.push_str(GETMORE);
+        push_rest(&mut buf, req);
+        let rest = buf.get(GETMORE.len()..).unwrap_or("");
         let mut truncated = req.shape.truncated();
         let getmore = req.is("getmore") || matches!(req.kind, ReqKind::Legacy(op::GET_MORE));
         let mut text = None;
@@ -271,9 +316,17 @@ impl Conn {
         let text = match text {
             Some(t) => t,
             None => {
-                let mut s = format!("{} {}", req.text_name(), rest);
-                truncated |= cut(&mut s, max);
-                Arc::from(s)
+                let s = &mut self.text_buf;
+                s.clear();
+                s.push_str(req.text_name());
+                s.push(' ');
+                s.push_str(rest);
+                truncated |= cut(s, max);
+                let t = share(&mut self.last_text, s);
+                if s.capacity() > 4096 {
+                    *s = String::new();
+                }
+                t
             }
         };
         let opens_cursor = req.is("find")
@@ -282,10 +335,13 @@ impl Conn {
             || req.is("listindexes")
             || matches!(req.kind, ReqKind::Legacy(op::QUERY));
         let cursor_text = opens_cursor.then(|| {
-            let mut s = format!("getMore {rest}");
-            cut(&mut s, max);
-            Arc::from(s)
+            cut(&mut buf, max);
+            share(&mut self.last_cursor_text, &buf)
         });
+        // The buffer is kept for the next request unless one huge text grew it.
+        if buf.capacity() <= 4096 {
+            self.buf = buf;
+        }
         let rows = match req.command_name() {
             "insert" | "delete" => Rows::N,
             "update" => Rows::Modified,

@@ -322,19 +322,9 @@ impl RequestReader {
         if rest.first() != Some(&b'$') || !self.line.is_empty() {
             return None;
         }
-        let digits = rest
-            .get(1..)?
-            .iter()
-            .take(MAX_NUMBER_LINE + 1)
-            .take_while(|b| matches!(b, b'0'..=b'9' | b'-' | b'+'))
-            .count();
-        if digits > MAX_NUMBER_LINE || rest.get(1 + digits..3 + digits)? != b"\r\n" {
-            return None;
-        }
-        let len = u64::try_from(parse_i64(rest.get(1..1 + digits)?)?)
-            .ok()
-            .filter(|&l| l <= MAX_BULK)?;
-        let body = 3 + digits;
+        let (len, used) = command::number(rest.get(1..)?)?;
+        let len = u64::try_from(len).ok().filter(|&l| l <= MAX_BULK)?;
+        let body = 1 + used;
         let end = usize::try_from(len).ok()?.checked_add(body)?;
         if rest.get(end..end.checked_add(2)?)? != b"\r\n" {
             return None;
@@ -366,19 +356,12 @@ impl RequestReader {
         if !self.line.is_empty() {
             return None;
         }
-        let digits = rest
-            .iter()
-            .take(MAX_NUMBER_LINE + 1)
-            .take_while(|b| matches!(b, b'0'..=b'9' | b'-' | b'+'))
-            .count();
-        if digits > MAX_NUMBER_LINE || rest.get(digits..digits + 2)? != b"\r\n" {
-            return None;
-        }
-        let argc = u64::try_from(parse_i64(rest.get(..digits)?)?)
+        let (argc, used) = command::number(rest)?;
+        let argc = u64::try_from(argc)
             .ok()
             .filter(|&n| (1..=MAX_ARGS).contains(&n))?;
-        *pos += digits + 2;
-        self.wire += (digits + 2) as u64;
+        *pos += used;
+        self.wire += used as u64;
         self.argc = argc;
         self.index = 0;
         self.st = RSt::ArgHeader {

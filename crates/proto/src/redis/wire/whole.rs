@@ -34,7 +34,11 @@ impl ReplyReader {
             .take(limit + 1)
             .position(|&c| c == b'\r' || c == b'\n')?;
         let line = body.get(..end)?;
-        if body.get(end..end + 2)? != b"\r\n" || !line.iter().all(|&c| ty.line_byte_ok(c)) {
+        // Simple strings and errors take any byte but CR and LF (none before `end`).
+        let any_byte = matches!(ty, Type::SimpleString | Type::Error);
+        if body.get(end..end + 2)? != b"\r\n"
+            || !(any_byte || line.iter().all(|&c| ty.line_byte_ok(c)))
+        {
             return None;
         }
         let line_wire = 1 + end + 2;

@@ -36,7 +36,7 @@ impl WholeCommand {
 /// A number line at the start of `rest` (`<digits>\r\n`, as the ordinary path accepts it):
 /// its value and the bytes it takes, CRLF included.
 #[inline]
-fn number(rest: &[u8]) -> Option<(i64, usize)> {
+pub(super) fn number(rest: &[u8]) -> Option<(i64, usize)> {
     // The usual line, plain digits (at most 18: no overflow) then CRLF, in one pass.
     let mut v: i64 = 0;
     for (i, &b) in rest.iter().take(19).enumerate() {
