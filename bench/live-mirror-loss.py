@@ -13,7 +13,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "integration"))
@@ -48,23 +47,9 @@ def main() -> int:
         harness.sysbench_prepare(A, ROWS)
         harness.sysbench_prepare(B, ROWS)
         for i in range(runs):
-            before_a, before_b = a.status(), b.status()
-            m = rph.Mirror(A, B, "--user", harness.USER, "--password", harness.PASSWORD)
-            try:
-                t0 = os.times()
-                run = sysbench(A, secs, threads)
-                want = harness.delta(before_a, a.status(threads=before_a["Threads_connected"]))
-                deadline = time.monotonic() + 20
-                while True:
-                    got = harness.delta(before_b, b.status())
-                    if all(got[k] == want[k] for k in COUNTERS) or time.monotonic() > deadline:
-                        break
-                    time.sleep(0.3)
-                rep = m.report()
-            finally:
-                m.stop()
+            want, got, rep, err, run = rph.mysql_mirrored(
+                a, b, lambda: sysbench(A, secs, threads), keys=COUNTERS, timeout=20)
             f = rep["fidelity"]
-            err = "".join(m.err)
             drops = re.findall(r"kernel dropped (\d+)", err)
             gaps = re.findall(r"missed (\d+) byte", err)
             short = {k[4:]: (want[k], got[k]) for k in COUNTERS}

@@ -94,3 +94,25 @@ class Mirror:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
+
+
+def mysql_mirrored(a, b, work, *args: str, keys, timeout: float = 30):
+    """Runs `work()` on MariaDB A (a harness.Server) under `dbtap replay --live` onto B, with the
+    test user's credentials and `args`; returns A's and B's SHOW GLOBAL STATUS deltas (B's once
+    they equal A's on `keys`, or after `timeout` s), the report, the mirror's stderr and what
+    `work` returned."""
+    before_a, before_b = a.status(), b.status()
+    m = Mirror(a.port, b.port, "--user", harness.USER, "--password", harness.PASSWORD, *args)
+    try:
+        out = work()
+        want = harness.delta(before_a, a.status(threads=before_a["Threads_connected"]))
+        deadline = time.monotonic() + timeout
+        while True:
+            got = harness.delta(before_b, b.status())
+            if all(got[k] == want[k] for k in keys) or time.monotonic() > deadline:
+                break
+            time.sleep(0.3)
+        rep = m.report()
+    finally:
+        m.stop()
+    return want, got, rep, "".join(m.err), out

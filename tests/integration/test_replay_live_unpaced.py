@@ -23,7 +23,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -71,21 +70,8 @@ def servers():
 def mirrored(a, b, work, *args: str, keys=COUNTERS) -> tuple[dict, dict, dict, str]:
     """Runs `work` on A under a mirror onto B; returns A's and B's deltas (B's once they equal
     A's on `keys`, or after 30 s), the report and the mirror's stderr."""
-    before_a, before_b = a.status(), b.status()
-    m = rph.Mirror(MY_A, MY_B, "--user", harness.USER, "--password", harness.PASSWORD, *args)
-    try:
-        work()
-        want = harness.delta(before_a, a.status(threads=before_a["Threads_connected"]))
-        deadline = time.monotonic() + 30
-        while True:
-            got = harness.delta(before_b, b.status())
-            if all(got[k] == want[k] for k in keys) or time.monotonic() > deadline:
-                break
-            time.sleep(0.3)
-        rep = m.report()
-    finally:
-        m.stop()
-    return want, got, rep, "".join(m.err)
+    want, got, rep, err, _ = rph.mysql_mirrored(a, b, work, *args, keys=keys)
+    return want, got, rep, err
 
 
 @pytest.mark.parametrize("run", [0, 1])

@@ -17,7 +17,6 @@ import json
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -84,24 +83,12 @@ def test_live_mirror_of_paced_sysbench(servers):
     Unpaced: test_replay_live_unpaced.py."""
     need_capture()
     a, b = servers
-    before_a, before_b = a.status(), b.status()
-    m = rph.Mirror(MY_A, MY_B, "--user", harness.USER, "--password", harness.PASSWORD)
-    try:
-        run = sysbench(MY_A, 4, rate=300)
-        want = harness.delta(before_a, a.status(threads=before_a["Threads_connected"]))
-        deadline = time.monotonic() + 30
-        while True:
-            got = harness.delta(before_b, b.status())
-            if all(got[k] == want[k] for k in COUNTERS) or time.monotonic() > deadline:
-                break
-            time.sleep(0.3)
-        rep = m.report()
-    finally:
-        m.stop()
+    want, got, rep, err, run = rph.mysql_mirrored(a, b, lambda: sysbench(MY_A, 4, rate=300),
+                                                  keys=COUNTERS)
     # The rate sysbench reached, for the record (-s shows it).
     print(f"sysbench {run['qps']:.0f} queries/s, {want['Com_stmt_execute']} executes")
     assert want["Com_stmt_execute"] > 2000, want["Com_stmt_execute"]
-    assert {k: got[k] for k in COUNTERS} == {k: want[k] for k in COUNTERS}, (rep["fidelity"], rep.get("capture"), "".join(m.err)[-1500:])
+    assert {k: got[k] for k in COUNTERS} == {k: want[k] for k in COUNTERS}, (rep["fidelity"], rep.get("capture"), err[-1500:])
     f = rep["fidelity"]
     assert f["skipped_requests"] == {}, f
     assert f["requests_sent"] == f["requests_captured"], f
