@@ -173,6 +173,14 @@ pub(super) fn run(args: &ReplayArgs, target: &Target, opts: &replay::Options) ->
     }
     crate::warn(&health);
     let (sink, mut fid) = side.live.finish();
+    warn_missed(args, &fid, &stats, cut);
+    fid.filters = filters;
+    super::report(args, &side.agg, &health, &sink.agg, fid)
+}
+
+/// One warning line for each way the mirror missed requests: bytes the capture never saw, and
+/// requests dropped because the sessions fell behind by more than `--read-ahead`.
+fn warn_missed(args: &ReplayArgs, fid: &replay::Fidelity, stats: &live::RingStats, cut: u64) {
     if let Some(b) = fid.skipped_bytes.get("capture_gap") {
         // Seen without kernel drops on a loaded machine: said whatever the ring's count.
         eprintln!(
@@ -188,8 +196,6 @@ pub(super) fn run(args: &ReplayArgs, target: &Target, opts: &replay::Options) ->
             args.read_ahead
         );
     }
-    fid.filters = filters;
-    super::report(args, &side.agg, &health, &sink.agg, fid)
 }
 
 /// The capture side of the mirror onto `target`, with its filters.
