@@ -209,30 +209,6 @@ impl<K: Hash + Eq + Clone + Ord> TopCounter<K> {
     }
 }
 
-impl TopCounter<Option<Arc<str>>> {
-    /// [`record`](TopCounter::record) of a shared text (database, user): the very allocation
-    /// counted last is a repeat without comparing its bytes (sessions hand out one `Arc` per
-    /// connection for these).
-    #[inline(always)]
-    pub fn record_shared(&mut self, k: &Option<Arc<str>>) {
-        if let Some((last, slot)) = &self.last {
-            let same = match (last, k) {
-                (Some(a), Some(b)) => Arc::ptr_eq(a, b),
-                (None, None) => true,
-                _ => false,
-            };
-            if same {
-                match slot.and_then(|i| self.counts.get_mut(i)) {
-                    Some(c) => *c += 1,
-                    None => self.other += 1,
-                }
-                return;
-            }
-        }
-        self.record(k);
-    }
-}
-
 /// Distinct error (code, state) pairs kept per group; later new pairs are counted in `other`.
 pub const ERROR_CAP: usize = 32;
 
@@ -474,8 +450,8 @@ impl Stats {
                 .map_or(ev.start_ns, |f| f.min(ev.start_ns)),
         );
         self.last_seen_ns = Some(self.last_seen_ns.map_or(end, |l| l.max(end)));
-        self.databases.record_shared(&ev.database);
-        self.users.record_shared(&ev.user);
+        self.databases.record(&ev.database);
+        self.users.record(&ev.user);
         self.clients.record(&Host::of(&ev.client));
         if keep_example {
             match &self.example {

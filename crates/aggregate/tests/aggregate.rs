@@ -432,27 +432,3 @@ fn service_time_is_kept_beside_response_time() {
     let ex = s.example.as_ref().map(|e| (e.latency_ns, e.service_ns));
     assert_eq!(ex, Some((Some(29_000), Some(15_000))));
 }
-
-proptest! {
-    /// Counting shared texts by allocation first gives the counts of comparing them by value:
-    /// equal texts in different allocations, the same allocation, and `None`.
-    #[test]
-    fn record_shared_counts_like_record(picks in proptest::collection::vec(0usize..5, 0..80)) {
-        let a1: Arc<str> = Arc::from("db1");
-        let pool: Vec<Option<Arc<str>>> = vec![
-            Some(a1.clone()),
-            Some(Arc::from("db1")),
-            Some(Arc::from("db2")),
-            None,
-            Some(a1),
-        ];
-        let mut by_value = aggregate::stats::TopCounter::default();
-        let mut shared = aggregate::stats::TopCounter::default();
-        for &i in &picks {
-            by_value.record(&pool[i]);
-            shared.record_shared(&pool[i]);
-        }
-        prop_assert!(by_value == shared);
-        prop_assert_eq!(by_value.sorted(), shared.sorted());
-    }
-}
