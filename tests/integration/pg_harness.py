@@ -258,6 +258,18 @@ class PgServer:
             e["rows"] += int(nrows)
         return out
 
+    def calls(self) -> dict[str, int]:
+        """Calls per statement as pg_stat_statements identifies them, to compare two servers'
+        runs of one workload: {query text in lower case: calls}. pg_stat_statements keeps the
+        text of whichever statement of an entry ran first, so pgbench's `select count(*) from
+        pgbench_branches` and a client's `SELECT count(*) FROM pgbench_branches` (one entry) show
+        under either text, depending on which session ran first; a replay's sessions do not wait
+        for each other, so the order can differ from the capture's."""
+        out: dict[str, int] = {}
+        for q, e in self.pgss().items():
+            out[q.lower()] = out.get(q.lower(), 0) + e["calls"]
+        return out
+
     def pgss_exec_ms(self) -> dict[str, float]:
         """pg_stat_statements' total_exec_time (ms) of the workload database's top-level
         statements, by query text (summed as in `pgss`)."""

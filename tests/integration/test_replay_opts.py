@@ -355,7 +355,7 @@ def pg_capture(pgs):
     finally:
         stats = cap.stop()
     ph.check_dropped(stats)
-    return cap.out, {q: e["calls"] for q, e in a.pgss().items()}
+    return cap.out, a.calls()
 
 
 def is_pg_write(q: str) -> bool:
@@ -369,7 +369,7 @@ def test_postgres_read_only_leaves_writes_at_zero(pgs, pg_capture):
     b.pgss_reset()
     rep = run_replay(pcap, PG_A, PG_B, "--read-only", "--max")
     b.wait_idle()
-    got = {q: e["calls"] for q, e in b.pgss().items()}
+    got = b.calls()
     assert [q for q in got if is_pg_write(q)] == [], got
     assert got == {q: n for q, n in want.items() if not is_pg_write(q)}
     f = rep["fidelity"]
@@ -702,7 +702,7 @@ def test_tls_postgres(pgs, pg_capture, tls_targets):
     p.pgss_reset()
     rep = run_replay(pcap, PG_A, PG_TLS, "--max", "--target-tls", "--target-ca", str(ca))
     p.wait_idle()
-    assert {q: e["calls"] for q, e in p.pgss().items()} == want
+    assert p.calls() == want
     assert rep["fidelity"]["skipped_requests"] == {}, rep["fidelity"]
     # Without --target-tls the target refuses the replay (hostssl only).
     rep = run_replay(pcap, PG_A, PG_TLS, "--max", sent_none=True)
