@@ -1,10 +1,14 @@
 //! Which worker of the parallel digest takes a frame: a connection's 4-tuple goes to the worker
-//! that had been given the fewest connections when the tuple was first seen (on a tie, the
-//! fewest bytes), and stays there as long as any worker's engine may still hold state for it, so
-//! every worker sees whole connections and the merge stays exact whatever the assignment.
+//! with the fewest open connections when the tuple is first seen (on a tie, the fewest bytes so
+//! far), and stays there as long as any worker's engine may still hold state for it, so every
+//! worker sees whole connections and the merge stays exact whatever the assignment.
 //! Connections first, because bytes so far predict badly: clients that open many connections at
 //! once (redis-benchmark's 50) would all go to the worker that the first one's early bytes had
 //! not loaded yet (measured: 63 % against 25 % of the CPU, where a hash gave 46 % against 40 %).
+//! Open ones (a FIN or RST closes a connection for this count, a SYN opens it again), because
+//! clients often open a short connection first: pgbench's check before its 4 clients made
+//! connections given so far put 3 of the 4 busy ones on one worker (27 % against 73 % of the
+//! workers' CPU on pgbench × 24).
 //!
 //! Exactness rests on one rule: a tuple's route is forgotten only when no engine can still hold
 //! its flow. An engine forgets a flow at the latest `2 × idle timeout` (plus one expiry tick)
@@ -20,7 +24,7 @@
 use std::collections::HashMap;
 use std::hash::BuildHasher;
 
-use wire::Decoded;
+use wire::{Decoded, TcpSegment};
 
 /// Routes remembered at most (about 40 bytes each with the map's overhead: 10 MiB).
 const MAX_ROUTES: usize = 1 << 18;
@@ -33,6 +37,8 @@ const TICK_SLACK_NS: u64 = 3_000_000_000;
 #[derive(Clone, Copy)]
 struct Route {
     worker: u32,
+    /// Counted in its worker's open connections: no FIN or RST seen since it opened.
+    open: bool,
     last_ts: u64,
 }
 
@@ -42,7 +48,8 @@ pub(super) struct Router {
     routes: HashMap<u64, Route, foldhash::fast::FixedState>,
     /// Bytes (plus [`FRAME_COST`] per frame) given to each worker so far.
     load: Vec<u64>,
-    /// Connections (tuples remembered) given to each worker so far.
+    /// Open connections given to each worker: tuples remembered, less those closed (a FIN or
+    /// RST seen, until a SYN opens the tuple again).
     conns: Vec<u64>,
     /// A route idle this long (packet time) may be forgotten.
     keep_ns: u64,
@@ -80,7 +87,7 @@ impl Router {
                 let a = (t.src, t.sport);
                 let b = (t.dst, t.dport);
                 let h = self.hasher.hash_one(if a < b { (a, b) } else { (b, a) });
-                self.tcp(h, ts)
+                self.tcp(h, ts, t.flags)
             }
             Decoded::Fragment(_) => return None,
             _ => 0,
@@ -95,10 +102,24 @@ impl Router {
         Some(w)
     }
 
-    /// The worker of the tuple hashed to `h`, seen at `ts` (before `self.newest` counts it).
-    fn tcp(&mut self, h: u64, ts: u64) -> u32 {
+    /// The worker of the tuple hashed to `h`, seen at `ts` (before `self.newest` counts it) in a
+    /// segment with TCP `flags`.
+    fn tcp(&mut self, h: u64, ts: u64, flags: u8) -> u32 {
+        let closing = flags & (TcpSegment::FIN | TcpSegment::RST) != 0;
         if let Some(r) = self.routes.get_mut(&h) {
             r.last_ts = r.last_ts.max(ts);
+            // Open connections count toward balance only: a route stays whatever its state.
+            let open = if closing {
+                false
+            } else {
+                r.open || flags & TcpSegment::SYN != 0
+            };
+            if let Some(c) = self.conns.get_mut(r.worker as usize)
+                && open != r.open
+            {
+                *c = if open { *c + 1 } else { c.saturating_sub(1) };
+                r.open = open;
+            }
             return r.worker;
         }
         let n = self.load.len() as u64;
@@ -110,13 +131,16 @@ impl Router {
             return (h % n) as u32;
         }
         let worker = self.least_loaded();
-        if let Some(c) = self.conns.get_mut(worker as usize) {
+        if let Some(c) = self.conns.get_mut(worker as usize)
+            && !closing
+        {
             *c += 1;
         }
         self.routes.insert(
             h,
             Route {
                 worker,
+                open: !closing,
                 last_ts: ts,
             },
         );
@@ -130,12 +154,22 @@ impl Router {
             return false;
         }
         let (newest, keep) = (self.newest, self.keep_ns);
-        self.routes
-            .retain(|_, r| newest.saturating_sub(r.last_ts) <= keep);
+        let conns = &mut self.conns;
+        self.routes.retain(|_, r| {
+            let keep = newest.saturating_sub(r.last_ts) <= keep;
+            if let Some(c) = conns.get_mut(r.worker as usize)
+                && !keep
+                && r.open
+            {
+                *c = c.saturating_sub(1);
+            }
+            keep
+        });
         self.routes.len() <= MAX_ROUTES / 4 * 3
     }
 
-    /// The worker given the fewest connections so far; on a tie the fewest bytes, then the first.
+    /// The worker with the fewest open connections; on a tie the fewest bytes so far, then the
+    /// first.
     fn least_loaded(&self) -> u32 {
         self.conns
             .iter()
@@ -214,6 +248,42 @@ mod tests {
             per[w as usize] += 1;
         }
         assert_eq!(per, [25, 25]);
+    }
+
+    /// A frame with TCP `flags` from 10.0.0.1:`sport` to 10.0.0.2:5432, `len` payload bytes.
+    fn flagged(sport: u16, flags: u8, len: usize) -> Vec<u8> {
+        let mut f = frame(1, sport, 2, 5432, len);
+        f[47] = flags;
+        f
+    }
+
+    #[test]
+    fn closed_connections_do_not_count_and_a_syn_counts_a_tuple_again() {
+        let mut r = Router::new(2, 600 * S);
+        let (syn, fin, rst, ack) = (0x02, 0x11, 0x04, 0x10);
+        // A short connection first (pgbench's check), closed before the clients open.
+        assert_eq!(r.route(1, &flagged(40000, syn, 0), S), Some(0));
+        assert_eq!(r.route(1, &flagged(40000, ack, 3000), S), Some(0));
+        assert_eq!(r.route(1, &flagged(40000, fin, 0), S), Some(0));
+        assert_eq!(r.conns, [0, 0]);
+        // Four busy clients: two on each worker (by connections given, three would go to 1).
+        let mut per = [0u32; 2];
+        for port in 40001..40005u16 {
+            let w = r.route(1, &flagged(port, syn, 0), S).unwrap();
+            assert_eq!(r.route(1, &flagged(port, ack, 100), S), Some(w));
+            per[w as usize] += 1;
+        }
+        assert_eq!(per, [2, 2]);
+        // A reset closes; a FIN after it does not close twice; the tuple keeps its worker and
+        // counts again from its next SYN.
+        let w = r.route(1, &flagged(40001, rst, 0), S).unwrap() as usize;
+        assert_eq!(r.route(1, &flagged(40001, fin, 0), S), Some(w as u32));
+        assert_eq!(r.conns[w], 1);
+        assert_eq!(r.route(1, &flagged(40001, syn, 0), 2 * S), Some(w as u32));
+        assert_eq!(r.conns[w], 2);
+        // A tuple first seen closing is not counted.
+        assert!(r.route(1, &flagged(40009, fin, 0), 2 * S).is_some());
+        assert_eq!(r.conns, [2, 2]);
     }
 
     /// Fills the map with `MAX_ROUTES` tuples, the first at `t0`, all others at `t1`.
