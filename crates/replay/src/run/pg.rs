@@ -351,11 +351,29 @@ fn copy_after<'a>(
     copy
 }
 
-/// Whether `b` holds "copy" in any case (a statement that may start a COPY); the first byte
-/// is tested alone first, so most windows cost one comparison.
+/// Whether `b` holds "copy" in any case (a statement that may start a COPY). Every request of
+/// every batch is looked at (a byte-by-byte window scan was 6 % of a pgbench -S session
+/// thread's instructions), so eight bytes are tested at once for a `c`/`C` and only a chunk
+/// holding one has its positions compared.
 fn names_copy(b: &[u8]) -> bool {
-    b.windows(4)
-        .any(|w| w.first().is_some_and(|c| c | 0x20 == b'c') && w.eq_ignore_ascii_case(b"copy"))
+    const LO: u64 = 0x0101_0101_0101_0101;
+    const HI: u64 = 0x8080_8080_8080_8080;
+    let at = |i: usize| {
+        b.get(i..i + 4)
+            .is_some_and(|w| w.eq_ignore_ascii_case(b"copy"))
+    };
+    let mut chunks = b.chunks_exact(8);
+    for (k, chunk) in chunks.by_ref().enumerate() {
+        let w = u64::from_le_bytes(chunk.try_into().unwrap_or_default());
+        // Bytes that are `c` or `C` become 0; the zero-byte test has no false negatives, and
+        // its false positives only cost the position check.
+        let v = (w | (LO * 0x20)) ^ (LO * u64::from(b'c'));
+        if (v.wrapping_sub(LO) & !v & HI) != 0 && (k * 8..k * 8 + 8).any(at) {
+            return true;
+        }
+    }
+    let tail = b.len() - chunks.remainder().len();
+    (tail..b.len()).any(at)
 }
 
 fn is_copy_data(b: &crate::capture::Batch) -> bool {
