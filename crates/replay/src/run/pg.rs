@@ -14,14 +14,25 @@ use crate::fidelity::Tally;
 use crate::postgres::{self, server_message};
 use crate::scram::Scram;
 
+/// The target session's sink: its events go into the connection's own batch (one move of
+/// each event, not the three or four of the thread-local batch), sent to the collector
+/// [`super::EVENT_BATCH`] at a time.
 struct ChanSink<'a> {
     tx: &'a std::sync::mpsc::SyncSender<Msg>,
+    events: &'a mut Vec<QueryEvent>,
     health: Health,
 }
 
 impl Sink for ChanSink<'_> {
     fn event(&mut self, ev: QueryEvent) {
-        super::send_event(self.tx, ev);
+        if self.events.capacity() == 0 {
+            // Sized once per batch: no reallocation while it fills.
+            self.events.reserve_exact(super::EVENT_BATCH);
+        }
+        self.events.push(ev);
+        if self.events.len() >= super::EVENT_BATCH {
+            let _ = self.tx.send(Msg::Events(std::mem::take(self.events)));
+        }
     }
     fn health(&mut self) -> &mut Health {
         &mut self.health
@@ -34,6 +45,16 @@ struct Conn {
     session: Box<dyn Session>,
     /// Server bytes read and not yet split into messages.
     inbuf: ReadBuf,
+    /// The session's events not yet sent to the collector (see [`ChanSink`]).
+    events: Vec<QueryEvent>,
+    /// Where they go (also from `drop`, so none is lost on any path).
+    tx: std::sync::mpsc::SyncSender<Msg>,
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        self.flush();
+    }
 }
 
 /// The read buffer of a connection (a message longer than this grows it).
@@ -47,9 +68,17 @@ enum Stop {
 }
 
 impl Conn {
+    /// Sends the queued events to the collector.
+    fn flush(&mut self) {
+        if !self.events.is_empty() {
+            let _ = self.tx.send(Msg::Events(std::mem::take(&mut self.events)));
+        }
+    }
+
     fn feed(&mut self, ctx: &Ctx, dir: Direction, b: &[u8]) {
         let mut s = ChanSink {
-            tx: &ctx.tx,
+            tx: &self.tx,
+            events: &mut self.events,
             health: Health::default(),
         };
         self.session.feed(dir, b, ctx.now_ns(), &mut s);
@@ -90,7 +119,8 @@ impl Conn {
                 Ok(k) => {
                     let got = self.inbuf.filled(k);
                     let mut s = ChanSink {
-                        tx: &ctx.tx,
+                        tx: &self.tx,
+                        events: &mut self.events,
                         health: Health::default(),
                     };
                     self.session
@@ -115,6 +145,8 @@ impl Conn {
             stream,
             session,
             inbuf: ReadBuf::new(READ_BUF),
+            events: Vec::new(),
+            tx: ctx.tx.clone(),
         };
         let deadline = Instant::now() + ctx.opts.reply_timeout.max(Duration::from_secs(5));
         let lost = |_| "connection lost during login".to_string();
@@ -224,6 +256,8 @@ impl Conn {
     }
 
     fn close(mut self, ctx: &Ctx) {
+        // The session's queued events go before those its close makes and the close itself.
+        self.flush();
         super::close_session(self.session.as_mut(), self.id, ctx);
     }
 }
