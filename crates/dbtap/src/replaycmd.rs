@@ -266,7 +266,12 @@ impl ReplayArgs {
             },
             reply_timeout: self.reply_timeout,
             block_wait: self.block_wait,
-            session: proto::SessionConfig::default(),
+            // The target side keeps no examples (`new_aggregator`), the only use of bound
+            // values: its sessions need not copy every execution's parameters.
+            session: proto::SessionConfig {
+                keep_params: false,
+                ..proto::SessionConfig::default()
+            },
             tls: None,
         }
     }

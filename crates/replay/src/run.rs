@@ -54,7 +54,7 @@ const EVENT_QUEUE: usize = 1 << 16;
 
 /// Events a session thread hands to the collector at once: one channel message (and at most
 /// one wake-up of the collector) per this many events, not per event.
-const EVENT_BATCH: usize = 64;
+pub(crate) const EVENT_BATCH: usize = 64;
 
 enum Msg {
     Events(Vec<QueryEvent>),
