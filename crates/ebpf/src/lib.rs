@@ -7,6 +7,7 @@ mod dispatch;
 mod procfs;
 mod record;
 mod sockdiag;
+mod tracefs;
 mod tracer;
 
 use std::fmt;

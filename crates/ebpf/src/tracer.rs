@@ -52,6 +52,8 @@ pub struct Tracer {
     libs: HashSet<(PathBuf, i32)>,
     cfg: Config,
     next_scan: Instant,
+    /// The syscall programs sit on the classic per-syscall tracepoints (not the raw pair).
+    per_syscall: bool,
 }
 
 fn err(what: &str, e: impl std::fmt::Display) -> Error {
@@ -123,9 +125,10 @@ fn attach_syscall_tracepoints(obj: &mut Object) -> Option<Vec<Link>> {
 }
 
 /// Attaches the kernel-side programs: the syscall ones (classic tracepoints, else the raw
-/// sys_enter/sys_exit ones) and the process fork/exit ones.
-fn attach_tracepoints(obj: &mut Object) -> Result<Vec<Link>, Error> {
-    let mut links = attach_syscall_tracepoints(obj).unwrap_or_default();
+/// sys_enter/sys_exit ones) and the process fork/exit ones; whether the classic ones are used.
+fn attach_tracepoints(obj: &mut Object) -> Result<(Vec<Link>, bool), Error> {
+    let mut links =
+        crate::tracefs::with_tracefs(|| attach_syscall_tracepoints(obj)).unwrap_or_default();
     let classic = !links.is_empty();
     for p in obj.progs_mut() {
         let name = p.name().to_string_lossy().into_owned();
@@ -141,7 +144,7 @@ fn attach_tracepoints(obj: &mut Object) -> Result<Vec<Link>, Error> {
                 .map_err(|e| err(&format!("attaching {name}"), e))?,
         );
     }
-    Ok(links)
+    Ok((links, classic))
 }
 
 fn map<'o>(obj: &'o Object, name: &str) -> Result<libbpf_rs::Map<'o>, Error> {
@@ -213,10 +216,11 @@ impl Tracer {
         })
         .map_err(|e| err("the ring buffer", e))?;
         let ring = rb.build().map_err(|e| err("the ring buffer", e))?;
-        let links = attach_tracepoints(&mut obj)?;
+        let (links, per_syscall) = attach_tracepoints(&mut obj)?;
         let mut t = Tracer {
             ring,
             links,
+            per_syscall,
             obj,
             queue,
             core,
@@ -284,6 +288,12 @@ impl Tracer {
     /// The traced processes found at start (children forked later are traced too).
     pub fn targets(&self) -> Vec<Target> {
         self.targets.clone()
+    }
+
+    /// Whether the syscall programs are on the classic per-syscall tracepoints (false: on the
+    /// raw `sys_enter`/`sys_exit` pair, which runs them for every system call on the host).
+    pub fn per_syscall_tracepoints(&self) -> bool {
+        self.per_syscall
     }
 
     /// The libssl files probed.

@@ -164,6 +164,20 @@ fn unix_socket_stream_is_exact_through_a_sink() {
     unix_socket_stream(true);
 }
 
+fn kernel_has_tracefs() -> bool {
+    std::fs::read_to_string("/proc/filesystems").is_ok_and(|f| f.contains("\ttracefs"))
+}
+
+/// The tracefs mounts this thread sees.
+fn tracefs_mounts() -> Vec<String> {
+    std::fs::read_to_string("/proc/thread-self/mountinfo")
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.contains(" - tracefs "))
+        .map(str::to_string)
+        .collect()
+}
+
 fn unix_socket_stream(sink: bool) {
     if !can_run() {
         return;
@@ -176,6 +190,7 @@ fn unix_socket_stream(sink: bool) {
         ..Config::default()
     };
     let sunk = Rc::new(RefCell::new(Seen::default()));
+    let mounts = tracefs_mounts();
     let mut t = if sink {
         let s = Rc::clone(&sunk);
         Tracer::start_with_sink(&cfg, Box::new(move |e| s.borrow_mut().add(e)))
@@ -183,6 +198,10 @@ fn unix_socket_stream(sink: bool) {
         Tracer::start(&cfg)
     }
     .unwrap_or_else(|e| panic!("start: {e}"));
+    // The per-syscall tracepoints wherever the kernel has tracefs, mounted or not; a tracefs
+    // mounted for the attach is not left in this thread's mounts.
+    assert!(t.per_syscall_tracepoints() || !kernel_has_tracefs());
+    assert_eq!(tracefs_mounts(), mounts);
     let mut c = UnixStream::connect(&path).unwrap_or_else(|e| panic!("connect: {e}"));
     let big_in: Vec<u8> = (0..100000u32).map(|i| (i % 241) as u8).collect();
     c.write_all(b"ping").unwrap_or_else(|e| panic!("{e}"));

@@ -102,6 +102,10 @@ pub(super) struct LiveConsumer {
     matcher: ServerMatch,
     /// `--store` or `--listen`: the events binned per minute for the history store.
     bins: Option<crate::storefeed::MinuteBins>,
+    /// Stream bytes (in, out) of the last server a stream record came to, not yet in `servers`:
+    /// a stream source counts every record's bytes, and a map lookup by a Unix socket's path
+    /// hashes the path. Added at the next record of another server and by `take_window`.
+    pending_bytes: Option<(Endpoint, u64, u64)>,
 }
 
 impl LiveConsumer {
@@ -114,7 +118,17 @@ impl LiveConsumer {
         self.servers.entry(key).or_default()
     }
 
+    /// The stream bytes held back in `pending_bytes`, into their server's window.
+    fn flush_bytes(&mut self) {
+        if let Some((server, bytes_in, bytes_out)) = self.pending_bytes.take() {
+            let s = self.server(server);
+            s.bytes_in += bytes_in;
+            s.bytes_out += bytes_out;
+        }
+    }
+
     pub(super) fn take_window(&mut self) -> (Aggregator, ServerMap) {
+        self.flush_bytes();
         (
             std::mem::replace(&mut self.window, Aggregator::new(self.agg_cfg.clone())),
             std::mem::take(&mut self.servers),
@@ -155,14 +169,19 @@ impl Consumer for LiveConsumer {
     }
 
     fn stream_bytes(&mut self, server: &Endpoint, to_server: bool, len: usize) {
-        let s = match self.servers.get_mut(server) {
-            Some(s) => s,
-            None => self.server(server.clone()),
-        };
-        if to_server {
-            s.bytes_in += len as u64;
-        } else {
-            s.bytes_out += len as u64;
+        let len = len as u64;
+        let (add_in, add_out) = if to_server { (len, 0) } else { (0, len) };
+        // Comparing the path (the same `Arc` first: one per connection) costs less than a
+        // lookup; the servers' sums are the same.
+        match &mut self.pending_bytes {
+            Some((s, bytes_in, bytes_out)) if s == server => {
+                *bytes_in += add_in;
+                *bytes_out += add_out;
+            }
+            _ => {
+                self.flush_bytes();
+                self.pending_bytes = Some((server.clone(), add_in, add_out));
+            }
         }
     }
 
@@ -212,6 +231,7 @@ pub(super) fn consumer(c: &CaptureArgs, plan: &Plan) -> LiveConsumer {
         matcher: plan.matcher.clone(),
         bins: (plan.store.is_some() || plan.fleet.is_some())
             .then(|| crate::storefeed::MinuteBins::new(plan.agg_cfg.clone(), 0)),
+        pending_bytes: None,
     }
 }
 
@@ -492,7 +512,29 @@ mod tests {
                 addrs: vec!["10.0.0.9:7000".parse().expect("addr")],
             },
             bins: None,
+            pending_bytes: None,
         }
+    }
+
+    #[test]
+    fn stream_bytes_count_per_server_and_direction() {
+        let mut c = consumer();
+        let (a, b) = (Endpoint::unix("/run/a.sock"), Endpoint::unix("/run/b.sock"));
+        // Another connection's endpoint of the same path: the same server.
+        let a2 = Endpoint::unix("/run/a.sock");
+        c.stream_bytes(&a, true, 10);
+        c.stream_bytes(&a2, false, 300);
+        c.stream_bytes(&b, true, 7);
+        c.stream_bytes(&a, true, 5);
+        let (_, servers) = c.take_window();
+        assert_eq!((servers[&a].bytes_in, servers[&a].bytes_out), (15, 300));
+        assert_eq!((servers[&b].bytes_in, servers[&b].bytes_out), (7, 0));
+        assert_eq!(servers.len(), 2);
+        // Nothing held back past the handover.
+        c.stream_bytes(&b, false, 1);
+        let (_, servers) = c.take_window();
+        assert_eq!((servers[&b].bytes_in, servers[&b].bytes_out), (0, 1));
+        assert_eq!(servers.len(), 1);
     }
 
     #[test]
