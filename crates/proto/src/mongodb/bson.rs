@@ -208,6 +208,94 @@ fn fixed_size(t: u8) -> Option<u8> {
     })
 }
 
+/// A string read for a visitor from its kept prefix (at most [`STR_CAP`] + 1 bytes): the
+/// prefix ends with the NUL only when the string was not cut.
+fn str_scalar(kept: &[u8]) -> Scalar<'_> {
+    let (bytes, complete) = match kept.split_last() {
+        Some((0, s)) if s.len() <= STR_CAP as usize => (s, true),
+        _ => (kept.get(..STR_CAP as usize).unwrap_or(kept), false),
+    };
+    Scalar::Str { bytes, complete }
+}
+
+/// A fixed-size value of type `t` from its bytes.
+fn fixed_scalar(t: u8, b: &[u8]) -> Scalar<'static> {
+    let le8 = || u64::from_le_bytes(b.get(..8).and_then(|x| x.try_into().ok()).unwrap_or([0; 8]));
+    match t {
+        ty::DOUBLE => Scalar::Double(f64::from_bits(le8())),
+        ty::INT32 => Scalar::Int32(i32::from_le_bytes(
+            b.get(..4).and_then(|x| x.try_into().ok()).unwrap_or([0; 4]),
+        )),
+        ty::INT64 => Scalar::Int64(le8() as i64),
+        ty::BOOL => Scalar::Bool(b.first().is_some_and(|&x| x != 0)),
+        ty::NULL | ty::UNDEFINED => Scalar::Null,
+        t => Scalar::Other(t),
+    }
+}
+
+/// A document held whole, read by offsets: every read stays before a bound.
+struct InPlace<'a> {
+    b: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> InPlace<'a> {
+    /// The next `n` bytes, which must end at or before `lim`.
+    #[inline]
+    fn take(&mut self, n: usize, lim: usize) -> Result<&'a [u8], WireError> {
+        let s = if n <= lim.saturating_sub(self.pos) {
+            self.b.get(self.pos..self.pos + n)
+        } else {
+            None
+        };
+        let s = s.ok_or(WireError::Overrun {
+            what: "BSON element",
+        })?;
+        self.pos += n;
+        Ok(s)
+    }
+
+    #[inline]
+    fn i32(&mut self, lim: usize) -> Result<i32, WireError> {
+        let b = self.take(4, lim)?;
+        Ok(i32::from_le_bytes(b.try_into().unwrap_or([0; 4])))
+    }
+
+    /// A C string ending before `lim` (its NUL consumed, not returned).
+    #[inline]
+    fn cstr(&mut self, lim: usize) -> Result<&'a [u8], WireError> {
+        let region = self.b.get(self.pos..lim).unwrap_or(&[]);
+        let Some(n) = region.iter().position(|&x| x == 0) else {
+            return Err(WireError::Overrun {
+                what: "BSON element",
+            });
+        };
+        self.pos += n + 1;
+        Ok(region.get(..n).unwrap_or(&[]))
+    }
+
+    /// Skips a value by its length: binary (`extra` 1 for the subtype, the length not
+    /// counting itself) or a container or code with scope (`counts_self`).
+    #[inline]
+    fn skip(&mut self, lim: usize, extra: i64, counts_self: bool) -> Result<(), WireError> {
+        let len = self.i32(lim)?;
+        let body = if counts_self {
+            i64::from(len) - 4
+        } else {
+            i64::from(len) + extra
+        };
+        let min = i64::from(counts_self);
+        if len < 0 || body < min || body as u64 > lim.saturating_sub(self.pos) as u64 {
+            return Err(WireError::Invalid {
+                what: "BSON length",
+                why: "negative or past its container",
+            });
+        }
+        self.pos += body as usize;
+        Ok(())
+    }
+}
+
 impl Walker {
     /// Starts a document whose root elements get context `root`, and which may take at most
     /// `limit` bytes.
@@ -260,6 +348,10 @@ impl Walker {
     /// rest of the input is not consumed). An error leaves the walker unusable until the next
     /// [`Walker::start`].
     pub fn push(&mut self, input: &[u8], v: &mut dyn Visitor) -> Result<usize, WireError> {
+        if let Some(len) = self.whole_len(input) {
+            let doc = input.get(..len).unwrap_or(&[]);
+            return self.walk_whole(doc, v).map(|()| len);
+        }
         let mut used = 0usize;
         while self.st != St::Done {
             let bound = self.bound();
@@ -284,6 +376,170 @@ impl Walker {
             self.step(v)?;
         }
         Ok(used)
+    }
+
+    /// The length of the document when none of it was read yet and `input` holds all of it
+    /// (a length prefix the limit allows): it is then walked in place, not streamed.
+    fn whole_len(&self, input: &[u8]) -> Option<usize> {
+        if self.pos != 0 || !matches!(self.st, St::DocLen(_)) || !self.frames.is_empty() {
+            return None;
+        }
+        let len = i32::from_le_bytes(input.get(..4)?.try_into().ok()?);
+        let len = usize::try_from(len).ok()?;
+        (len >= 5 && len as u64 <= self.limit && len <= input.len()).then_some(len)
+    }
+
+    /// Walks the whole document `b` (its length prefix checked by [`Walker::whole_len`]) in
+    /// place: the same visitor calls, in the same order, and the same verdict as streaming it,
+    /// without copying a primitive. Done after it, as a streamed document would be.
+    fn walk_whole(&mut self, b: &[u8], v: &mut dyn Visitor) -> Result<(), WireError> {
+        let St::DocLen(root) = self.st else {
+            return Ok(());
+        };
+        self.frames.push(Frame {
+            end: b.len() as u64,
+            ctx: root,
+            index: 0,
+        });
+        let mut c = InPlace { b, pos: 4 };
+        let res = loop {
+            match self.whole_element(&mut c, v) {
+                Ok(true) => {}
+                Ok(false) => break Ok(()),
+                Err(e) => break Err(e),
+            }
+        };
+        self.r.reset();
+        self.frames.clear();
+        if res.is_ok() {
+            self.pos = b.len() as u64;
+            self.st = St::Done;
+        }
+        res
+    }
+
+    /// One element of the innermost container (or its terminator) read in place; false once
+    /// the root ended.
+    fn whole_element(
+        &mut self,
+        c: &mut InPlace<'_>,
+        v: &mut dyn Visitor,
+    ) -> Result<bool, WireError> {
+        let Some(f) = self.frames.last_mut() else {
+            return Ok(false);
+        };
+        let end = usize::try_from(f.end).unwrap_or(usize::MAX);
+        let t = c.take(1, end)?.first().copied().unwrap_or(0);
+        if c.pos == end {
+            if t != 0 {
+                return Err(WireError::Invalid {
+                    what: "BSON document",
+                    why: "no terminator at its end",
+                });
+            }
+            let ctx = f.ctx;
+            self.frames.pop();
+            v.leave(ctx);
+            return Ok(!self.frames.is_empty());
+        }
+        if t == 0 {
+            return Err(WireError::Invalid {
+                what: "BSON document",
+                why: "terminator before its end",
+            });
+        }
+        // Values end before the container's terminator.
+        let lim = end - 1;
+        let key = c.cstr(lim)?;
+        let key = key.get(..KEY_CAP as usize).unwrap_or(key);
+        let (parent, index) = (f.ctx, f.index);
+        f.index = f.index.saturating_add(1);
+        if !known_type(t) {
+            return Err(WireError::Invalid {
+                what: "BSON element",
+                why: "unknown type",
+            });
+        }
+        let mut act = v.element(parent, key, t, index);
+        if matches!(act, Act::Descend(_))
+            && (!ty::is_container(t) || self.frames.len() >= MAX_DEPTH)
+        {
+            act = Act::Skip;
+        }
+        let el = (parent, key, t);
+        self.whole_value(c, lim, el, act, v)?;
+        Ok(true)
+    }
+
+    /// The value of element `el` (parent, key, type), read in place as the visitor asked.
+    fn whole_value(
+        &mut self,
+        c: &mut InPlace<'_>,
+        lim: usize,
+        el: (Ctx, &[u8], u8),
+        act: Act,
+        v: &mut dyn Visitor,
+    ) -> Result<(), WireError> {
+        let (parent, key, t) = el;
+        let read = act == Act::Read;
+        match (t, act) {
+            (_, Act::Descend(ctx)) => {
+                let start = c.pos;
+                let len = c.i32(lim)?;
+                if len < 5 || len as u64 > lim.saturating_sub(start) as u64 {
+                    return Err(WireError::Invalid {
+                        what: "BSON document length",
+                        why: "below 5 or past its container",
+                    });
+                }
+                self.frames.push(Frame {
+                    end: (start + len as usize) as u64,
+                    ctx,
+                    index: 0,
+                });
+            }
+            (ty::DOCUMENT | ty::ARRAY | ty::CODE_W_SCOPE, _) => c.skip(lim, 0, true)?,
+            (ty::BINARY, _) => c.skip(lim, 1, false)?,
+            (ty::STRING | ty::JAVASCRIPT | ty::SYMBOL, _) => {
+                let len = c.i32(lim)?;
+                if len < 1 || len as u64 > lim.saturating_sub(c.pos) as u64 {
+                    return Err(WireError::Invalid {
+                        what: "BSON string length",
+                        why: "below 1 or past its container",
+                    });
+                }
+                let s = c.take(len as usize, lim)?;
+                if read {
+                    let kept = s.get(..STR_CAP as usize + 1).unwrap_or(s);
+                    v.scalar(parent, key, str_scalar(kept));
+                }
+            }
+            (ty::REGEX, _) => {
+                c.cstr(lim)?;
+                c.cstr(lim)?;
+                if read {
+                    v.scalar(parent, key, Scalar::Other(ty::REGEX));
+                }
+            }
+            (ty::DB_POINTER, _) => {
+                let len = c.i32(lim)?;
+                let body = i64::from(len) + 12;
+                if len < 1 || body as u64 > lim.saturating_sub(c.pos) as u64 {
+                    return Err(WireError::Invalid {
+                        what: "BSON DBPointer",
+                        why: "bad length",
+                    });
+                }
+                c.take(body as usize, lim)?;
+            }
+            _ => {
+                let b = c.take(usize::from(fixed_size(t).unwrap_or(0)), lim)?;
+                if read {
+                    v.scalar(parent, key, fixed_scalar(t, b));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// A primitive completed: act on it and start the next one. One handler per state.
@@ -457,14 +713,8 @@ impl Walker {
     #[inline]
     fn str_body(&mut self, read: bool, v: &mut dyn Visitor) {
         if read {
-            let b = self.r.bytes();
-            // The kept prefix ends with the NUL only when the string was not cut.
-            let (bytes, complete) = match b.split_last() {
-                Some((0, s)) if s.len() <= STR_CAP as usize => (s, true),
-                _ => (b.get(..STR_CAP as usize).unwrap_or(b), false),
-            };
             let parent = self.frames.last().map_or(0, |f| f.ctx);
-            v.scalar(parent, &self.key, Scalar::Str { bytes, complete });
+            v.scalar(parent, &self.key, str_scalar(self.r.bytes()));
         }
         self.next_element();
     }
@@ -530,15 +780,7 @@ impl Walker {
 
     fn fixed_done(&mut self, v: &mut dyn Visitor) -> Result<(), WireError> {
         if let St::Fixed { read: true, .. } = self.st {
-            let r = &self.r;
-            let s = match self.ty {
-                ty::DOUBLE => Scalar::Double(r.f64()),
-                ty::INT32 => Scalar::Int32(r.i32()),
-                ty::INT64 => Scalar::Int64(r.i64()),
-                ty::BOOL => Scalar::Bool(r.bytes().first().is_some_and(|&b| b != 0)),
-                ty::NULL | ty::UNDEFINED => Scalar::Null,
-                t => Scalar::Other(t),
-            };
+            let s = fixed_scalar(self.ty, self.r.bytes());
             let parent = self.frames.last().map_or(0, |f| f.ctx);
             v.scalar(parent, &self.key, s);
         }
@@ -562,7 +804,8 @@ pub mod build {
         pub fn new() -> Self {
             Doc(Vec::new())
         }
-        fn el(mut self, t: u8, key: &str, v: &[u8]) -> Self {
+        /// An element of type `t` whose value is the bytes `v`, as they are.
+        pub fn el(mut self, t: u8, key: &str, v: &[u8]) -> Self {
             self.0.push(t);
             self.0.extend_from_slice(key.as_bytes());
             self.0.push(0);
@@ -807,6 +1050,118 @@ mod tests {
                     }
                 }
                 assert!(err || !w.done(), "case {i} piece {piece}: {:?}", log.0);
+            }
+        }
+    }
+
+    /// Descends, reads or skips by a hash of what it is told, recording every call.
+    #[derive(Default)]
+    struct Mixed(Vec<String>, u64);
+
+    impl Visitor for Mixed {
+        fn element(&mut self, parent: Ctx, key: &[u8], t: u8, index: u32) -> Act {
+            let h = key
+                .iter()
+                .fold(self.1 ^ u64::from(t) ^ u64::from(index), |h, &b| {
+                    h.wrapping_mul(31).wrapping_add(u64::from(b))
+                });
+            let act = match h % 4 {
+                0 => Act::Skip,
+                1 => Act::Read,
+                _ => Act::Descend(parent.wrapping_add(1)),
+            };
+            self.0
+                .push(format!("{parent}:{key:?}#{index}:{t:02x} {act:?}"));
+            act
+        }
+        fn scalar(&mut self, parent: Ctx, key: &[u8], v: Scalar<'_>) {
+            self.0.push(format!("{parent}:{key:?}={v:?}"));
+        }
+        fn leave(&mut self, ctx: Ctx) {
+            self.0.push(format!("<{ctx}"));
+        }
+    }
+
+    /// A random document of every type, nested up to `depth`.
+    fn random_doc(rng: &mut crate::testing::Rng, depth: u32) -> Doc {
+        let mut d = Doc::new();
+        for i in 0..rng.below(8) {
+            let k = ["a", "filter", "$in", "", "k\u{e9}y", "0"][rng.below(6) as usize];
+            let k = format!("{k}{i}");
+            d = match rng.below(14) {
+                0 => d.str(&k, &"s".repeat(rng.below(1100) as usize)),
+                1 => d.i32(&k, rng.next_u64() as i32),
+                2 => d.i64(&k, rng.next_u64() as i64),
+                3 => d.f64(&k, rng.below(1000) as f64 / 8.0),
+                4 => d.bool(&k, rng.below(2) == 0),
+                5 => d.null(&k),
+                6 => d.oid(&k, [rng.next_u64() as u8; 12]),
+                7 => d.regex(&k, "^a.*", "i"),
+                8 => d.bin(&k, &[1, 2, 3][..rng.below(4) as usize]),
+                9 => d.arr_i32(&k, &[1, 2, 3]),
+                10 => d.arr_str(&k, &["x", "yy"]),
+                11 if depth < 4 => d.doc(&k, random_doc(rng, depth + 1)),
+                12 if depth < 4 => d.arr(&k, vec![random_doc(rng, depth + 1), Doc::new()]),
+                _ => d.el(ty::JAVASCRIPT, &k, &[3, 0, 0, 0, b'f', b'(', 0]),
+            };
+        }
+        d
+    }
+
+    /// Walks `doc` in pieces of `piece` bytes (0: in one push, which walks a whole document
+    /// in place): the visitor's calls, the bytes consumed and the verdict.
+    fn walk_mixed(doc: &[u8], limit: u64, piece: usize, salt: u64) -> (Vec<String>, String) {
+        let mut w = Walker::default();
+        let mut v = Mixed(Vec::new(), salt);
+        w.start(3, limit);
+        let mut used = 0;
+        let chunks: Vec<&[u8]> = if piece == 0 {
+            vec![doc]
+        } else {
+            doc.chunks(piece).collect()
+        };
+        for c in chunks {
+            let mut c = c;
+            while !c.is_empty() && !w.done() {
+                match w.push(c, &mut v) {
+                    Ok(n) => {
+                        used += n;
+                        c = &c[n..];
+                    }
+                    Err(e) => return (v.0, format!("error {e:?} after {used}")),
+                }
+            }
+        }
+        (v.0, format!("done {} at {used}/{}", w.done(), w.pos()))
+    }
+
+    proptest::proptest! {
+        /// The in-place walk of a whole document and the streaming walk of its pieces agree:
+        /// the same calls, the same bytes consumed, the same verdict, on sound and damaged
+        /// documents alike.
+        #[test]
+        fn whole_and_streamed_walks_agree(
+            seed in proptest::prelude::any::<u64>(),
+            flips in proptest::collection::vec((proptest::prelude::any::<u16>(), proptest::prelude::any::<u8>()), 0..4),
+            cut in proptest::prelude::any::<u16>(),
+            slack in 0u64..3,
+        ) {
+            let mut rng = crate::testing::Rng::new(seed);
+            let mut doc = random_doc(&mut rng, 0).bytes();
+            for (at, b) in flips {
+                let n = doc.len();
+                doc[usize::from(at) % n] = b;
+            }
+            if cut % 5 == 0 {
+                doc.truncate(usize::from(cut) % (doc.len() + 1));
+            }
+            // Trailing bytes that are not the document's, and a limit that may cut it.
+            doc.extend_from_slice(&[0x10, b'z', 0]);
+            let limit = (doc.len() as u64).saturating_sub(3 + slack * 7);
+            let whole = walk_mixed(&doc, limit, 0, seed);
+            for piece in [1, 2, 5, 64] {
+                let streamed = walk_mixed(&doc, limit, piece, seed);
+                proptest::prop_assert_eq!(&whole, &streamed, "piece {}", piece);
             }
         }
     }
