@@ -1088,8 +1088,12 @@ mod tests {
         for i in 0..rng.below(8) {
             let k = ["a", "filter", "$in", "", "k\u{e9}y", "0"][rng.below(6) as usize];
             let k = format!("{k}{i}");
-            d = match rng.below(14) {
-                0 => d.str(&k, &"s".repeat(rng.below(1100) as usize)),
+            d = match rng.below(15) {
+                0 | 14 => {
+                    // Strings around the cap, where a read one is cut.
+                    let len = [0, 1, 7, 1023, 1024, 1025, 1100][rng.below(7) as usize];
+                    d.str(&k, &"s".repeat(len))
+                }
                 1 => d.i32(&k, rng.next_u64() as i32),
                 2 => d.i64(&k, rng.next_u64() as i64),
                 3 => d.f64(&k, rng.below(1000) as f64 / 8.0),
@@ -1109,7 +1113,7 @@ mod tests {
     }
 
     /// Walks `doc` in pieces of `piece` bytes (0: in one push, which walks a whole document
-    /// in place): the visitor's calls, the bytes consumed and the verdict.
+    /// in place): the visitor's calls and the verdict (with the bytes consumed, when done).
     fn walk_mixed(doc: &[u8], limit: u64, piece: usize, salt: u64) -> (Vec<String>, String) {
         let mut w = Walker::default();
         let mut v = Mixed(Vec::new(), salt);
@@ -1128,7 +1132,8 @@ mod tests {
                         used += n;
                         c = &c[n..];
                     }
-                    Err(e) => return (v.0, format!("error {e:?} after {used}")),
+                    // The bytes taken before an error depend on the pieces, not the verdict.
+                    Err(e) => return (v.0, format!("error {e:?}")),
                 }
             }
         }
@@ -1136,6 +1141,8 @@ mod tests {
     }
 
     proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { cases: 1024, .. proptest::prelude::ProptestConfig::default() })]
+
         /// The in-place walk of a whole document and the streaming walk of its pieces agree:
         /// the same calls, the same bytes consumed, the same verdict, on sound and damaged
         /// documents alike.
@@ -1144,7 +1151,7 @@ mod tests {
             seed in proptest::prelude::any::<u64>(),
             flips in proptest::collection::vec((proptest::prelude::any::<u16>(), proptest::prelude::any::<u8>()), 0..4),
             cut in proptest::prelude::any::<u16>(),
-            slack in 0u64..3,
+            slack in proptest::sample::select(vec![0u64, 0, 1, 2]),
         ) {
             let mut rng = crate::testing::Rng::new(seed);
             let mut doc = random_doc(&mut rng, 0).bytes();
