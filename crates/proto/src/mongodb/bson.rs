@@ -208,6 +208,94 @@ fn fixed_size(t: u8) -> Option<u8> {
     })
 }
 
+/// A string read for a visitor from its kept prefix (at most [`STR_CAP`] + 1 bytes): the
+/// prefix ends with the NUL only when the string was not cut.
+fn str_scalar(kept: &[u8]) -> Scalar<'_> {
+    let (bytes, complete) = match kept.split_last() {
+        Some((0, s)) if s.len() <= STR_CAP as usize => (s, true),
+        _ => (kept.get(..STR_CAP as usize).unwrap_or(kept), false),
+    };
+    Scalar::Str { bytes, complete }
+}
+
+/// A fixed-size value of type `t` from its bytes.
+fn fixed_scalar(t: u8, b: &[u8]) -> Scalar<'static> {
+    let le8 = || u64::from_le_bytes(b.get(..8).and_then(|x| x.try_into().ok()).unwrap_or([0; 8]));
+    match t {
+        ty::DOUBLE => Scalar::Double(f64::from_bits(le8())),
+        ty::INT32 => Scalar::Int32(i32::from_le_bytes(
+            b.get(..4).and_then(|x| x.try_into().ok()).unwrap_or([0; 4]),
+        )),
+        ty::INT64 => Scalar::Int64(le8() as i64),
+        ty::BOOL => Scalar::Bool(b.first().is_some_and(|&x| x != 0)),
+        ty::NULL | ty::UNDEFINED => Scalar::Null,
+        t => Scalar::Other(t),
+    }
+}
+
+/// A document held whole, read by offsets: every read stays before a bound.
+struct InPlace<'a> {
+    b: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> InPlace<'a> {
+    /// The next `n` bytes, which must end at or before `lim`.
+    #[inline]
+    fn take(&mut self, n: usize, lim: usize) -> Result<&'a [u8], WireError> {
+        let s = if n <= lim.saturating_sub(self.pos) {
+            self.b.get(self.pos..self.pos + n)
+        } else {
+            None
+        };
+        let s = s.ok_or(WireError::Overrun {
+            what: "BSON element",
+        })?;
+        self.pos += n;
+        Ok(s)
+    }
+
+    #[inline]
+    fn i32(&mut self, lim: usize) -> Result<i32, WireError> {
+        let b = self.take(4, lim)?;
+        Ok(i32::from_le_bytes(b.try_into().unwrap_or([0; 4])))
+    }
+
+    /// A C string ending before `lim` (its NUL consumed, not returned).
+    #[inline]
+    fn cstr(&mut self, lim: usize) -> Result<&'a [u8], WireError> {
+        let region = self.b.get(self.pos..lim).unwrap_or(&[]);
+        let Some(n) = region.iter().position(|&x| x == 0) else {
+            return Err(WireError::Overrun {
+                what: "BSON element",
+            });
+        };
+        self.pos += n + 1;
+        Ok(region.get(..n).unwrap_or(&[]))
+    }
+
+    /// Skips a value by its length: binary (`extra` 1 for the subtype, the length not
+    /// counting itself) or a container or code with scope (`counts_self`).
+    #[inline]
+    fn skip(&mut self, lim: usize, extra: i64, counts_self: bool) -> Result<(), WireError> {
+        let len = self.i32(lim)?;
+        let body = if counts_self {
+            i64::from(len) - 4
+        } else {
+            i64::from(len) + extra
+        };
+        let min = i64::from(counts_self);
+        if len < 0 || body < min || body as u64 > lim.saturating_sub(self.pos) as u64 {
+            return Err(WireError::Invalid {
+                what: "BSON length",
+                why: "negative or past its container",
+            });
+        }
+        self.pos += body as usize;
+        Ok(())
+    }
+}
+
 impl Walker {
     /// Starts a document whose root elements get context `root`, and which may take at most
     /// `limit` bytes.
@@ -260,6 +348,10 @@ impl Walker {
     /// rest of the input is not consumed). An error leaves the walker unusable until the next
     /// [`Walker::start`].
     pub fn push(&mut self, input: &[u8], v: &mut dyn Visitor) -> Result<usize, WireError> {
+        if let Some(len) = self.whole_len(input) {
+            let doc = input.get(..len).unwrap_or(&[]);
+            return self.walk_whole(doc, v).map(|()| len);
+        }
         let mut used = 0usize;
         while self.st != St::Done {
             let bound = self.bound();
@@ -284,6 +376,170 @@ impl Walker {
             self.step(v)?;
         }
         Ok(used)
+    }
+
+    /// The length of the document when none of it was read yet and `input` holds all of it
+    /// (a length prefix the limit allows): it is then walked in place, not streamed.
+    fn whole_len(&self, input: &[u8]) -> Option<usize> {
+        if self.pos != 0 || !matches!(self.st, St::DocLen(_)) || !self.frames.is_empty() {
+            return None;
+        }
+        let len = i32::from_le_bytes(input.get(..4)?.try_into().ok()?);
+        let len = usize::try_from(len).ok()?;
+        (len >= 5 && len as u64 <= self.limit && len <= input.len()).then_some(len)
+    }
+
+    /// Walks the whole document `b` (its length prefix checked by [`Walker::whole_len`]) in
+    /// place: the same visitor calls, in the same order, and the same verdict as streaming it,
+    /// without copying a primitive. Done after it, as a streamed document would be.
+    fn walk_whole(&mut self, b: &[u8], v: &mut dyn Visitor) -> Result<(), WireError> {
+        let St::DocLen(root) = self.st else {
+            return Ok(());
+        };
+        self.frames.push(Frame {
+            end: b.len() as u64,
+            ctx: root,
+            index: 0,
+        });
+        let mut c = InPlace { b, pos: 4 };
+        let res = loop {
+            match self.whole_element(&mut c, v) {
+                Ok(true) => {}
+                Ok(false) => break Ok(()),
+                Err(e) => break Err(e),
+            }
+        };
+        self.r.reset();
+        self.frames.clear();
+        if res.is_ok() {
+            self.pos = b.len() as u64;
+            self.st = St::Done;
+        }
+        res
+    }
+
+    /// One element of the innermost container (or its terminator) read in place; false once
+    /// the root ended.
+    fn whole_element(
+        &mut self,
+        c: &mut InPlace<'_>,
+        v: &mut dyn Visitor,
+    ) -> Result<bool, WireError> {
+        let Some(f) = self.frames.last_mut() else {
+            return Ok(false);
+        };
+        let end = usize::try_from(f.end).unwrap_or(usize::MAX);
+        let t = c.take(1, end)?.first().copied().unwrap_or(0);
+        if c.pos == end {
+            if t != 0 {
+                return Err(WireError::Invalid {
+                    what: "BSON document",
+                    why: "no terminator at its end",
+                });
+            }
+            let ctx = f.ctx;
+            self.frames.pop();
+            v.leave(ctx);
+            return Ok(!self.frames.is_empty());
+        }
+        if t == 0 {
+            return Err(WireError::Invalid {
+                what: "BSON document",
+                why: "terminator before its end",
+            });
+        }
+        // Values end before the container's terminator.
+        let lim = end - 1;
+        let key = c.cstr(lim)?;
+        let key = key.get(..KEY_CAP as usize).unwrap_or(key);
+        let (parent, index) = (f.ctx, f.index);
+        f.index = f.index.saturating_add(1);
+        if !known_type(t) {
+            return Err(WireError::Invalid {
+                what: "BSON element",
+                why: "unknown type",
+            });
+        }
+        let mut act = v.element(parent, key, t, index);
+        if matches!(act, Act::Descend(_))
+            && (!ty::is_container(t) || self.frames.len() >= MAX_DEPTH)
+        {
+            act = Act::Skip;
+        }
+        let el = (parent, key, t);
+        self.whole_value(c, lim, el, act, v)?;
+        Ok(true)
+    }
+
+    /// The value of element `el` (parent, key, type), read in place as the visitor asked.
+    fn whole_value(
+        &mut self,
+        c: &mut InPlace<'_>,
+        lim: usize,
+        el: (Ctx, &[u8], u8),
+        act: Act,
+        v: &mut dyn Visitor,
+    ) -> Result<(), WireError> {
+        let (parent, key, t) = el;
+        let read = act == Act::Read;
+        match (t, act) {
+            (_, Act::Descend(ctx)) => {
+                let start = c.pos;
+                let len = c.i32(lim)?;
+                if len < 5 || len as u64 > lim.saturating_sub(start) as u64 {
+                    return Err(WireError::Invalid {
+                        what: "BSON document length",
+                        why: "below 5 or past its container",
+                    });
+                }
+                self.frames.push(Frame {
+                    end: (start + len as usize) as u64,
+                    ctx,
+                    index: 0,
+                });
+            }
+            (ty::DOCUMENT | ty::ARRAY | ty::CODE_W_SCOPE, _) => c.skip(lim, 0, true)?,
+            (ty::BINARY, _) => c.skip(lim, 1, false)?,
+            (ty::STRING | ty::JAVASCRIPT | ty::SYMBOL, _) => {
+                let len = c.i32(lim)?;
+                if len < 1 || len as u64 > lim.saturating_sub(c.pos) as u64 {
+                    return Err(WireError::Invalid {
+                        what: "BSON string length",
+                        why: "below 1 or past its container",
+                    });
+                }
+                let s = c.take(len as usize, lim)?;
+                if read {
+                    let kept = s.get(..STR_CAP as usize + 1).unwrap_or(s);
+                    v.scalar(parent, key, str_scalar(kept));
+                }
+            }
+            (ty::REGEX, _) => {
+                c.cstr(lim)?;
+                c.cstr(lim)?;
+                if read {
+                    v.scalar(parent, key, Scalar::Other(ty::REGEX));
+                }
+            }
+            (ty::DB_POINTER, _) => {
+                let len = c.i32(lim)?;
+                let body = i64::from(len) + 12;
+                if len < 1 || body as u64 > lim.saturating_sub(c.pos) as u64 {
+                    return Err(WireError::Invalid {
+                        what: "BSON DBPointer",
+                        why: "bad length",
+                    });
+                }
+                c.take(body as usize, lim)?;
+            }
+            _ => {
+                let b = c.take(usize::from(fixed_size(t).unwrap_or(0)), lim)?;
+                if read {
+                    v.scalar(parent, key, fixed_scalar(t, b));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// A primitive completed: act on it and start the next one. One handler per state.
@@ -457,14 +713,8 @@ impl Walker {
     #[inline]
     fn str_body(&mut self, read: bool, v: &mut dyn Visitor) {
         if read {
-            let b = self.r.bytes();
-            // The kept prefix ends with the NUL only when the string was not cut.
-            let (bytes, complete) = match b.split_last() {
-                Some((0, s)) if s.len() <= STR_CAP as usize => (s, true),
-                _ => (b.get(..STR_CAP as usize).unwrap_or(b), false),
-            };
             let parent = self.frames.last().map_or(0, |f| f.ctx);
-            v.scalar(parent, &self.key, Scalar::Str { bytes, complete });
+            v.scalar(parent, &self.key, str_scalar(self.r.bytes()));
         }
         self.next_element();
     }
@@ -530,15 +780,7 @@ impl Walker {
 
     fn fixed_done(&mut self, v: &mut dyn Visitor) -> Result<(), WireError> {
         if let St::Fixed { read: true, .. } = self.st {
-            let r = &self.r;
-            let s = match self.ty {
-                ty::DOUBLE => Scalar::Double(r.f64()),
-                ty::INT32 => Scalar::Int32(r.i32()),
-                ty::INT64 => Scalar::Int64(r.i64()),
-                ty::BOOL => Scalar::Bool(r.bytes().first().is_some_and(|&b| b != 0)),
-                ty::NULL | ty::UNDEFINED => Scalar::Null,
-                t => Scalar::Other(t),
-            };
+            let s = fixed_scalar(self.ty, self.r.bytes());
             let parent = self.frames.last().map_or(0, |f| f.ctx);
             v.scalar(parent, &self.key, s);
         }
@@ -562,7 +804,8 @@ pub mod build {
         pub fn new() -> Self {
             Doc(Vec::new())
         }
-        fn el(mut self, t: u8, key: &str, v: &[u8]) -> Self {
+        /// An element of type `t` whose value is the bytes `v`, as they are.
+        pub fn el(mut self, t: u8, key: &str, v: &[u8]) -> Self {
             self.0.push(t);
             self.0.extend_from_slice(key.as_bytes());
             self.0.push(0);
@@ -653,173 +896,5 @@ pub mod build {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::build::Doc;
-    use super::*;
-
-    /// Records everything, descending into every container.
-    #[derive(Default)]
-    struct Log(Vec<String>, u16);
-
-    impl Visitor for Log {
-        fn element(&mut self, parent: Ctx, key: &[u8], t: u8, index: u32) -> Act {
-            self.0.push(format!(
-                "{parent}:{}#{index}:{t:02x}",
-                String::from_utf8_lossy(key)
-            ));
-            if ty::is_container(t) {
-                self.1 += 1;
-                Act::Descend(self.1)
-            } else {
-                Act::Read
-            }
-        }
-        fn scalar(&mut self, _: Ctx, _: &[u8], v: Scalar<'_>) {
-            self.0.push(format!("={v:?}"));
-        }
-        fn leave(&mut self, ctx: Ctx) {
-            self.0.push(format!("<{ctx}"));
-        }
-    }
-
-    fn walk(doc: &[u8], piece: usize) -> Result<Vec<String>, WireError> {
-        let mut w = Walker::default();
-        let mut log = Log::default();
-        w.start(0, doc.len() as u64);
-        let mut pos = 0;
-        for c in doc.chunks(piece) {
-            let n = w.push(c, &mut log)?;
-            pos += n;
-            if w.done() {
-                break;
-            }
-        }
-        assert!(w.done(), "not done after {pos} bytes");
-        assert_eq!(w.pos(), doc.len() as u64);
-        Ok(log.0)
-    }
-
-    #[test]
-    fn walks_every_type_in_any_pieces() {
-        let d = Doc::new()
-            .str("s", "hello")
-            .i32("i", -3)
-            .i64("l", 1 << 40)
-            .f64("d", 2.5)
-            .bool("b", true)
-            .null("n")
-            .oid("o", [7; 12])
-            .regex("r", "a+", "i")
-            .bin("bin", &[1, 2, 3])
-            .doc("sub", Doc::new().i32("x", 1))
-            .arr_i32("arr", &[4, 5])
-            .bytes();
-        let whole = walk(&d, d.len()).unwrap();
-        for piece in [1, 2, 3, 7] {
-            assert_eq!(walk(&d, piece).unwrap(), whole);
-        }
-        let text = whole.join(" ");
-        assert!(
-            text.contains("0:s#0:02 =Str { bytes: [104, 101, 108, 108, 111], complete: true }"),
-            "{text}"
-        );
-        assert!(text.contains("=Int32(-3)") && text.contains("=Int64(1099511627776)"));
-        assert!(
-            text.contains("=Double(2.5)") && text.contains("=Bool(true)") && text.contains("=Null")
-        );
-        assert!(text.contains("=Other(7)") && text.contains("=Other(11)"));
-        assert!(text.contains("0:sub#9:03 1:x#0:10 =Int32(1) <1"), "{text}");
-        assert!(
-            text.contains("2:0#0:10 =Int32(4) 2:1#1:10 =Int32(5) <2 <0"),
-            "{text}"
-        );
-    }
-
-    #[test]
-    fn skipping_never_descends() {
-        struct SkipAll(u32);
-        impl Visitor for SkipAll {
-            fn element(&mut self, _: Ctx, _: &[u8], _: u8, _: u32) -> Act {
-                self.0 += 1;
-                Act::Skip
-            }
-            fn scalar(&mut self, _: Ctx, _: &[u8], _: Scalar<'_>) {
-                panic!("not read")
-            }
-            fn leave(&mut self, _: Ctx) {}
-        }
-        let big = Doc::new().arr_i32("a", &(0..1000).collect::<Vec<_>>());
-        let d = Doc::new().doc("x", big).str("y", &"z".repeat(5000)).bytes();
-        let mut w = Walker::default();
-        let mut v = SkipAll(0);
-        w.start(0, d.len() as u64);
-        for c in d.chunks(100) {
-            w.push(c, &mut v).unwrap();
-        }
-        assert!(w.done());
-        assert_eq!(v.0, 2);
-        assert!(w.buffered_bytes() < 4096);
-    }
-
-    #[test]
-    fn long_strings_and_keys_are_cut() {
-        let long = "k".repeat(600);
-        let d = Doc::new().str(&long, &"v".repeat(3000)).bytes();
-        let log = walk(&d, 13).unwrap();
-        assert!(log[0].starts_with(&format!("0:{}#0", "k".repeat(256))));
-        assert!(log[1].contains("complete: false"));
-    }
-
-    #[test]
-    fn malformed_documents_are_errors() {
-        let good = Doc::new().str("a", "b").i32("c", 1).bytes();
-        // Length past the limit, below 5, string past its document, no terminator, a
-        // terminator too early, unknown type, key without NUL.
-        let mut bad = vec![];
-        let mut b = good.clone();
-        b[0] = 200;
-        bad.push(b);
-        bad.push(vec![4, 0, 0, 0]);
-        let mut b = good.clone();
-        b[7] = 100;
-        bad.push(b);
-        let mut b = good.clone();
-        let n = b.len();
-        b[n - 1] = 1;
-        bad.push(b);
-        let mut b = good.clone();
-        b[4] = 0;
-        bad.push(b);
-        let mut b = good.clone();
-        b[4] = 0x42;
-        bad.push(b);
-        bad.push(vec![10, 0, 0, 0, 0x10, b'a', b'b', b'c', b'd', 0]);
-        for (i, d) in bad.iter().enumerate() {
-            for piece in [1, 3, 64] {
-                let mut w = Walker::default();
-                w.start(0, d.len() as u64);
-                let mut log = Log::default();
-                let mut err = false;
-                for c in d.chunks(piece) {
-                    if w.push(c, &mut log).is_err() {
-                        err = true;
-                        break;
-                    }
-                }
-                assert!(err || !w.done(), "case {i} piece {piece}: {:?}", log.0);
-            }
-        }
-    }
-
-    #[test]
-    fn deep_nesting_is_skipped_not_followed() {
-        let mut d = Doc::new().i32("x", 1);
-        for _ in 0..100 {
-            d = Doc::new().doc("a", d);
-        }
-        let bytes = d.bytes();
-        let log = walk(&bytes, 5).unwrap();
-        let depth = log.iter().filter(|l| l.starts_with('<')).count();
-        assert_eq!(depth, MAX_DEPTH, "containers entered");
-    }
-}
+#[path = "bson_tests.rs"]
+mod tests;

@@ -9,7 +9,7 @@
 //! conversation half (`conn::Conn`: the requests waiting for replies, each a `Unit` on the
 //! kit's `RequestCore`, and the open cursors of the connection) is in `session/conn.rs`.
 
-use super::message::{BodyParser, Spare};
+use super::message::{BodyParser, Parsed, Spare};
 use super::wire::{
     HEADER_LEN, Header, PROBE_LEN, Plausible, is_reply_opcode, is_request_opcode, plausible_start,
 };
@@ -430,12 +430,19 @@ impl MongoSession {
             parsed
         });
         if d == CLIENT {
-            if let Some(parsed) = parsed {
+            if let Some(Parsed::Request(req)) = &parsed {
                 let server_lost = !self.dirs[SERVER].framing.is_synced();
-                self.conn.on_request(m, parsed, server_lost, sink);
+                self.conn.on_request(m, req, server_lost, sink);
             }
         } else {
-            self.conn.on_reply(m, parsed, ts, sink);
+            let reply = match &parsed {
+                Some(Parsed::Reply(r)) => Some(&**r),
+                _ => None,
+            };
+            self.conn.on_reply(m, reply, ts, sink);
+        }
+        if let Some(p) = parsed {
+            self.dirs[d].spare.give(p);
         }
     }
 }

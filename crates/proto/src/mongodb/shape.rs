@@ -53,6 +53,15 @@ fn is_field_path(s: &[u8]) -> bool {
 /// Appends `s` as a JSON string (invalid UTF-8 replaced, control characters escaped).
 pub fn push_json_str(out: &mut String, s: &[u8]) {
     out.push('"');
+    if s.iter()
+        .all(|&b| (b' '..0x7f).contains(&b) && b != b'"' && b != b'\\')
+        && let Ok(plain) = std::str::from_utf8(s)
+    {
+        // The usual key: printable ASCII, nothing to escape.
+        out.push_str(plain);
+        out.push('"');
+        return;
+    }
     for c in String::from_utf8_lossy(s).chars() {
         match c {
             '"' => out.push_str("\\\""),
@@ -72,6 +81,15 @@ impl Shape {
             cap,
             ..Shape::default()
         }
+    }
+
+    /// Starts over as [`Shape::new`] would, keeping the text's buffer.
+    pub fn reset(&mut self, cap: usize) {
+        self.out.clear();
+        self.stack.clear();
+        self.cap = cap;
+        self.truncated = false;
+        self.pending = None;
     }
 
     /// The members written so far (no outer braces).
@@ -104,10 +122,18 @@ impl Shape {
         self.out.push_str(s);
     }
 
+    /// [`Shape::put`] of `s` as a JSON string, written in place (and taken back when it
+    /// does not fit).
     fn put_json_str(&mut self, s: &[u8]) {
-        let mut tmp = String::with_capacity(s.len() + 2);
-        push_json_str(&mut tmp, s);
-        self.put(&tmp);
+        if self.truncated {
+            return;
+        }
+        let start = self.out.len();
+        push_json_str(&mut self.out, s);
+        if self.out.len() > self.cap {
+            self.out.truncate(start);
+            self.truncated = true;
+        }
     }
 
     /// Starts a top-level member `"key":`.

@@ -167,18 +167,56 @@ pub struct BodyParser {
     out: Parsed,
 }
 
-/// The field reader and the BSON walker of a direction's last body parser, kept with their
-/// buffers for its next one (which starts them afresh): a message then allocates none of them.
+/// The field reader and the BSON walker of a direction's last body parser, and the request
+/// or reply it read, kept with their buffers for its next one (which starts them afresh): a
+/// message then allocates none of them.
 #[derive(Debug, Default)]
 pub struct Spare {
     r: FieldReader,
     w: Walker,
+    req: Option<Box<Request>>,
+    reply: Option<Box<Reply>>,
 }
 
 impl Spare {
     /// Heap bytes held.
     pub fn buffered_bytes(&self) -> usize {
-        self.r.buffered_bytes() + self.w.buffered_bytes()
+        self.r.buffered_bytes()
+            + self.w.buffered_bytes()
+            + self.req.as_ref().map_or(0, |r| r.buffered_bytes())
+            + self
+                .reply
+                .as_ref()
+                .map_or(0, |_| std::mem::size_of::<Reply>())
+    }
+
+    /// Takes back what a finished message's parse made, for the next message to start over
+    /// (a request whose buffers grew past a few KiB is dropped).
+    pub fn give(&mut self, parsed: Parsed) {
+        match parsed {
+            Parsed::Request(r) if r.buffered_bytes() <= 4096 => self.req = Some(r),
+            Parsed::Request(_) => {}
+            Parsed::Reply(mut r) => {
+                // Started over now: the spare holds no text.
+                *r = Reply::default();
+                self.reply = Some(r);
+            }
+        }
+    }
+}
+
+/// What a request of this opcode is, before its body says more.
+fn req_kind(opcode: i32) -> ReqKind {
+    match opcode {
+        op::MSG => ReqKind::Command(None),
+        op::QUERY
+        | op::INSERT
+        | op::UPDATE
+        | op::DELETE
+        | op::GET_MORE
+        | op::KILL_CURSORS
+        | op::COMPRESSED => ReqKind::Legacy(opcode),
+        o => ReqKind::Unknown(o),
     }
 }
 
@@ -189,31 +227,30 @@ fn invalid(what: &'static str, why: &'static str) -> WireError {
 impl BodyParser {
     /// A parser for a request body of `len` bytes. `shape_cap` bounds the shape text.
     pub fn request(opcode: i32, len: u64, shape_cap: usize) -> Self {
-        let kind = match opcode {
-            op::MSG => ReqKind::Command(None),
-            op::QUERY
-            | op::INSERT
-            | op::UPDATE
-            | op::DELETE
-            | op::GET_MORE
-            | op::KILL_CURSORS
-            | op::COMPRESSED => ReqKind::Legacy(opcode),
-            o => ReqKind::Unknown(o),
-        };
-        let out = Parsed::Request(Box::new(Request::new(kind, shape_cap)));
+        let out = Parsed::Request(Box::new(Request::new(req_kind(opcode), shape_cap)));
         Self::new(opcode, len, out, false, shape_cap)
     }
 
-    /// [`Self::request`], with the reader and walker taken from `spare`.
+    /// [`Self::request`], with the reader, walker and request taken from `spare`.
     pub fn request_in(opcode: i32, len: u64, shape_cap: usize, spare: &mut Spare) -> Self {
-        let mut p = Self::request(opcode, len, shape_cap);
+        let kind = req_kind(opcode);
+        let req = match spare.req.take() {
+            Some(mut r) => {
+                r.reset(kind, shape_cap);
+                r
+            }
+            None => Box::new(Request::new(kind, shape_cap)),
+        };
+        let mut p = Self::new(opcode, len, Parsed::Request(req), false, shape_cap);
         p.reuse(spare);
         p
     }
 
-    /// [`Self::reply`], with the reader and walker taken from `spare`.
+    /// [`Self::reply`], with the reader, walker and reply taken from `spare`.
     pub fn reply_in(opcode: i32, len: u64, legacy_command: bool, spare: &mut Spare) -> Self {
-        let mut p = Self::reply(opcode, len, legacy_command);
+        // A spare reply was started over when it was given back.
+        let reply = spare.reply.take().unwrap_or_default();
+        let mut p = Self::new(opcode, len, Parsed::Reply(reply), legacy_command, 0);
         p.reuse(spare);
         p
     }
@@ -336,7 +373,7 @@ impl BodyParser {
     /// Heap bytes held.
     pub fn buffered_bytes(&self) -> usize {
         let out = match &self.out {
-            Parsed::Request(r) => r.shape.buffered_bytes() + r.kill_ids.capacity() * 8,
+            Parsed::Request(r) => r.buffered_bytes(),
             Parsed::Reply(r) => {
                 r.errmsg.as_ref().map_or(0, String::capacity)
                     + r.code_name.as_ref().map_or(0, String::capacity)

@@ -46,6 +46,8 @@ pub struct Request {
     pub(super) legacy_cmd: bool,
     pending: Pending,
     legacy_plain: Option<bool>,
+    /// The buffers of the last request's names, for this one's.
+    spare_names: [Vec<u8>; 2],
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -74,7 +76,42 @@ impl Request {
             legacy_cmd: false,
             pending: Pending::None,
             legacy_plain: None,
+            spare_names: [Vec::new(), Vec::new()],
         }
+    }
+
+    /// Starts over as [`Request::new`] would, keeping the buffers (shape, names, cursor ids).
+    pub(super) fn reset(&mut self, kind: ReqKind, shape_cap: usize) {
+        let mut shape = std::mem::take(&mut self.shape);
+        shape.reset(shape_cap);
+        let mut kill_ids = std::mem::take(&mut self.kill_ids);
+        kill_ids.clear();
+        let mut spare_names = std::mem::take(&mut self.spare_names);
+        for (slot, spare) in [&mut self.db, &mut self.collection]
+            .into_iter()
+            .zip(&mut spare_names)
+        {
+            if let Some(v) = slot.take() {
+                *spare = v;
+            }
+        }
+        *self = Request {
+            shape,
+            kill_ids,
+            spare_names,
+            ..Request::new(kind, shape_cap)
+        };
+    }
+
+    /// Heap bytes held.
+    pub fn buffered_bytes(&self) -> usize {
+        let names = [&self.db, &self.collection]
+            .into_iter()
+            .flatten()
+            .chain(&self.spare_names)
+            .map(Vec::capacity)
+            .sum::<usize>();
+        self.shape.buffered_bytes() + self.kill_ids.capacity() * 8 + names
     }
 
     /// No reply will come: OP_MSG with moreToCome, or a legacy write or kill-cursors.
@@ -214,6 +251,14 @@ impl Request {
     }
 }
 
+/// Sets `slot` to `bytes` (cut at [`NAME_CAP`]), in its own buffer or `spare`'s.
+fn set_name(slot: &mut Option<Vec<u8>>, spare: &mut Vec<u8>, bytes: &[u8]) {
+    let mut v = slot.take().unwrap_or_else(|| std::mem::take(spare));
+    v.clear();
+    v.extend_from_slice(bytes.get(..NAME_CAP as usize).unwrap_or(bytes));
+    *slot = Some(v);
+}
+
 fn legacy_name(opcode: i32) -> (&'static str, &'static str) {
     match opcode {
         op::QUERY => ("op_query", "OP_QUERY"),
@@ -312,10 +357,12 @@ impl Visitor for Request {
         match (pending, v) {
             (Pending::Shape, v) => self.shape.scalar(v),
             (Pending::Collection, Scalar::Str { bytes, .. }) => {
-                self.collection = Some(bytes.get(..NAME_CAP as usize).unwrap_or(bytes).to_vec())
+                let [_, spare] = &mut self.spare_names;
+                set_name(&mut self.collection, spare, bytes);
             }
             (Pending::Db, Scalar::Str { bytes, .. }) => {
-                self.db = Some(bytes.get(..NAME_CAP as usize).unwrap_or(bytes).to_vec())
+                let [spare, _] = &mut self.spare_names;
+                set_name(&mut self.db, spare, bytes);
             }
             (Pending::CursorId, Scalar::Int64(id)) => self.cursor_id = Some(id),
             (Pending::KillId, Scalar::Int64(id)) => self.kill_ids.push(id),

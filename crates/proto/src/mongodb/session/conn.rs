@@ -7,7 +7,7 @@ use std::collections::VecDeque;
 use std::fmt::Write as _;
 use std::sync::Arc;
 
-use super::super::message::{Parsed, Reply, ReqKind, Request};
+use super::super::message::{Reply, ReqKind, Request};
 use super::super::wire::{Header, op};
 use super::{InMsg, MAX_CURSORS};
 use crate::kit::{Origin, RequestCore, Tags};
@@ -376,15 +376,12 @@ impl Conn {
     pub(super) fn on_request(
         &mut self,
         m: InMsg,
-        parsed: Parsed,
+        req: &Request,
         server_lost: bool,
         sink: &mut dyn Sink,
     ) {
-        let Parsed::Request(req) = parsed else {
-            return;
-        };
         let wire = u64::from(m.h.len);
-        let mut u = self.request(&m.h, m.start_ts, &req, m.damaged, wire);
+        let mut u = self.request(&m.h, m.start_ts, req, m.damaged, wire);
         // Bytes of it were lost in a gap inside its announced length: its text is the shape
         // of what was read before the gap.
         u.core.text_partial = m.gap_bytes > 0;
@@ -418,7 +415,7 @@ impl Conn {
     pub(super) fn on_reply(
         &mut self,
         m: InMsg,
-        parsed: Option<Parsed>,
+        reply: Option<&Reply>,
         end_ts: u64,
         sink: &mut dyn Sink,
     ) {
@@ -428,17 +425,13 @@ impl Conn {
         let Some(i) = self.pending.iter().position(|u| u.id == uid) else {
             return;
         };
-        let reply: Option<Box<Reply>> = match parsed {
-            Some(Parsed::Reply(r)) => Some(r),
-            _ => None,
-        };
         let more = reply.as_ref().is_some_and(|r| r.more_to_come());
         let Some(u) = self.pending.get_mut(i) else {
             return;
         };
         u.core.response(m.start_ts, end_ts, u64::from(m.h.len));
         u.core.damaged |= m.damaged;
-        let (open_cursor, exhausted) = match &reply {
+        let (open_cursor, exhausted) = match reply {
             None => {
                 u.core.damaged = true;
                 (None, None)
