@@ -254,7 +254,7 @@ pub(super) struct Conn {
     /// ([`super::batch`]); at most `max_inflight`.
     pub held: VecDeque<crate::QueryEvent>,
     /// Texts parsed into the unnamed statement lately, shared by the Parses that repeat them.
-    pub recent: super::recent::RecentTexts,
+    pub recent: crate::kit::RecentTexts,
 }
 
 /// Result of one server message against the item at the front.
