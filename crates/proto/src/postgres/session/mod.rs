@@ -168,6 +168,7 @@ impl PgSession {
                 max_items,
                 pending_text: Default::default(),
                 param_types: Default::default(),
+                param_records: Default::default(),
                 held: VecDeque::new(),
                 recent: RecentTexts::new(RECENT, RECENT_MAX_LEN),
             },
@@ -220,6 +221,7 @@ impl PgSession {
             + self.conn.stmts.heap_bytes()
             + self.conn.portals.heap_bytes()
             + self.conn.recent.heap_bytes()
+            + self.conn.param_records.heap_bytes()
     }
 }
 
