@@ -9,6 +9,8 @@
 //!   and its resynchronization [`Probe`] (bytes with the timestamps of their packets).
 //! - [`NameCache`]: prepared statements and portals by name, bounded by count and bytes.
 //! - [`TextBudget`]: the global bound on request text kept across all connections.
+//! - [`RecentTexts`]: the texts a connection built lately, shared by the requests that repeat
+//!   them.
 //! - [`PerDir`]: per-direction state indexed by [`Direction`].
 //!
 //! Resynchronization logic stays with each protocol (what a plausible message start is); the
@@ -22,12 +24,14 @@ mod budget;
 mod framing;
 mod names;
 mod reader;
+mod recent;
 mod request;
 
 pub use budget::{Charge, DEFAULT_TEXT_BUDGET, TEXT_PREFIX, TextBudget};
 pub use framing::{Framing, Probe, Sync, timestamp_runs};
 pub use names::{NameCache, Named, Unnamed};
 pub use reader::{Be, ByteOrder, Cursor, Le, ReadResult, WireError};
+pub use recent::RecentTexts;
 pub use request::{Origin, RequestCore, Tags, cut_text, lossy_arc};
 
 /// One `T` per direction of a connection, indexed by [`Direction`].

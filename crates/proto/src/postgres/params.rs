@@ -14,8 +14,9 @@ use crate::params::{hex, undecoded};
 /// The parameter part of one Bind, undecoded.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RawParams {
-    /// The Bind message from the parameter format codes on.
-    pub body: Box<[u8]>,
+    /// The Bind message from the parameter format codes on. (A `Vec`: the session refills
+    /// the allocation of a record whose event is gone, see `session/params.rs`.)
+    pub body: Vec<u8>,
     /// The parameter types of the statement's Parse (0: unspecified).
     pub oids: Option<Arc<[u32]>>,
 }
@@ -337,7 +338,7 @@ mod tests {
     fn text_values_are_quoted_and_cast() {
         let b = bind(&[], &[Some(b"12"), None, Some(b"it's \\")]);
         let r = RawParams {
-            body: b.into(),
+            body: b,
             oids: Some(Arc::from(&[23u32, 0, 25][..])),
         };
         assert_eq!(r.literals(), ["'12'::int4", "NULL", "E'it''s \\\\'::text"]);
@@ -359,7 +360,7 @@ mod tests {
         ];
         let b = bind(&[1], &vals.map(Some));
         let r = RawParams {
-            body: b.into(),
+            body: b,
             oids: Some(Arc::from(
                 &[23u32, 20, 16, 17, 2950, 1082, 1114, 1700, 701][..],
             )),
@@ -380,7 +381,7 @@ mod tests {
         );
         let unknown = bind(&[1], &[Some(b"xx")]);
         let r = RawParams {
-            body: unknown.into(),
+            body: unknown,
             oids: None,
         };
         assert!(r.literals()[0].contains("OID 0"));
@@ -405,7 +406,7 @@ mod tests {
                 let _ = binary_literal(&b, oid);
             }
             let r = RawParams {
-                body: b.clone().into(),
+                body: b.clone(),
                 oids: Some(Arc::from(&[1700u32, 1114, 17][..])),
             };
             let _ = r.literals();

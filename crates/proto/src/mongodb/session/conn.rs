@@ -10,7 +10,7 @@ use std::sync::Arc;
 use super::super::message::{Reply, ReqKind, Request};
 use super::super::wire::{Header, op};
 use super::{InMsg, MAX_CURSORS};
-use crate::kit::{Origin, RequestCore, Tags};
+use crate::kit::{Origin, RecentTexts, RequestCore, Tags};
 use crate::{ConnMeta, DbError, Outcome, Protocol, QueryEvent, SessionConfig, Sink};
 
 /// What a reply adds to its request's row counts.
@@ -119,10 +119,10 @@ pub(super) struct Conn {
     /// Open cursors: id and the getMore text of the command that opened it.
     pub(super) cursors: VecDeque<(i64, Arc<str>)>,
     last_db: Option<Arc<str>>,
-    /// Texts built last (request text, cursor text) and the buffer they are built in: a
-    /// request repeating the last shape shares its text instead of a new allocation.
-    last_text: Option<Arc<str>>,
-    last_cursor_text: Option<Arc<str>>,
+    /// Texts built last (request text, cursor text; one each) and the buffer they are built
+    /// in: a request repeating the last shape shares its text instead of a new allocation.
+    last_text: RecentTexts,
+    last_cursor_text: RecentTexts,
     buf: String,
     text_buf: String,
     /// Requests were lost (pickup, client gap, overflow) before the unit with this id: replies
@@ -169,19 +169,6 @@ fn push_rest(out: &mut String, req: &Request) {
     }
 }
 
-/// `text` as an `Arc`: the one in `last` when it holds the same text, else a new one (then
-/// kept in `last`).
-fn share(last: &mut Option<Arc<str>>, text: &str) -> Arc<str> {
-    match last {
-        Some(t) if **t == *text => Arc::clone(t),
-        _ => {
-            let t: Arc<str> = Arc::from(text);
-            *last = Some(Arc::clone(&t));
-            t
-        }
-    }
-}
-
 /// Cuts `s` to at most `max` bytes at a char boundary.
 fn cut(s: &mut String, max: usize) -> bool {
     if s.len() <= max {
@@ -205,8 +192,8 @@ impl Conn {
             next_id: 0,
             cursors: VecDeque::new(),
             last_db: None,
-            last_text: None,
-            last_cursor_text: None,
+            last_text: RecentTexts::new(1, usize::MAX),
+            last_cursor_text: RecentTexts::new(1, usize::MAX),
             buf: String::new(),
             text_buf: String::new(),
         }
@@ -227,8 +214,8 @@ impl Conn {
         let cursors: usize = self.cursors.iter().map(|c| c.1.len() + 32).sum();
         let texts = self.buf.capacity()
             + self.text_buf.capacity()
-            + self.last_text.as_ref().map_or(0, |t| t.len())
-            + self.last_cursor_text.as_ref().map_or(0, |t| t.len());
+            + self.last_text.heap_bytes()
+            + self.last_cursor_text.heap_bytes();
         units + cursors + texts
     }
 
@@ -322,7 +309,7 @@ impl Conn {
                 s.push(' ');
                 s.push_str(rest);
                 truncated |= cut(s, max);
-                let t = share(&mut self.last_text, s);
+                let t = self.last_text.share(s);
                 if s.capacity() > 4096 {
                     *s = String::new();
                 }
@@ -336,7 +323,7 @@ impl Conn {
             || matches!(req.kind, ReqKind::Legacy(op::QUERY));
         let cursor_text = opens_cursor.then(|| {
             cut(&mut buf, max);
-            share(&mut self.last_cursor_text, &buf)
+            self.last_cursor_text.share(&buf)
         });
         // The buffer is kept for the next request unless one huge text grew it.
         if buf.capacity() <= 4096 {

@@ -30,7 +30,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use super::wire::Framer;
-use crate::kit::{Framing, NameCache, PerDir};
+use crate::kit::{Framing, NameCache, PerDir, RecentTexts};
 use crate::{ConnMeta, Direction, Progress, Session, SessionConfig, Sink};
 
 mod batch;
@@ -39,7 +39,6 @@ mod loss;
 mod params;
 mod query;
 mod queue;
-mod recent;
 mod resync;
 mod server;
 mod startup;
@@ -59,6 +58,11 @@ const MAX_STMTS: usize = 4096;
 const MAX_STMT_BYTES: usize = 32 << 20;
 /// Portals remembered per connection (they live until the end of a transaction).
 const MAX_PORTALS: usize = 256;
+/// Texts parsed into the unnamed statement remembered per connection (drivers that do not
+/// prepare cycle through a handful of statements), and the longest (short texts, which the
+/// run's text budget never charges).
+const RECENT: usize = 8;
+const RECENT_MAX_LEN: usize = 1024;
 
 /// The transaction status the server reported in its last ReadyForQuery.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -164,8 +168,9 @@ impl PgSession {
                 max_items,
                 pending_text: Default::default(),
                 param_types: Default::default(),
+                param_records: Default::default(),
                 held: VecDeque::new(),
-                recent: Default::default(),
+                recent: RecentTexts::new(RECENT, RECENT_MAX_LEN),
             },
             dirs: PerDir::new(Dir::new(!saw_open, client), Dir::new(true, server)),
             stopped: false,
@@ -216,6 +221,7 @@ impl PgSession {
             + self.conn.stmts.heap_bytes()
             + self.conn.portals.heap_bytes()
             + self.conn.recent.heap_bytes()
+            + self.conn.param_records.heap_bytes()
     }
 }
 

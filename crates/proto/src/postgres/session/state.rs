@@ -250,11 +250,13 @@ pub(super) struct Conn {
     pub pending_text: RefCell<Charge>,
     /// Parameter types named by each statement's Parse (for bound values).
     pub param_types: super::params::ParamTypes,
+    /// The records Binds' parameters are copied into (reused once their events are gone).
+    pub param_records: super::params::ParamRecords,
     /// Events of extended-protocol requests waiting for their batch's ReadyForQuery
     /// ([`super::batch`]); at most `max_inflight`.
     pub held: VecDeque<crate::QueryEvent>,
     /// Texts parsed into the unnamed statement lately, shared by the Parses that repeat them.
-    pub recent: super::recent::RecentTexts,
+    pub recent: crate::kit::RecentTexts,
 }
 
 /// Result of one server message against the item at the front.
