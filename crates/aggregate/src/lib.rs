@@ -16,7 +16,7 @@ pub mod stats;
 pub mod txn;
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 pub use dims::{Dim, DimSet, DimShares, DimValues, Host, Scope};
 pub use filter::Filter;
@@ -126,7 +126,14 @@ pub struct Aggregator {
     index: HashMap<GroupKey, usize, foldhash::fast::RandomState>,
     groups: Vec<Group>,
     overflow: Option<Group>,
+    /// The totals as recorded: of their `stats`, only what
+    /// [`Stats::record_bounded`] counts (bounded counters, errors by code, the example),
+    /// whose merge depends on the order events came in. The rest sums exactly from the groups.
     totals: Totals,
+    /// `totals` with the groups' sums added ([`Aggregator::totals`]): built when first read,
+    /// dropped by every change. Recording each event into the totals' distributions and sums
+    /// as well as its group's cost a second [`Stats::record`] per event.
+    view: OnceLock<Totals>,
     scope: Option<Arc<Scope>>,
     /// Transaction tracking, when asked for ([`Aggregator::track_transactions`]).
     txns: Option<Box<txn::Transactions>>,
@@ -140,6 +147,7 @@ impl Aggregator {
             groups: Vec::new(),
             overflow: None,
             totals: Totals::default(),
+            view: OnceLock::new(),
             scope: None,
             txns: None,
         }
@@ -192,7 +200,8 @@ impl Aggregator {
         describe: impl FnOnce() -> (String, String, Option<Box<DimValues>>),
     ) {
         let keep = self.cfg.keep_examples;
-        self.totals.stats.record(ev, keep);
+        self.view.take();
+        self.totals.stats.record_bounded(ev, keep);
         self.totals.dims.record(ev);
         if let Some(t) = self.txns.as_mut() {
             t.record(ev, key);
@@ -241,7 +250,8 @@ impl Aggregator {
     /// reached; past it, which groups overflow depends on the order groups were first seen).
     /// `self`'s configuration applies.
     pub fn merge(&mut self, other: &Aggregator) {
-        self.totals.stats.merge(&other.totals.stats);
+        self.view.take();
+        self.totals.stats.merge_bounded(&other.totals.stats);
         self.totals.dims.merge(&other.totals.dims);
         self.totals.filtered_out += other.totals.filtered_out;
         if self.scope.is_none() {
@@ -317,8 +327,23 @@ impl Aggregator {
         self.overflow.as_ref()
     }
 
+    /// Statistics over all events: the recorded totals and the sum of every group's counts,
+    /// distributions and sums (the overflow group's included), which [`Stats::merge`] adds
+    /// exactly. Built on the first call after a change (a pass over the groups), then kept.
     pub fn totals(&self) -> &Totals {
-        &self.totals
+        self.view.get_or_init(|| {
+            let mut t = self.totals.clone();
+            for g in self.groups() {
+                t.stats.merge_sums(&g.stats);
+            }
+            t
+        })
+    }
+
+    /// Groups tracked (the overflow group not included): [`Totals::unique_groups`] without
+    /// building the totals.
+    pub fn unique_groups(&self) -> u64 {
+        self.totals.unique_groups
     }
 
     /// Multiplies every count by `n` (see [`Stats::scale`]): the estimate for all traffic when
@@ -327,6 +352,7 @@ impl Aggregator {
         if n <= 1 {
             return;
         }
+        self.view.take();
         self.totals.stats.scale(n);
         self.totals.dims.scale(n);
         self.totals.filtered_out = self.totals.filtered_out.saturating_mul(n);
@@ -338,6 +364,7 @@ impl Aggregator {
 
     /// Counts an event a `--where` filter left out.
     pub fn filtered_out(&mut self) {
+        self.view.take();
         self.totals.filtered_out += 1;
     }
 
