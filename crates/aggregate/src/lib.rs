@@ -125,6 +125,11 @@ pub struct Aggregator {
     cfg: AggConfig,
     index: HashMap<GroupKey, usize, foldhash::fast::RandomState>,
     groups: Vec<Group>,
+    /// The slot in `groups` of the last event's group: events come in runs of one group (a
+    /// pipeline of one command, a prepared statement in a loop), and comparing the key with
+    /// that group's skips hashing the key and probing `index`. Only a hint: a stale slot
+    /// (after [`Aggregator::order_groups`]) fails the comparison.
+    last: usize,
     overflow: Option<Group>,
     /// The totals as recorded: of their `stats`, only what
     /// [`Stats::record_bounded`] counts (bounded counters, errors by code, the example),
@@ -145,6 +150,7 @@ impl Aggregator {
             cfg,
             index: HashMap::default(),
             groups: Vec::new(),
+            last: usize::MAX,
             overflow: None,
             totals: Totals::default(),
             view: OnceLock::new(),
@@ -206,8 +212,13 @@ impl Aggregator {
         if let Some(t) = self.txns.as_mut() {
             t.record(ev, key);
         }
-        if let Some(g) = self.index.get(&key).and_then(|&i| self.groups.get_mut(i)) {
+        let slot = match self.groups.get(self.last) {
+            Some(g) if g.key == key => Some(self.last),
+            _ => self.index.get(&key).copied(),
+        };
+        if let Some((i, g)) = slot.and_then(|i| Some((i, self.groups.get_mut(i)?))) {
             g.stats.record(ev, keep);
+            self.last = i;
             return;
         }
         if self.groups.len() < self.cfg.max_groups {
@@ -221,6 +232,7 @@ impl Aggregator {
                 dims,
             };
             g.stats.record(ev, keep);
+            self.last = self.groups.len();
             self.index.insert(key, self.groups.len());
             self.groups.push(g);
             self.totals.unique_groups = self.groups.len() as u64;
