@@ -27,20 +27,58 @@ pub const EXACT_CAP: usize = 64;
 /// below 1 µs and the last everything from 10 s up.
 pub const DECADE_LABELS: [&str; 8] = ["1us", "10us", "100us", "1ms", "10ms", "100ms", "1s", "10s+"];
 
+/// The lower bounds of the decade buckets from the second one (10 µs) up, ns.
+const FROM_SECOND: [u64; 7] = [
+    10_000,
+    100_000,
+    1_000_000,
+    10_000_000,
+    100_000_000,
+    1_000_000_000,
+    10_000_000_000,
+];
+
+/// For each `k` in `0..64`, `(n, b)` such that a value in `[2^k, 2^(k+1))` reaches `n` of
+/// [`FROM_SECOND`], plus one when it is at least `b`: `b` is the bound strictly inside that
+/// range (at most one, the bounds being ten times apart). Without one, `b` is 0 and `n` one
+/// less (every value counts it), or `u64::MAX` below the first bound (no value there reaches
+/// it).
+const DECADE_STEPS: [(u8, u64); 64] = decade_steps();
+
+const fn decade_steps() -> [(u8, u64); 64] {
+    let mut t = [(0u8, u64::MAX); 64];
+    let mut k = 0;
+    while k < 64 {
+        let lo = 1u128 << k;
+        let (mut below, mut inside) = (0u8, None);
+        let mut i = 0;
+        while i < FROM_SECOND.len() {
+            let b = FROM_SECOND[i] as u128;
+            if b <= lo {
+                below += 1;
+            } else if b < lo << 1 {
+                inside = Some(FROM_SECOND[i]);
+            }
+            i += 1;
+        }
+        t[k] = match inside {
+            Some(b) => (below, b),
+            None if below > 0 => (below - 1, 0),
+            None => (0, u64::MAX),
+        };
+        k += 1;
+    }
+    t
+}
+
 /// Index into [`DECADE_LABELS`] for a latency in nanoseconds: how many of the buckets' lower
-/// bounds from 10 µs up it reaches (branch-free).
+/// bounds from 10 µs up it reaches. Branch-free, from the power of two below `ns`: the bounds
+/// under it, plus one when `ns` reaches the bound inside its power of two.
 #[inline]
 pub fn decade_index(ns: u64) -> usize {
-    const FROM_SECOND: [u64; 7] = [
-        10_000,
-        100_000,
-        1_000_000,
-        10_000_000,
-        100_000_000,
-        1_000_000_000,
-        10_000_000_000,
-    ];
-    FROM_SECOND.iter().map(|&b| usize::from(ns >= b)).sum()
+    let k = (63 - (ns | 1).leading_zeros()) as usize;
+    let (below, inside) = DECADE_STEPS[k & 63];
+    usize::from(below) + usize::from(ns >= inside)
 }
 
 #[derive(Clone, Debug)]
@@ -341,6 +379,20 @@ mod tests {
         assert_eq!(decade_index(9_999_999_999), 6);
         assert_eq!(decade_index(10_000_000_000), 7);
         assert_eq!(decade_index(u64::MAX), 7);
+        // The table lookup counts the bounds reached, as a plain count does: at, next to and
+        // between every bound and power of two.
+        let counted = |ns: u64| FROM_SECOND.iter().filter(|&&b| ns >= b).count();
+        let mut probes = vec![0, 1, 2, 3, u64::MAX - 1, u64::MAX];
+        for v in FROM_SECOND
+            .iter()
+            .copied()
+            .chain((0..64).map(|k| 1u64 << k))
+        {
+            probes.extend([v - 1, v, v + 1, v.saturating_mul(3) / 2]);
+        }
+        for ns in probes {
+            assert_eq!(decade_index(ns), counted(ns), "{ns}");
+        }
         // Against the loop it replaced, around every power of ten.
         let by_loop = |ns: u64| {
             let (mut bound, mut i) = (10_000u64, 0);

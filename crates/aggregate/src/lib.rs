@@ -16,7 +16,7 @@ pub mod stats;
 pub mod txn;
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 pub use dims::{Dim, DimSet, DimShares, DimValues, Host, Scope};
 pub use filter::Filter;
@@ -125,8 +125,20 @@ pub struct Aggregator {
     cfg: AggConfig,
     index: HashMap<GroupKey, usize, foldhash::fast::RandomState>,
     groups: Vec<Group>,
+    /// The slot in `groups` of the last event's group: events come in runs of one group (a
+    /// pipeline of one command, a prepared statement in a loop), and comparing the key with
+    /// that group's skips hashing the key and probing `index`. Only a hint: a stale slot
+    /// (after [`Aggregator::order_groups`]) fails the comparison.
+    last: usize,
     overflow: Option<Group>,
+    /// The totals as recorded: of their `stats`, only what
+    /// [`Stats::record_bounded`] counts (bounded counters, errors by code, the example),
+    /// whose merge depends on the order events came in. The rest sums exactly from the groups.
     totals: Totals,
+    /// `totals` with the groups' sums added ([`Aggregator::totals`]): built when first read,
+    /// dropped by every change. Recording each event into the totals' distributions and sums
+    /// as well as its group's cost a second [`Stats::record`] per event.
+    view: OnceLock<Totals>,
     scope: Option<Arc<Scope>>,
     /// Transaction tracking, when asked for ([`Aggregator::track_transactions`]).
     txns: Option<Box<txn::Transactions>>,
@@ -138,8 +150,10 @@ impl Aggregator {
             cfg,
             index: HashMap::default(),
             groups: Vec::new(),
+            last: usize::MAX,
             overflow: None,
             totals: Totals::default(),
+            view: OnceLock::new(),
             scope: None,
             txns: None,
         }
@@ -192,13 +206,19 @@ impl Aggregator {
         describe: impl FnOnce() -> (String, String, Option<Box<DimValues>>),
     ) {
         let keep = self.cfg.keep_examples;
-        self.totals.stats.record(ev, keep);
+        self.view.take();
+        self.totals.stats.record_bounded(ev, keep);
         self.totals.dims.record(ev);
         if let Some(t) = self.txns.as_mut() {
             t.record(ev, key);
         }
-        if let Some(g) = self.index.get(&key).and_then(|&i| self.groups.get_mut(i)) {
+        let slot = match self.groups.get(self.last) {
+            Some(g) if g.key == key => Some(self.last),
+            _ => self.index.get(&key).copied(),
+        };
+        if let Some((i, g)) = slot.and_then(|i| Some((i, self.groups.get_mut(i)?))) {
             g.stats.record(ev, keep);
+            self.last = i;
             return;
         }
         if self.groups.len() < self.cfg.max_groups {
@@ -212,6 +232,7 @@ impl Aggregator {
                 dims,
             };
             g.stats.record(ev, keep);
+            self.last = self.groups.len();
             self.index.insert(key, self.groups.len());
             self.groups.push(g);
             self.totals.unique_groups = self.groups.len() as u64;
@@ -241,7 +262,8 @@ impl Aggregator {
     /// reached; past it, which groups overflow depends on the order groups were first seen).
     /// `self`'s configuration applies.
     pub fn merge(&mut self, other: &Aggregator) {
-        self.totals.stats.merge(&other.totals.stats);
+        self.view.take();
+        self.totals.stats.merge_bounded(&other.totals.stats);
         self.totals.dims.merge(&other.totals.dims);
         self.totals.filtered_out += other.totals.filtered_out;
         if self.scope.is_none() {
@@ -317,8 +339,23 @@ impl Aggregator {
         self.overflow.as_ref()
     }
 
+    /// Statistics over all events: the recorded totals and the sum of every group's counts,
+    /// distributions and sums (the overflow group's included), which [`Stats::merge`] adds
+    /// exactly. Built on the first call after a change (a pass over the groups), then kept.
     pub fn totals(&self) -> &Totals {
-        &self.totals
+        self.view.get_or_init(|| {
+            let mut t = self.totals.clone();
+            for g in self.groups() {
+                t.stats.merge_sums(&g.stats);
+            }
+            t
+        })
+    }
+
+    /// Groups tracked (the overflow group not included): [`Totals::unique_groups`] without
+    /// building the totals.
+    pub fn unique_groups(&self) -> u64 {
+        self.totals.unique_groups
     }
 
     /// Multiplies every count by `n` (see [`Stats::scale`]): the estimate for all traffic when
@@ -327,6 +364,7 @@ impl Aggregator {
         if n <= 1 {
             return;
         }
+        self.view.take();
         self.totals.stats.scale(n);
         self.totals.dims.scale(n);
         self.totals.filtered_out = self.totals.filtered_out.saturating_mul(n);
@@ -338,6 +376,7 @@ impl Aggregator {
 
     /// Counts an event a `--where` filter left out.
     pub fn filtered_out(&mut self) {
+        self.view.take();
         self.totals.filtered_out += 1;
     }
 

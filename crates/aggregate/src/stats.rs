@@ -410,6 +410,16 @@ pub struct Stats {
 impl Stats {
     /// Counts one event.
     pub fn record(&mut self, ev: &QueryEvent, keep_example: bool) {
+        self.record_sums(ev);
+        self.record_bounded(ev, keep_example);
+    }
+
+    /// The part of [`record`](Stats::record) whose [`merge`](Stats::merge) is exact whatever
+    /// the order: counts, outcomes, time distributions, sums and first/last seen. An
+    /// aggregator's totals sum these from its groups when read instead of recording each event
+    /// twice ([`crate::Aggregator::totals`]).
+    #[inline(always)]
+    pub(crate) fn record_sums(&mut self, ev: &QueryEvent) {
         self.count += 1;
         match ev.outcome {
             Outcome::Ok => self.ok += 1,
@@ -421,12 +431,8 @@ impl Stats {
         if ev.outcome == Outcome::Error || ev.error.is_some() {
             self.errors += 1;
         }
-        if let Some(e) = &ev.error {
-            self.errors_by_code.record(e, ev.start_ns);
-        }
         // A count-only event (`timed` false) has no latency and adds no time sample.
-        let latency = ev.latency_ns();
-        if let Some(l) = latency {
+        if let Some(l) = ev.latency_ns() {
             self.latency.record(l);
         }
         if let Some(s) = ev.service_ns() {
@@ -450,12 +456,22 @@ impl Stats {
                 .map_or(ev.start_ns, |f| f.min(ev.start_ns)),
         );
         self.last_seen_ns = Some(self.last_seen_ns.map_or(end, |l| l.max(end)));
+    }
+
+    /// The rest of [`record`](Stats::record): the bounded counters (which values go to
+    /// "other" depends on the order they come in) and the slowest example (ties go to the
+    /// earlier event), recorded per event for the totals too.
+    #[inline(always)]
+    pub(crate) fn record_bounded(&mut self, ev: &QueryEvent, keep_example: bool) {
+        if let Some(e) = &ev.error {
+            self.errors_by_code.record(e, ev.start_ns);
+        }
         self.databases.record(&ev.database);
         self.users.record(&ev.user);
         self.clients.record(&Host::of(&ev.client));
         if keep_example {
             match &self.example {
-                Some(ex) if !ex.loses_to(latency, ev.start_ns, &ev.client) => {}
+                Some(ex) if !ex.loses_to(ev.latency_ns(), ev.start_ns, &ev.client) => {}
                 _ => self.example = Some(Example::from_event(ev)),
             }
         }
@@ -530,13 +546,18 @@ impl Stats {
     /// Adds another set's statistics. Exact: equals recording both event sets (except that
     /// bounded counters may put different values in "other" once their bound is reached).
     pub fn merge(&mut self, o: &Stats) {
+        self.merge_sums(o);
+        self.merge_bounded(o);
+    }
+
+    /// [`merge`](Stats::merge) of what [`record_sums`](Stats::record_sums) counts.
+    pub(crate) fn merge_sums(&mut self, o: &Stats) {
         self.count += o.count;
         self.ok += o.ok;
         self.errors += o.errors;
         self.no_response += o.no_response;
         self.incomplete += o.incomplete;
         self.no_reply_expected += o.no_reply_expected;
-        self.errors_by_code.merge(&o.errors_by_code);
         self.latency.merge(&o.latency);
         self.service.merge(&o.service);
         self.ttfb.merge(&o.ttfb);
@@ -551,6 +572,11 @@ impl Stats {
         self.no_good_index_used += o.no_good_index_used;
         self.first_seen_ns = min_opt(self.first_seen_ns, o.first_seen_ns);
         self.last_seen_ns = self.last_seen_ns.max(o.last_seen_ns);
+    }
+
+    /// [`merge`](Stats::merge) of what [`record_bounded`](Stats::record_bounded) counts.
+    pub(crate) fn merge_bounded(&mut self, o: &Stats) {
+        self.errors_by_code.merge(&o.errors_by_code);
         self.databases.merge(&o.databases);
         self.users.merge(&o.users);
         self.clients.merge(&o.clients);

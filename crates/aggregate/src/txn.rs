@@ -179,6 +179,9 @@ impl Transactions {
         let max = self.cfg.max_conns;
         let starts = ev.txn.is_some_and(TxnState::in_transaction);
         let tracked = self.conns.len();
+        if tracked == 0 && !starts {
+            return; // no connection has state to update, and this event opens none
+        }
         // One lookup: events of connections seen in a transaction find their state directly.
         let st = match self.conns.entry(ev.conn) {
             Entry::Occupied(o) => o.into_mut(),

@@ -102,9 +102,9 @@ impl Consumer for Shard {
         } else {
             self.key
         };
-        let before = self.inner.agg.totals().unique_groups;
+        let before = self.inner.agg.unique_groups();
         self.inner.event(ev);
-        if self.inner.agg.totals().unique_groups > before
+        if self.inner.agg.unique_groups() > before
             && let Some(g) = self.inner.agg.groups().nth(before as usize)
         {
             self.firsts.push((key, g.key));
