@@ -431,16 +431,7 @@ impl Walker {
         let end = usize::try_from(f.end).unwrap_or(usize::MAX);
         let t = c.take(1, end)?.first().copied().unwrap_or(0);
         if c.pos == end {
-            if t != 0 {
-                return Err(WireError::Invalid {
-                    what: "BSON document",
-                    why: "no terminator at its end",
-                });
-            }
-            let ctx = f.ctx;
-            self.frames.pop();
-            v.leave(ctx);
-            return Ok(!self.frames.is_empty());
+            return close_frame(&mut self.frames, t, v);
         }
         if t == 0 {
             return Err(WireError::Invalid {
@@ -601,16 +592,7 @@ impl Walker {
             return Ok(());
         };
         if self.pos == f.end {
-            if b != 0 {
-                return Err(WireError::Invalid {
-                    what: "BSON document",
-                    why: "no terminator at its end",
-                });
-            }
-            let ctx = f.ctx;
-            self.frames.pop();
-            v.leave(ctx);
-            if self.frames.is_empty() {
+            if !close_frame(&mut self.frames, b, v)? {
                 self.st = St::Done;
             } else {
                 self.next_element();
@@ -893,6 +875,23 @@ pub mod build {
             out
         }
     }
+}
+
+/// At the end of the innermost document (`t` is its last byte, which must be the terminator):
+/// pops its frame and tells the visitor; whether documents remain open. Shared by the in-place
+/// and the streaming walk.
+#[inline]
+fn close_frame(frames: &mut Vec<Frame>, t: u8, v: &mut dyn Visitor) -> Result<bool, WireError> {
+    if t != 0 {
+        return Err(WireError::Invalid {
+            what: "BSON document",
+            why: "no terminator at its end",
+        });
+    }
+    if let Some(f) = frames.pop() {
+        v.leave(f.ctx);
+    }
+    Ok(!frames.is_empty())
 }
 
 #[cfg(test)]
