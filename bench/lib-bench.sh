@@ -54,6 +54,6 @@ third_of_packets() {
   local packets
   packets=$("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["capture"]["packets"])' "$W/dbtap.out")
   tcpdump -r "$CAP" -c $((packets / 3)) -w "$W/third.pcap" 2>/dev/null
-  timed dbtap-third "$DBTAP" digest "$W/third.pcap" --format json --limit 100000 --port "$PORT" --quiet
+  timed dbtap-third "$DBTAP" digest --threads 1 "$W/third.pcap" --format json --limit 100000 --port "$PORT" --quiet
   rm -f "$W/third.pcap"
 }

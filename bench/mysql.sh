@@ -78,14 +78,14 @@ timed() {
 }
 
 timed tcpdump tcpdump -r "$CAP" -w /dev/null
-timed dbtap "$DBTAP" digest "$CAP" --format json --limit 100000 --server "127.0.0.1:$PORT" --quiet
+timed dbtap "$DBTAP" digest --threads 1 "$CAP" --format json --limit 100000 --server "127.0.0.1:$PORT" --quiet
 timed pt-query-digest sh -c "tcpdump -r '$CAP' -x -n -q -tttt 2>/dev/null | pt-query-digest --type tcpdump --watch-server 127.0.0.1:$PORT --limit 100000 --output json --no-version-check"
 timed tshark tshark -r "$CAP" -d "tcp.port==$PORT,mysql" -Y mysql.command -T fields -e mysql.command
 
 # RSS flatness: the first third of the packets vs the whole file.
 PACKETS=$("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["capture"]["packets"])' "$W/dbtap.out")
 tcpdump -r "$CAP" -c $((PACKETS / 3)) -w "$W/third.pcap" 2>/dev/null
-timed dbtap-third "$DBTAP" digest "$W/third.pcap" --format json --limit 100000 --server "127.0.0.1:$PORT" --quiet
+timed dbtap-third "$DBTAP" digest --threads 1 "$W/third.pcap" --format json --limit 100000 --server "127.0.0.1:$PORT" --quiet
 rm -f "$W/third.pcap"
 
 "$PY" - "$CAP" "$META" "$W" "$MODE" "$PORT" <<'EOF'

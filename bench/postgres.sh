@@ -53,7 +53,7 @@ fi
 
 rm -rf "$W"; mkdir -p "$W"
 timed tcpdump tcpdump -r "$CAP" -w /dev/null
-timed dbtap "$DBTAP" digest "$CAP" --format json --limit 100000 --port "$PORT" --quiet
+timed dbtap "$DBTAP" digest --threads 1 "$CAP" --format json --limit 100000 --port "$PORT" --quiet
 timed tshark tshark -r "$CAP" -d "tcp.port==$PORT,pgsql" -Y pgsql.type -T fields -e pgsql.type
 third_of_packets
 

@@ -54,7 +54,7 @@ fi
 
 rm -rf "$W"; mkdir -p "$W"
 timed tcpdump tcpdump -r "$CAP" -w /dev/null
-timed dbtap "$DBTAP" digest "$CAP" --format json --limit 100000 --port "$PORT" --quiet
+timed dbtap "$DBTAP" digest --threads 1 "$CAP" --format json --limit 100000 --port "$PORT" --quiet
 timed tshark tshark -r "$CAP" -d "tcp.port==$PORT,resp" -Y "resp && tcp.dstport==$PORT" \
   -T fields -e resp.array.length -e resp.bulk_string.value
 third_of_packets

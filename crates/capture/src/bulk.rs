@@ -187,7 +187,7 @@ impl Reader {
         if !meta.is_file() || meta.len() < min_len.max(1) {
             return Reader::open(path);
         }
-        let Ok(map) = Mapping::map(&file) else {
+        let Ok(map) = Mapping::map(&file, &path.display().to_string()) else {
             return Reader::open(path);
         };
         if map.starts_with(&[0x1f, 0x8b]) || map.is_empty() {

@@ -20,6 +20,7 @@ mod gz;
 mod mmap;
 mod pcap;
 mod pcapng;
+mod sigbus;
 
 use std::fmt;
 use std::fs::File;

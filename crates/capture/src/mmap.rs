@@ -1,10 +1,11 @@
 //! Mapping a regular, uncompressed capture file into memory, so that a reader can hand other
 //! threads slices of the file itself (no read(2), no copy into read buffers).
 //!
-//! The one place of the crate with `unsafe`: the map call. The risk is documented in the
-//! README: if the file is truncated or rewritten while mapped, reading the missing pages raises
-//! SIGBUS (the process dies) or the frames change under the reader. Only used where a caller
-//! asks for it ([`crate::Input::open_mapped`]).
+//! One of the two places of the crate with `unsafe` (the other: `sigbus.rs`): the map call.
+//! The risk is documented in the README: if the file is truncated or rewritten while mapped,
+//! reading the missing pages raises SIGBUS (`crate::sigbus` turns it into a one-line error and
+//! exit status 1) or the frames change under the reader. Only used where a caller asks for it
+//! ([`crate::Input::open_mapped`]).
 
 #![allow(unsafe_code)]
 
@@ -17,19 +18,28 @@ use memmap2::{Advice, Mmap, UncheckedAdvice};
 
 /// A read-only mapping of a whole capture file, cheap to clone and share between threads.
 #[derive(Clone, Debug)]
-pub struct Mapping(Arc<Mmap>);
+pub struct Mapping(Arc<Mapped>);
+
+/// The map, and the watch that turns a SIGBUS in it into a clear error (dropped first).
+#[derive(Debug)]
+struct Mapped {
+    _watch: crate::sigbus::Watch,
+    map: Mmap,
+}
 
 impl Deref for Mapping {
     type Target = [u8];
 
     fn deref(&self) -> &[u8] {
-        &self.0
+        &self.0.map
     }
 }
 
 impl Mapping {
-    /// Maps `file` (of `len` bytes, at least 1) read-only, advised for sequential reading.
-    pub(crate) fn map(file: &File) -> io::Result<Mapping> {
+    /// Maps `file` (named `name` in errors) read-only, advised for sequential reading. If the
+    /// file shrinks while mapped, reading past its new end exits with a one-line error
+    /// ([`crate::sigbus`]).
+    pub(crate) fn map(file: &File, name: &str) -> io::Result<Mapping> {
         // SAFETY: the mapping is read-only (nothing writes through it); memmap2 checks the
         // length and alignment. What Rust cannot guarantee is that the file does not change
         // while mapped: another process truncating it makes a read of the lost pages raise
@@ -38,7 +48,8 @@ impl Mapping {
         let map = unsafe { Mmap::map(file) }?;
         // Advice only: the read-ahead is larger and pages behind are dropped first.
         let _ = map.advise(Advice::Sequential);
-        Ok(Mapping(Arc::new(map)))
+        let _watch = crate::sigbus::Watch::new(&map, name);
+        Ok(Mapping(Arc::new(Mapped { _watch, map })))
     }
 
     /// Drops this process's page-table entries for the bytes `from..to` (whole pages inside
@@ -50,7 +61,7 @@ impl Mapping {
         // 64 KiB: a multiple of every usual page size.
         const ALIGN: usize = 1 << 16;
         let from = from.next_multiple_of(ALIGN);
-        let to = (to.min(self.0.len()) / ALIGN) * ALIGN;
+        let to = (to.min(self.0.map.len()) / ALIGN) * ALIGN;
         if to > from {
             // SAFETY: MADV_DONTNEED on a read-only mapping of a file (nothing is ever written
             // through it) only drops page-table entries: the next read of those bytes maps
@@ -58,6 +69,7 @@ impl Mapping {
             // bytes; the only risk is the documented one of a file changed while mapped.
             let _ = unsafe {
                 self.0
+                    .map
                     .unchecked_advise_range(UncheckedAdvice::DontNeed, from, to - from)
             };
         }

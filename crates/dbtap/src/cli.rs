@@ -524,10 +524,10 @@ pub struct DigestArgs {
     #[command(flatten)]
     pub clickhouse: crate::fleet::ClickHouseArgs,
 
-    /// Threads that read the connections (default 1; 0 is refused). The
-    /// report is the same for any count; with --timeline, --store, --clickhouse or standard
-    /// input, and on captures where that cannot be shown (IP fragments, a bound reached), one
-    /// thread does the work.
+    /// Threads that read the connections (default: the cores available, at most 16; 0 is
+    /// refused). The report is the same for any count; with --timeline, --store, --clickhouse
+    /// or standard input, and on captures where that cannot be shown (IP fragments, a bound
+    /// reached), one thread does the work.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=256))]
     pub threads: Option<u64>,
 }

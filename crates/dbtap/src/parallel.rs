@@ -515,9 +515,7 @@ pub(crate) fn digest(
     fresh: impl Fn() -> crate::DigestConsumer,
 ) -> Result<(crate::DigestConsumer, CaptureHealth)> {
     let files = &args.input.files;
-    // One thread unless asked: on the 2-core machine measured, the threads cost more CPU than
-    // they took off the one thread's path (README, Speed).
-    let threads = args.threads.map_or(1, |n| n as usize);
+    let threads = args.threads.map_or_else(default_threads, |n| n as usize);
     let plain = consumer.timeline.is_none() && consumer.store.is_none() && consumer.fleet.is_none();
     let stdin = files.iter().any(|f| f.as_os_str() == "-");
     if threads <= 1 || !plain || stdin {
@@ -545,6 +543,16 @@ pub(crate) fn digest(
             pipeline::run(files, settings, fresh())
         }
     }
+}
+
+/// Most workers `--threads` starts by default: one reader feeds them, and past this many it is
+/// the serial part on every capture measured (README, Speed); more can be asked for.
+const MAX_DEFAULT_THREADS: usize = 16;
+
+/// `--threads` when not given: the cores this process may run on (its CPU affinity and cgroup
+/// quota, as the standard library reads them), at most [`MAX_DEFAULT_THREADS`].
+fn default_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get().min(MAX_DEFAULT_THREADS))
 }
 
 fn why_one(plain: bool) -> &'static str {
