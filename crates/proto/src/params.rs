@@ -2,6 +2,8 @@
 //! parameter bytes, bounded) and decoded to SQL literals only when asked, for the example a
 //! group keeps, so that the example can be run through `EXPLAIN`.
 
+use std::sync::Arc;
+
 use crate::{mysql, postgres};
 
 /// The most parameter bytes kept for one execution (and never more than the session's
@@ -27,6 +29,14 @@ pub enum BoundParams {
 }
 
 impl BoundParams {
+    /// Bytes the raw body's buffer holds.
+    pub(crate) fn body_capacity(&self) -> usize {
+        match self {
+            BoundParams::Mysql(r) => r.body.capacity(),
+            BoundParams::Postgres(r) => r.body.capacity(),
+        }
+    }
+
     /// One SQL literal per parameter, in order. A value that cannot be decoded becomes a
     /// marked placeholder: `NULL /* dbtap: ... */`.
     pub fn literals(&self) -> Vec<String> {
@@ -94,5 +104,56 @@ mod tests {
         assert_eq!(plain_text(b"a\nb"), None);
         assert_eq!(plain_text(b"\xff"), None);
         assert!(undecoded("x").starts_with("NULL /*"));
+    }
+}
+
+/// Parameter records handed out lately, kept to be refilled: an execution's parameters must be
+/// copied (the event outlives the message), but once its event was consumed and not kept as a
+/// group's example, the session holds the only reference left and copies the next
+/// execution's parameters into the same allocations instead of new ones. Bounded:
+/// [`PARAM_RECORDS`] records of at most about the bytes the protocol keeps of one execution's
+/// parameters each.
+#[derive(Debug, Default)]
+pub(crate) struct ParamRecords {
+    records: Vec<Arc<BoundParams>>,
+    /// The record replaced next when none is free.
+    next: usize,
+}
+
+/// Records kept per connection: one per request a pipeline holds in flight, within reason.
+pub(crate) const PARAM_RECORDS: usize = 4;
+
+impl ParamRecords {
+    /// A record of a `len`-byte body: a free one that `refill` takes (it says whether the
+    /// record is of its kind), or `make`'s (then kept).
+    pub(crate) fn fill(
+        &mut self,
+        len: usize,
+        refill: impl Fn(&mut BoundParams) -> bool,
+        make: impl FnOnce() -> BoundParams,
+    ) -> Arc<BoundParams> {
+        for r in &mut self.records {
+            // Unique: its event is gone. Refilled only when its buffer is not much larger
+            // than the body, so an example keeps about what it holds.
+            if let Some(p) = Arc::get_mut(r)
+                && p.body_capacity() <= 2 * len + 64
+                && refill(p)
+            {
+                return Arc::clone(r);
+            }
+        }
+        let fresh = Arc::new(make());
+        if self.records.len() < PARAM_RECORDS {
+            self.records.push(Arc::clone(&fresh));
+        } else if let Some(r) = self.records.get_mut(self.next) {
+            *r = Arc::clone(&fresh);
+            self.next = (self.next + 1) % PARAM_RECORDS;
+        }
+        fresh
+    }
+
+    /// Heap bytes held (records shared with events are counted here too).
+    pub(crate) fn heap_bytes(&self) -> usize {
+        self.records.iter().map(|r| r.body_capacity() + 64).sum()
     }
 }

@@ -35,7 +35,7 @@ pub struct RawParams {
     pub flags: u8,
     pub query_attrs: bool,
     /// The packet from the byte after the iteration count.
-    pub body: Box<[u8]>,
+    pub body: Vec<u8>,
     /// The types remembered for the statement, for an execution that does not send them.
     pub types: Option<Arc<[u8]>>,
 }

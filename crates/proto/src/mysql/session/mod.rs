@@ -202,7 +202,7 @@ impl MysqlSession {
             .iter()
             .map(|p| std::mem::size_of::<Pending>() + p.text_bytes())
             .sum();
-        dirs + inflight + self.conn.stmts.heap_bytes()
+        dirs + inflight + self.conn.stmts.heap_bytes() + self.conn.params.records_bytes()
     }
 
     /// Whether the compressed protocol is in use (as negotiated or detected).

@@ -11,7 +11,7 @@ use super::super::params::{RawParams, StmtParams, sent_types};
 use super::super::wire::Message;
 use super::conn::{Conn, Pending};
 use super::result::Resp;
-use crate::params::BoundParams;
+use crate::params::{BoundParams, ParamRecords};
 
 /// Statements whose parameter facts a connection remembers, and the type bytes they may hold.
 const MAX_STMTS: usize = 4096;
@@ -24,6 +24,8 @@ const EXECUTE_HEAD: usize = 10;
 pub(super) struct ParamFacts {
     by_stmt: HashMap<u32, StmtParams, foldhash::fast::RandomState>,
     type_bytes: usize,
+    /// The executions' parameter records, refilled once their events are gone.
+    records: ParamRecords,
 }
 
 impl ParamFacts {
@@ -44,6 +46,11 @@ impl ParamFacts {
     pub(super) fn clear(&mut self) {
         self.by_stmt.clear();
         self.type_bytes = 0;
+    }
+
+    /// Heap bytes of the parameter records.
+    pub(super) fn records_bytes(&self) -> usize {
+        self.records.heap_bytes()
     }
 }
 
@@ -129,13 +136,27 @@ impl Conn {
                 facts.types = Some(Arc::from(t));
             }
         }
-        p.core.params = Some(Arc::new(BoundParams::Mysql(RawParams {
-            count: facts.count,
-            flags,
-            query_attrs: attrs,
-            body: body.into(),
-            types: facts.types.clone(),
-        })));
+        let (count, types) = (facts.count, &facts.types);
+        let refill = |r: &mut BoundParams| match r {
+            BoundParams::Mysql(r) => {
+                (r.count, r.flags, r.query_attrs) = (count, flags, attrs);
+                r.body.clear();
+                r.body.extend_from_slice(body);
+                r.types.clone_from(types);
+                true
+            }
+            _ => false,
+        };
+        let make = || {
+            BoundParams::Mysql(RawParams {
+                count,
+                flags,
+                query_attrs: attrs,
+                body: body.to_vec(),
+                types: types.clone(),
+            })
+        };
+        p.core.params = Some(self.params.records.fill(body.len(), refill, make));
         true
     }
 }

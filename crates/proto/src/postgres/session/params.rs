@@ -10,7 +10,7 @@ use std::sync::Arc;
 use super::super::params::{RawParams, parse_oids};
 use super::super::wire::Message;
 use super::state::{Conn, name_hash};
-use crate::params::BoundParams;
+use crate::params::{BoundParams, ParamRecords};
 
 /// Statements whose parameter types a connection remembers, and the OIDs they may hold.
 const MAX_STMTS: usize = 4096;
@@ -106,66 +106,35 @@ impl Conn {
             return;
         }
         let oids = self.param_types.by_stmt.get(&name_hash(statement)).cloned();
-        let params = self.param_records.fill(body, oids);
+        let params = fill(&mut self.param_records, body, oids);
         if let Some(u) = self.unit_mut(unit) {
             u.core.params = Some(params);
         }
     }
 }
 
-/// Parameter records handed out lately, kept to be refilled: a Bind's parameters must be
-/// copied (the event outlives the message), but once its event was consumed and not kept as
-/// a group's example, the session holds the only reference left and copies the next Bind's
-/// parameters into the same allocations instead of two new ones. Bounded: [`PARAM_RECORDS`]
-/// records of at most about [`BIND_PARAMS_KEEP`] bytes each.
-#[derive(Debug, Default)]
-pub(super) struct ParamRecords {
-    records: Vec<Arc<BoundParams>>,
-    /// The record replaced next when none is free.
-    next: usize,
-}
-
-/// Records kept per connection: one per request a pipeline holds in flight, within reason.
-const PARAM_RECORDS: usize = 4;
-
-impl ParamRecords {
-    /// A record of `body` and `oids`: a free one refilled, or a new one (then kept).
-    pub(super) fn fill(&mut self, body: &[u8], oids: Option<Arc<[u32]>>) -> Arc<BoundParams> {
-        for r in &mut self.records {
-            // Unique: its event is gone. Refilled only when its buffer is not much larger
-            // than the body, so an example keeps about what it holds.
-            if let Some(BoundParams::Postgres(p)) = Arc::get_mut(r)
-                && p.body.capacity() <= 2 * body.len() + 64
-            {
-                p.body.clear();
-                p.body.extend_from_slice(body);
-                p.oids = oids;
-                return Arc::clone(r);
-            }
+/// A record of a Bind's `body` and `oids` from `records`: a free one refilled, or a new one.
+pub(super) fn fill(
+    records: &mut ParamRecords,
+    body: &[u8],
+    oids: Option<Arc<[u32]>>,
+) -> Arc<BoundParams> {
+    let refill = |p: &mut BoundParams| match p {
+        BoundParams::Postgres(p) => {
+            p.body.clear();
+            p.body.extend_from_slice(body);
+            p.oids.clone_from(&oids);
+            true
         }
-        let fresh = Arc::new(BoundParams::Postgres(RawParams {
+        _ => false,
+    };
+    let make = || {
+        BoundParams::Postgres(RawParams {
             body: body.to_vec(),
-            oids,
-        }));
-        if self.records.len() < PARAM_RECORDS {
-            self.records.push(Arc::clone(&fresh));
-        } else if let Some(r) = self.records.get_mut(self.next) {
-            *r = Arc::clone(&fresh);
-            self.next = (self.next + 1) % PARAM_RECORDS;
-        }
-        fresh
-    }
-
-    /// Heap bytes held (records shared with events are counted here too).
-    pub(super) fn heap_bytes(&self) -> usize {
-        self.records
-            .iter()
-            .map(|r| match &**r {
-                BoundParams::Postgres(p) => p.body.capacity() + 64,
-                _ => 64,
-            })
-            .sum()
-    }
+            oids: oids.clone(),
+        })
+    };
+    records.fill(body.len(), refill, make)
 }
 
 #[cfg(test)]
@@ -182,15 +151,19 @@ mod tests {
     #[test]
     fn a_record_is_refilled_only_once_nothing_else_holds_it() {
         let mut rs = ParamRecords::default();
-        let a = rs.fill(b"\0\0\0\x01\0\0\0\x011", None);
+        let a = fill(&mut rs, b"\0\0\0\x01\0\0\0\x011", None);
         let a_ptr = Arc::as_ptr(&a);
         // `a` still held (an event in flight, or a group's example): never written again.
-        let b = rs.fill(b"\0\0\0\x01\0\0\0\x012", None);
+        let b = fill(&mut rs, b"\0\0\0\x01\0\0\0\x012", None);
         assert_ne!(Arc::as_ptr(&b), a_ptr);
         assert_eq!(body(&a), b"\0\0\0\x01\0\0\0\x011");
         drop(a);
         // Gone: its allocation takes the next parameters.
-        let c = rs.fill(b"\0\0\0\x01\0\0\0\x013", Some(Arc::from(&[23u32][..])));
+        let c = fill(
+            &mut rs,
+            b"\0\0\0\x01\0\0\0\x013",
+            Some(Arc::from(&[23u32][..])),
+        );
         assert_eq!(Arc::as_ptr(&c), a_ptr);
         assert_eq!(body(&c), b"\0\0\0\x01\0\0\0\x013");
         assert_eq!(body(&b), b"\0\0\0\x01\0\0\0\x012");
@@ -200,16 +173,16 @@ mod tests {
         assert_eq!(p.oids.as_deref(), Some(&[23u32][..]));
         // A much larger buffer is not refilled with a short body.
         drop((b, c));
-        let big = rs.fill(&[7; 1000], None);
+        let big = fill(&mut rs, &[7; 1000], None);
         drop(big);
-        let small = rs.fill(b"\0\0\0\0", None);
+        let small = fill(&mut rs, b"\0\0\0\0", None);
         let BoundParams::Postgres(p) = &*small else {
             panic!("postgres")
         };
         assert!(p.body.capacity() < 1000);
         // Bounded, whatever is still held.
-        let held: Vec<_> = (0..20u8).map(|i| rs.fill(&[i; 100], None)).collect();
+        let held: Vec<_> = (0..20u8).map(|i| fill(&mut rs, &[i; 100], None)).collect();
         assert_eq!(body(&held[19]), &[19; 100][..]);
-        assert!(rs.heap_bytes() <= PARAM_RECORDS * (2 * 100 + 64 + 64));
+        assert!(rs.heap_bytes() <= crate::params::PARAM_RECORDS * (2 * 100 + 64 + 64));
     }
 }

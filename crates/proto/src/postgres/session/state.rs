@@ -251,7 +251,7 @@ pub(super) struct Conn {
     /// Parameter types named by each statement's Parse (for bound values).
     pub param_types: super::params::ParamTypes,
     /// The records Binds' parameters are copied into (reused once their events are gone).
-    pub param_records: super::params::ParamRecords,
+    pub param_records: crate::params::ParamRecords,
     /// Events of extended-protocol requests waiting for their batch's ReadyForQuery
     /// ([`super::batch`]); at most `max_inflight`.
     pub held: VecDeque<crate::QueryEvent>,
