@@ -326,6 +326,7 @@ pub mod live;
 mod mongo;
 mod my;
 mod pg;
+mod pglight;
 mod readbuf;
 use conn::TargetConn;
 

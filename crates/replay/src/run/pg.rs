@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use proto::{Direction, Health, QueryEvent, Session, Sink};
 
+use super::pglight;
 use super::readbuf::ReadBuf;
 use super::{Ctx, Msg, Stream, is_timeout, new_session};
 use crate::capture::Plan;
@@ -49,12 +50,27 @@ struct Conn {
     events: Vec<QueryEvent>,
     /// Where they go (also from `drop`, so none is lost on any path).
     tx: std::sync::mpsc::SyncSender<Msg>,
+    /// The light reply reader (see [`pglight`]).
+    light: pglight::Light,
 }
 
 impl Drop for Conn {
     fn drop(&mut self) {
         self.flush();
     }
+}
+
+/// One batch's exchange.
+struct Exchange<'a> {
+    /// Its messages, sent as one write.
+    out: &'a [u8],
+    /// The ReadyForQuery it expects (one per Sync or Query).
+    expect: usize,
+    /// The COPY FROM STDIN data (CopyData..CopyDone) sent when the target asks for it;
+    /// `None` when the batch carries its own.
+    copy: Option<&'a [u8]>,
+    /// It ends with a Sync or a Query.
+    synced: bool,
 }
 
 /// The read buffer of a connection (a message longer than this grows it).
@@ -75,18 +91,36 @@ impl Conn {
         }
     }
 
-    fn feed(&mut self, ctx: &Ctx, dir: Direction, b: &[u8]) {
+    fn feed(&mut self, dir: Direction, b: &[u8], ts: u64) {
         let mut s = ChanSink {
             tx: &self.tx,
             events: &mut self.events,
             health: Health::default(),
         };
-        self.session.feed(dir, b, ctx.now_ns(), &mut s);
+        self.session.feed(dir, b, ts, &mut s);
+    }
+
+    /// The light reader's log of the current batch is full: it goes to the session.
+    fn spill(&mut self) {
+        let mut s = ChanSink {
+            tx: &self.tx,
+            events: &mut self.events,
+            health: Health::default(),
+        };
+        self.light.spill(self.session.as_mut(), &mut s);
     }
 
     fn send(&mut self, ctx: &Ctx, b: &[u8]) -> Result<(), Stop> {
         self.stream.write_all(b).map_err(|_| Stop::Lost)?;
-        self.feed(ctx, Direction::ToServer, b);
+        let ts = ctx.now_ns();
+        if self.light.logging() {
+            if self.light.log(true, ts, b) {
+                self.spill();
+            }
+        } else {
+            self.light.prime(self.session.as_mut());
+            self.feed(Direction::ToServer, b, ts);
+        }
         Ok(())
     }
 
@@ -118,6 +152,12 @@ impl Conn {
                 Ok(0) => return Err(Stop::Closed),
                 Ok(k) => {
                     let got = self.inbuf.filled(k);
+                    if self.light.logging() {
+                        if self.light.log(false, ctx.now_ns(), got) {
+                            self.spill();
+                        }
+                        continue;
+                    }
                     let mut s = ChanSink {
                         tx: &self.tx,
                         events: &mut self.events,
@@ -147,6 +187,7 @@ impl Conn {
             inbuf: ReadBuf::new(READ_BUF),
             events: Vec::new(),
             tx: ctx.tx.clone(),
+            light: pglight::Light::default(),
         };
         let deadline = Instant::now() + ctx.opts.reply_timeout.max(Duration::from_secs(5));
         let lost = |_| "connection lost during login".to_string();
@@ -193,27 +234,38 @@ impl Conn {
                         .map_err(lost)?;
                 }
                 b'E' => return Err(format!("login refused: {}", error_text(&body))),
-                b'Z' => return Ok(c),
+                b'Z' => {
+                    c.light.set_quiet(c.inbuf.pending().is_empty());
+                    return Ok(c);
+                }
                 _ => {}
             }
         }
     }
 
     /// Sends one batch and reads until `expect` ReadyForQuery came; false when the
-    /// connection is unusable.
-    /// `copy`: the COPY FROM STDIN data (CopyData..CopyDone) sent when the target asks for
-    /// it; `None` when the batch carries its own.
-    fn exchange(
-        &mut self,
-        ctx: &Ctx,
-        out: &[u8],
-        expect: usize,
-        copy: Option<&[u8]>,
-        t: &mut Tally,
-    ) -> bool {
+    /// connection is unusable. A batch of the light reader's shape is answered by it when it
+    /// can (see [`pglight`]), else its traffic goes to the session as it would have.
+    fn exchange(&mut self, ctx: &Ctx, b: &Exchange<'_>, t: &mut Tally) -> bool {
+        self.light.begin(b.out);
+        let (usable, complete) = self.exchange_inner(ctx, b, t);
+        let clean = complete && self.inbuf.pending().is_empty();
+        let mut sink = ChanSink {
+            tx: &self.tx,
+            events: &mut self.events,
+            health: Health::default(),
+        };
+        self.light
+            .settle(b.out, clean, b.synced, self.session.as_mut(), &mut sink);
+        usable
+    }
+
+    /// [`Conn::exchange`]'s traffic: (the connection is usable, every reply came).
+    fn exchange_inner(&mut self, ctx: &Ctx, b: &Exchange<'_>, t: &mut Tally) -> (bool, bool) {
+        let (out, expect, copy) = (b.out, b.expect, b.copy);
         if self.send(ctx, out).is_err() {
             t.skip("connection_lost", 1);
-            return false;
+            return (false, false);
         }
         let deadline = Instant::now() + ctx.opts.reply_timeout;
         let mut got = 0;
@@ -233,31 +285,32 @@ impl Conn {
                         }
                     };
                     if self.send(ctx, m).is_err() {
-                        return false;
+                        return (false, false);
                     }
                 }
                 Ok(_) => {}
                 Err(Stop::Timeout) => {
                     t.skip("reply_timeout", 1);
-                    return true;
+                    return (true, false);
                 }
                 Err(Stop::Closed) => {
                     t.skip("connection_closed_by_target", 1);
-                    return false;
+                    return (false, false);
                 }
                 Err(Stop::Lost) => {
                     t.skip("connection_lost", 1);
-                    return false;
+                    return (false, false);
                 }
             }
         }
         t.replies += expect as u64;
-        true
+        (true, true)
     }
 
     fn close(mut self, ctx: &Ctx) {
         // The session's queued events go before those its close makes and the close itself.
         self.flush();
+        self.light.prime(self.session.as_mut());
         super::close_session(self.session.as_mut(), self.id, ctx);
     }
 }
@@ -348,7 +401,17 @@ pub(super) fn run_session(ctx: &Ctx, plan: &Plan, offsets: &[u64]) -> Tally {
             .iter()
             .any(|r| matches!(r.bytes.first(), Some(b'c' | b'f')));
         let copy = (!inline).then_some(&copy[..]);
-        if !c.exchange(ctx, &out, expect, copy, &mut t)
+        let synced = batch
+            .requests
+            .last()
+            .is_some_and(|r| matches!(r.bytes.first(), Some(b'S' | b'Q')));
+        let ex = Exchange {
+            out: &out,
+            expect,
+            copy,
+            synced,
+        };
+        if !c.exchange(ctx, &ex, &mut t)
             && let Some(c) = conn.take()
         {
             c.close(ctx);
