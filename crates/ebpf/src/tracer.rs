@@ -37,7 +37,7 @@ const SSL_FUNCS: &[(&str, &str)] = &[
 
 /// The kernel wakes the reader once per this many bytes of records that become pending (at most a
 /// quarter of the ring); between wake-ups `poll`'s timeout bounds the wait.
-const WAKE_BYTES: u64 = 256 << 10;
+const WAKE_BYTES: u64 = 1 << 20;
 
 /// How often `poll` looks for new server processes and libssl files.
 const RESCAN: Duration = Duration::from_secs(10);
