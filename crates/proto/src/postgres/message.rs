@@ -438,6 +438,26 @@ impl<'a> CommandTag<'a> {
         };
         CommandTag { verb, rows }
     }
+
+    /// Rows sent and rows affected of an execution that had `rows_sent` and `rows_affected`
+    /// when this tag ended it (`copy_out`: a COPY TO STDOUT, whose rows were sent).
+    pub fn counts(&self, copy_out: bool, rows_sent: u64, rows_affected: u64) -> (u64, u64) {
+        let Some(n) = self.rows else {
+            return (rows_sent, rows_affected);
+        };
+        match self.verb {
+            b"INSERT" | b"UPDATE" | b"DELETE" | b"MERGE" | b"MOVE" => {
+                (rows_sent, rows_affected.saturating_add(n))
+            }
+            b"COPY" if copy_out && rows_sent == 0 => (n, rows_affected),
+            b"COPY" if copy_out => (rows_sent, rows_affected),
+            b"COPY" => (rows_sent, rows_affected.saturating_add(n)),
+            // SELECT (also CREATE TABLE AS / SELECT INTO) and FETCH: the rows are the DataRows
+            // seen; the tag stands in when there were none.
+            b"SELECT" | b"FETCH" if rows_sent == 0 => (n, rows_affected),
+            _ => (rows_sent, rows_affected),
+        }
+    }
 }
 
 /// A backend message, typed. Bodies that are only counted (rows, descriptions) are not read.

@@ -10,6 +10,7 @@
 //! shape, goes to the full session, which is first given the last batch answered here so its
 //! state is what it would have been (see `run/pg.rs`).
 
+use proto::postgres::TxStatus;
 use proto::postgres::message::{CommandTag, backend_len_ok};
 use proto::{Direction, Health, Outcome, QueryEvent, Session, Sink, TxnState};
 
@@ -141,19 +142,17 @@ fn reply(log: &Log) -> Option<Reply> {
                     return None;
                 }
                 let tag = CommandTag::parse(body);
-                let (sent_rows, affected) = tag_rows(tag, rows)?;
+                if tag.verb == b"COPY" {
+                    return None;
+                }
+                let (sent_rows, affected) = tag.counts(false, rows, 0);
                 let (b'Z', &[s], zlen) = server_message(data.get(pos..)?)? else {
                     return None;
                 };
                 if pos + zlen != data.len() {
                     return None;
                 }
-                let status = match s {
-                    b'I' => TxnState::Idle,
-                    b'T' => TxnState::InTransaction,
-                    b'E' => TxnState::Failed,
-                    _ => return None,
-                };
+                let status = TxStatus::from_byte(s)?.event_state();
                 return Some(Reply {
                     parse,
                     exec: (first_exec, at(end - 1)),
@@ -168,18 +167,6 @@ fn reply(log: &Log) -> Option<Reply> {
         step += 1;
     }
     None
-}
-
-/// Rows sent and rows affected of an execution that sent `rows` DataRows and ended with
-/// `tag` (as the session counts them); `None` for COPY.
-fn tag_rows(tag: CommandTag<'_>, rows: u64) -> Option<(u64, u64)> {
-    let n = tag.rows;
-    Some(match (tag.verb, n) {
-        (b"COPY", _) => return None,
-        (b"INSERT" | b"UPDATE" | b"DELETE" | b"MERGE" | b"MOVE", Some(n)) => (rows, n),
-        (b"SELECT" | b"FETCH", Some(n)) if rows == 0 => (n, 0),
-        _ => (rows, 0),
-    })
 }
 
 /// The two events of a [`Shape`] batch sent at `sent` and answered by `r`, from the

@@ -31,7 +31,7 @@ impl Conn {
         // reported is this request's.
         let answered = matches!(ev.outcome, Outcome::Ok | Outcome::Error);
         if answered && (extended || matches!(u.kind, Kind::Query | Kind::FunctionCall)) {
-            ev.txn = self.tx.map(txn_state);
+            ev.txn = self.tx.map(TxStatus::event_state);
         }
         self.release(ev.txn, sink);
         sink.event(ev);
@@ -47,7 +47,7 @@ impl Conn {
     /// A ReadyForQuery was processed: whatever is still held was answered before it.
     pub(super) fn ready_seen(&mut self, sink: &mut dyn Sink) {
         if !self.held.is_empty() {
-            self.release(self.tx.map(txn_state), sink);
+            self.release(self.tx.map(TxStatus::event_state), sink);
         }
     }
 
@@ -70,14 +70,5 @@ impl Conn {
             ev.txn = txn;
             sink.event(ev);
         }
-    }
-}
-
-/// The event's form of a ReadyForQuery status.
-pub(super) fn txn_state(s: TxStatus) -> TxnState {
-    match s {
-        TxStatus::Idle => TxnState::Idle,
-        TxStatus::InTransaction => TxnState::InTransaction,
-        TxStatus::Failed => TxnState::Failed,
     }
 }

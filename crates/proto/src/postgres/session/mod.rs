@@ -31,7 +31,7 @@ use std::sync::Arc;
 
 use super::wire::Framer;
 use crate::kit::{Framing, NameCache, PerDir, RecentTexts};
-use crate::{ConnMeta, Direction, Progress, Session, SessionConfig, Sink};
+use crate::{ConnMeta, Direction, Progress, Session, SessionConfig, Sink, TxnState};
 
 mod batch;
 mod client;
@@ -73,6 +73,27 @@ pub enum TxStatus {
     InTransaction,
     /// `E`: in a failed transaction block (queries are rejected until it ends).
     Failed,
+}
+
+impl TxStatus {
+    /// The status of a ReadyForQuery's byte; `None` for a byte the protocol does not define.
+    pub fn from_byte(s: u8) -> Option<TxStatus> {
+        match s {
+            b'I' => Some(TxStatus::Idle),
+            b'T' => Some(TxStatus::InTransaction),
+            b'E' => Some(TxStatus::Failed),
+            _ => None,
+        }
+    }
+
+    /// The event's form of this status.
+    pub fn event_state(self) -> TxnState {
+        match self {
+            TxStatus::Idle => TxnState::Idle,
+            TxStatus::InTransaction => TxnState::InTransaction,
+            TxStatus::Failed => TxnState::Failed,
+        }
+    }
 }
 
 /// The framing state of one direction.

@@ -184,20 +184,8 @@ impl Unit {
 
     /// Applies a CommandComplete tag's row count.
     pub fn apply_tag(&mut self, tag: CommandTag<'_>) {
-        let Some(n) = tag.rows else { return };
         let c = &mut self.core;
-        match tag.verb {
-            b"INSERT" | b"UPDATE" | b"DELETE" | b"MERGE" | b"MOVE" => {
-                c.rows_affected = c.rows_affected.saturating_add(n);
-            }
-            b"COPY" if self.copy_out && c.rows_sent == 0 => c.rows_sent = n,
-            b"COPY" if self.copy_out => {}
-            b"COPY" => c.rows_affected = c.rows_affected.saturating_add(n),
-            // SELECT (also CREATE TABLE AS / SELECT INTO) and FETCH: the rows are the DataRows
-            // seen; the tag stands in when there were none.
-            b"SELECT" | b"FETCH" if c.rows_sent == 0 => c.rows_sent = n,
-            _ => {}
-        }
+        (c.rows_sent, c.rows_affected) = tag.counts(self.copy_out, c.rows_sent, c.rows_affected);
     }
 
     pub fn set_error(&mut self, f: &ErrorFields<'_>) {
@@ -314,9 +302,5 @@ pub(super) fn fits(want: Want, tag: u8) -> bool {
 }
 
 pub(super) fn tx_status(s: u8) -> TxStatus {
-    match s {
-        b'T' => TxStatus::InTransaction,
-        b'E' => TxStatus::Failed,
-        _ => TxStatus::Idle,
-    }
+    TxStatus::from_byte(s).unwrap_or(TxStatus::Idle)
 }
