@@ -380,9 +380,12 @@ def test_postgres_read_only_leaves_writes_at_zero(pgs, pg_capture):
 # PostgreSQL logins: SCRAM-SHA-256, md5 and cleartext on B, each session as its captured user
 # (--credentials), a user missing from the file logging in with the default.
 
+# erin's password changes under SASLprep (a soft hyphen maps to nothing, U+2168 ROMAN NUMERAL
+# NINE to "IX"): PostgreSQL stores the keys of the prepared form, and libpq prepares it too.
 PG_USERS = {"alice": ("scram-sha-256", "a-pw:1"), "bob": ("scram-sha-256", "b pw"),
-            "carol": ("md5", "c-pw"), "dave": ("password", "d-pw")}
-PG_QUERIES = {"alice": 3, "bob": 4, "carol": 5, "dave": 6}
+            "carol": ("md5", "c-pw"), "dave": ("password", "d-pw"),
+            "erin": ("scram-sha-256", "e-pw\u00ad\u2168")}
+PG_QUERIES = {"alice": 3, "bob": 4, "carol": 5, "dave": 6, "erin": 2}
 
 
 def pg_hba(srv, lines: list[str]) -> None:
@@ -438,7 +441,7 @@ def test_postgres_scram_md5_cleartext_per_user_credentials(pgs, pg_logins, tmp_p
     assert [sum(want[u].values()) for u in PG_QUERIES] == list(PG_QUERIES.values()), want
     f = tmp_path / "creds"
     f.write_text("# the captured users\n" +
-                 "".join(f"{u}:{pw}\n" for u, (_, pw) in PG_USERS.items()))
+                 "".join(f"{u}:{pw}\n" for u, (_, pw) in PG_USERS.items()), encoding="utf-8")
     f.chmod(0o600)
     got, rep = pg_login_replay(pcap, b, "--credentials", str(f))
     assert got == want
@@ -450,14 +453,15 @@ def test_postgres_credentials_missing_user_uses_default(pgs, pg_logins, tmp_path
     _, b = pgs
     pcap, want = pg_logins
     f = tmp_path / "creds"
-    f.write_text("".join(f"{u}:{PG_USERS[u][1]}\n" for u in ("alice", "carol", "dave")))
+    f.write_text("".join(f"{u}:{PG_USERS[u][1]}\n" for u in ("alice", "carol", "dave", "erin")),
+                 encoding="utf-8")
     f.chmod(0o644)
     got, rep = pg_login_replay(pcap, b, "--credentials", str(f), "--user", "alice",
                                "--password", PG_USERS["alice"][1])
     # bob's session ran as alice (the default): alice's statements count twice over.
     q = "SELECT count(*) FROM pg_class WHERE relname = $1"
     assert got["bob"] == {} and got["alice"] == {q: PG_QUERIES["alice"] + PG_QUERIES["bob"]}, got
-    assert (got["carol"], got["dave"]) == (want["carol"], want["dave"])
+    assert [got[u] for u in ("carol", "dave", "erin")] == [want[u] for u in ("carol", "dave", "erin")]
     assert "bob (1)" in rep["stderr"] and "readable by others" in rep["stderr"], rep["stderr"]
 
 

@@ -1,7 +1,9 @@
 //! SCRAM-SHA-256 (RFC 5802, RFC 7677), the client side, as PostgreSQL's SASL login uses it
 //! (no channel binding: `n,,`), and SCRAM-SHA-1 for MongoDB's older users ([`Mech`]). Built on
-//! RustCrypto's `sha2`, `sha1`, `hmac` and `pbkdf2`; the password is used as given (no
-//! SASLprep normalisation: ASCII passwords are unaffected).
+//! RustCrypto's `sha2`, `sha1`, `hmac` and `pbkdf2`. A SCRAM-SHA-256 password is prepared by
+//! SASLprep (RFC 4013, the `stringprep` crate), as PostgreSQL and MongoDB servers prepare it
+//! when they store the user's keys, so a non-ASCII password logs in as the database's own
+//! clients do.
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as B64;
@@ -105,6 +107,17 @@ fn salted_cached(m: Mech, password: &[u8], salt: &[u8], iters: u32) -> Vec<u8> {
     v
 }
 
+/// The password as mechanism `mech` hashes it. SCRAM-SHA-256: SASLprep'd, or as given when
+/// SASLprep refuses it (prohibited or unassigned characters), as libpq and PostgreSQL's
+/// verifier do. SCRAM-SHA-1 (MongoDB's) gets a hex digest, which is ASCII.
+fn prepared(mech: Mech, password: &str) -> Vec<u8> {
+    match mech {
+        Mech::Sha256 => stringprep::saslprep(password)
+            .map_or_else(|_| password.as_bytes().to_vec(), |p| p.as_bytes().to_vec()),
+        Mech::Sha1 => password.as_bytes().to_vec(),
+    }
+}
+
 /// One SCRAM exchange.
 pub struct Scram {
     mech: Mech,
@@ -153,7 +166,7 @@ impl Scram {
         let user = user.replace('=', "=3D").replace(',', "=2C");
         Scram {
             mech,
-            password: password.as_bytes().to_vec(),
+            password: prepared(mech, password),
             client_first_bare: format!("n={user},r={nonce}"),
             nonce: nonce.to_string(),
             expected: None,
@@ -242,6 +255,32 @@ mod tests {
                 .is_ok()
         );
         assert!(s.verify(b"v=AAAA").is_err());
+    }
+
+    /// The proof of `password` against the RFC 7677 server-first message.
+    fn proof(mech: Mech, password: &str) -> String {
+        let mut s = Scram::with_nonce_mech(mech, "user", password, "rOprNGfwEbeRWgbNEkqO");
+        s.client_final(
+            b"r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096",
+        )
+        .unwrap()
+    }
+
+    /// RFC 4013's examples: a soft hyphen maps to nothing, a non-ASCII space to a space, a
+    /// compatibility character to its NFKC form; prohibited characters leave the password as
+    /// given. SCRAM-SHA-1 takes its (ASCII) digest untouched.
+    #[test]
+    fn sha256_passwords_are_saslprepped() {
+        let m = Mech::Sha256;
+        assert_eq!(proof(m, "pen\u{AD}cil"), proof(m, "pencil"));
+        assert_eq!(proof(m, "pen\u{A0}cil"), proof(m, "pen cil"));
+        assert_eq!(proof(m, "pw\u{2168}"), proof(m, "pwIX"));
+        assert_eq!(prepared(m, "pw\u{2168}"), b"pwIX");
+        assert_eq!(prepared(m, "a\u{7}b"), b"a\x07b"); // prohibited: as given
+        assert_eq!(
+            prepared(Mech::Sha1, "pen\u{AD}cil"),
+            "pen\u{AD}cil".as_bytes()
+        );
     }
 
     #[test]
