@@ -56,7 +56,8 @@ fi
 # Debian's python3 on purpose: pymysql, MySQLdb and pytest come from apt (setup.sh), and a
 # python3 earlier on PATH (pyenv, venv) would not have them.
 # DBTAP_REQUIRE_CAPTURE: the eBPF and capture tests fail instead of skipping where BPF or capture
-# cannot run, and test_replay_mongo_auth.py fails when setup could not build FerretDB.
+# cannot run, and test_replay_mongo_auth.py and test_replay_mongo_plain.py fail when setup could
+# not build FerretDB.
 DBTAP_REQUIRE_CAPTURE=1 /usr/bin/python3 -m pytest -q tests/integration
 
 section "all tests passed"

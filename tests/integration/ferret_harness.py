@@ -16,6 +16,7 @@ Its own counters are the truth: the Prometheus text on its debug address,
 from __future__ import annotations
 
 import collections
+import json
 import os
 import re
 import signal
@@ -26,6 +27,7 @@ import urllib.request
 from pathlib import Path
 
 import harness
+import mongo_harness as mh
 
 BIN = harness.REPO / "tests" / "out" / "ferretdb-v1.24.2" / "ferretdb"
 ADMIN, ADMIN_PW = "admin", "adminpw"
@@ -37,7 +39,11 @@ _LABEL = re.compile(r'(\w+)="([^"]*)"')
 class FerretServer:
     """FerretDB on 127.0.0.1:port (metrics on debug_port), data and pidfile under workdir."""
 
-    def __init__(self, port: int, debug_port: int, workdir: Path):
+    def __init__(self, port: int, debug_port: int, workdir: Path, postgresql_url: str = ""):
+        """With `postgresql_url`: FerretDB's PostgreSQL backend with its older authentication
+        instead, where a connection logs in by PLAIN and FerretDB connects to PostgreSQL as that
+        user with that password (PostgreSQL checks it)."""
+        self.postgresql_url = postgresql_url
         self.port = port
         self.debug_port = debug_port
         self.workdir = Path(workdir).resolve()
@@ -52,7 +58,7 @@ class FerretServer:
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
         except (OSError, ValueError):
             return
-        if "ferretdb" in cmd and str(self.data) in cmd:
+        if "ferretdb" in cmd and str(self.workdir) in cmd:
             os.kill(pid, signal.SIGKILL)
             time.sleep(0.3)
 
@@ -66,12 +72,15 @@ class FerretServer:
         self.data.mkdir(parents=True, exist_ok=True)
         harness.wait_port_free(self.port)
         harness.wait_port_free(self.debug_port)
-        args = [str(BIN), "--handler=sqlite", f"--sqlite-url=file:{self.data}/",
-                f"--listen-addr=127.0.0.1:{self.port}",
+        args = [str(BIN), f"--listen-addr=127.0.0.1:{self.port}",
                 f"--debug-addr=127.0.0.1:{self.debug_port}", f"--state-dir={self.workdir}",
-                "--telemetry=disable", "--log-level=warn", "--test-enable-new-auth",
-                f"--setup-username={ADMIN}", f"--setup-password={ADMIN_PW}",
-                "--setup-database=admin"]
+                "--telemetry=disable", "--log-level=warn"]
+        if self.postgresql_url:
+            args += ["--handler=postgresql", f"--postgresql-url={self.postgresql_url}"]
+        else:
+            args += ["--handler=sqlite", f"--sqlite-url=file:{self.data}/", "--test-enable-new-auth",
+                     f"--setup-username={ADMIN}", f"--setup-password={ADMIN_PW}",
+                     "--setup-database=admin"]
         self.proc = subprocess.Popen(args, stdout=open(self.log, "wb"), stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL)
         self.pidfile.write_text(f"{self.proc.pid}\n")
@@ -120,3 +129,26 @@ class FerretServer:
 def delta(before: dict, after: dict) -> dict[tuple[str, str], int]:
     """The counters that moved between two readings."""
     return {k: after[k] - before.get(k, 0) for k in after if after[k] != before.get(k, 0)}
+
+
+def require() -> None:
+    """Skips without FerretDB (fails instead under the whole suite, tests/run.sh, which sets
+    DBTAP_REQUIRE_CAPTURE=1: there a missing server is a failed install step); fails without the
+    pymongo venv."""
+    import pytest
+    if not BIN.exists():
+        why = (f"{BIN} missing: tests/setup.sh builds FerretDB with Go (offline, or without "
+               f"Go, it cannot)")
+        if os.environ.get("DBTAP_REQUIRE_CAPTURE") == "1":
+            pytest.fail(why)
+        pytest.skip(f"{why} (set DBTAP_REQUIRE_CAPTURE=1 to fail instead)")
+    if not mh.VENV_PY.exists():
+        pytest.fail(f"{mh.VENV_PY} missing: run tests/setup.sh (pymongo venv)")
+
+
+def run_client(script: str, *args: str) -> dict:
+    """Runs a pymongo client script in the venv; its JSON output (the client's own counts)."""
+    r = subprocess.run([str(mh.VENV_PY), "-c", script, *args],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)

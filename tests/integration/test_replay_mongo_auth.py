@@ -14,7 +14,6 @@ Ports 38710-38713 only; files under tests/out/replay-mongo-auth.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -64,24 +63,12 @@ print(json.dumps(out))
 
 
 def venv(port: int, *args: str) -> dict:
-    r = subprocess.run([str(mh.VENV_PY), "-c", WORKLOAD, str(port), *args],
-                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr
-    return json.loads(r.stdout)
+    return fh.run_client(WORKLOAD, str(port), *args)
 
 
 @pytest.fixture(scope="module")
 def servers():
-    if not fh.BIN.exists():
-        why = (f"{fh.BIN} missing: tests/setup.sh builds FerretDB with Go (offline, or without "
-               f"Go, it cannot)")
-        # The whole suite (tests/run.sh) sets DBTAP_REQUIRE_CAPTURE=1: there a missing server is
-        # a failed install step, not a reason to skip.
-        if os.environ.get("DBTAP_REQUIRE_CAPTURE") == "1":
-            pytest.fail(why)
-        pytest.skip(f"{why} (set DBTAP_REQUIRE_CAPTURE=1 to fail instead)")
-    if not mh.VENV_PY.exists():
-        pytest.fail(f"{mh.VENV_PY} missing: run tests/setup.sh (pymongo venv)")
+    fh.require()
     a = fh.FerretServer(PORT_A, DEBUG_A, OUT / "ferret-a")
     b = fh.FerretServer(PORT_B, DEBUG_B, OUT / "ferret-b")
     a.start()

@@ -1,8 +1,10 @@
 //! MongoDB login on the replay target: the captured login of a connection (its user,
-//! authentication database and SCRAM mechanism, from `saslStart` or the handshake's
+//! authentication database and mechanism, from `saslStart` or the handshake's
 //! `speculativeAuthenticate`), and dbtap's own SCRAM-SHA-256 / SCRAM-SHA-1 conversation
-//! (`saslStart`, `saslContinue`) with the password from `--credentials` or `--password`.
-//! The captured conversation itself is never replayed (its proof is for another nonce).
+//! (`saslStart`, `saslContinue`) or PLAIN `saslStart` (RFC 4616: LDAP users in `$external`)
+//! with the password from `--credentials` or `--password`. The captured conversation itself
+//! is never replayed (a SCRAM proof is for another nonce; a captured PLAIN password is not
+//! used either: the password comes from the user, as for every other login).
 
 use std::borrow::Cow;
 
@@ -24,13 +26,41 @@ const MECHANISM_UNAVAILABLE: i64 = 334;
 /// MongoDB's error code for a command refused to an unauthenticated connection.
 const UNAUTHORIZED: i64 = 13;
 
+/// How a login is made.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Way {
+    /// A SCRAM conversation.
+    Scram(Mech),
+    /// One PLAIN `saslStart` carrying the user and password (MongoDB Enterprise's LDAP
+    /// users, FerretDB over PostgreSQL).
+    Plain,
+}
+
+impl Way {
+    /// The SASL mechanism name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Way::Scram(m) => m.name(),
+            Way::Plain => "PLAIN",
+        }
+    }
+
+    /// The way a SASL mechanism name names (case-insensitive).
+    pub fn from_name(name: &str) -> Option<Way> {
+        if name.eq_ignore_ascii_case("PLAIN") {
+            return Some(Way::Plain);
+        }
+        Mech::from_name(name).map(Way::Scram)
+    }
+}
+
 /// What a connection's captured login named.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Captured {
     pub user: Option<String>,
     /// The authentication database (`$db` of saslStart, `db` of speculativeAuthenticate).
     pub db: Option<String>,
-    pub mech: Option<Mech>,
+    pub mech: Option<Way>,
 }
 
 /// The login dbtap makes on a replayed connection.
@@ -40,8 +70,9 @@ pub struct Login {
     pub password: String,
     pub db: String,
     /// The captured mechanism (when logging in as the captured user); without one
-    /// SCRAM-SHA-256. A user without credentials of the first mechanism tried gets the other.
-    pub mech: Option<Mech>,
+    /// SCRAM-SHA-256. A user without credentials of the first SCRAM mechanism tried gets the
+    /// other.
+    pub mech: Option<Way>,
 }
 
 /// The captured login among a connection's first requests (whole messages).
@@ -78,9 +109,24 @@ pub fn captured<'a>(msgs: impl Iterator<Item = &'a [u8]>) -> Captured {
 }
 
 fn from_sasl_start(d: &[u8], db: Option<String>) -> Captured {
-    let mech = string(d, b"mechanism").and_then(|m| Mech::from_name(&m));
-    let user = mech.and(binary(d, b"payload")).and_then(|p| scram_user(&p));
+    let mech = string(d, b"mechanism").and_then(|m| Way::from_name(&m));
+    let payload = binary(d, b"payload");
+    let user = match mech {
+        Some(Way::Scram(_)) => payload.and_then(|p| scram_user(&p)),
+        Some(Way::Plain) => payload.and_then(|p| plain_user(&p)),
+        None => None,
+    };
     Captured { user, db, mech }
+}
+
+/// The user (authentication identity) a PLAIN message names: `authzid NUL authcid NUL
+/// password` (RFC 4616). The password is not kept.
+pub fn plain_user(msg: &[u8]) -> Option<String> {
+    let mut f = msg.splitn(3, |&b| b == 0);
+    let (_, user, _) = (f.next()?, f.next()?, f.next()?);
+    (!user.is_empty())
+        .then(|| std::str::from_utf8(user).ok().map(str::to_string))
+        .flatten()
 }
 
 /// The user a SCRAM client-first message names (`n,,n=USER,r=...`).
@@ -187,10 +233,16 @@ pub fn hello(login: Option<&Login>) -> Vec<u8> {
     d.str("$db", "admin").bytes()
 }
 
-/// The mechanism to log in with, given the hello reply's `saslSupportedMechs`: the captured
-/// one if the user has it, else SCRAM-SHA-256, else SCRAM-SHA-1 (without the list, the
-/// captured one or SCRAM-SHA-256).
-pub fn choose(l: &Login, hello_reply: &[u8]) -> Mech {
+/// The mechanism to log in with, given the hello reply's `saslSupportedMechs`: a captured PLAIN
+/// login is PLAIN (servers do not list it); else the captured SCRAM mechanism if the user has
+/// it, else SCRAM-SHA-256, else SCRAM-SHA-1 (without the list, the captured one or
+/// SCRAM-SHA-256).
+pub fn choose(l: &Login, hello_reply: &[u8]) -> Way {
+    let want = match l.mech {
+        Some(Way::Plain) => return Way::Plain,
+        Some(Way::Scram(m)) => m,
+        None => Mech::Sha256,
+    };
     let listed: Vec<Mech> = doc::get(hello_reply, b"saslSupportedMechs")
         .and_then(|e| doc::sub(hello_reply, &e))
         .and_then(|a| {
@@ -202,19 +254,24 @@ pub fn choose(l: &Login, hello_reply: &[u8]) -> Mech {
             )
         })
         .unwrap_or_default();
-    let want = l.mech.unwrap_or(Mech::Sha256);
     if listed.is_empty() || listed.contains(&want) {
-        return want;
+        return Way::Scram(want);
     }
-    [Mech::Sha256, Mech::Sha1]
-        .into_iter()
-        .find(|m| listed.contains(m))
-        .unwrap_or(want)
+    Way::Scram(
+        [Mech::Sha256, Mech::Sha1]
+            .into_iter()
+            .find(|m| listed.contains(m))
+            .unwrap_or(want),
+    )
 }
 
-/// Logs in with `mech`: a SCRAM conversation through `cmd`. The error is one line naming the
-/// user, the database, the mechanism and the server's message.
-pub fn log_in(l: &Login, mech: Mech, cmd: &mut Command<'_>) -> Result<(), String> {
+/// Logs in by `way`: a SCRAM conversation or a PLAIN `saslStart` through `cmd`. The error is
+/// one line naming the user, the database, the mechanism and the server's message.
+pub fn log_in(l: &Login, way: Way, cmd: &mut Command<'_>) -> Result<(), String> {
+    let mech = match way {
+        Way::Scram(m) => m,
+        Way::Plain => return plain(l, cmd).map_err(|(_, e)| describe(l, way, &e)),
+    };
     match conversation(l, mech, cmd) {
         // The user has no credentials of this mechanism: the other one.
         Err((MECHANISM_UNAVAILABLE, _)) => {
@@ -222,14 +279,35 @@ pub fn log_in(l: &Login, mech: Mech, cmd: &mut Command<'_>) -> Result<(), String
                 Mech::Sha256 => Mech::Sha1,
                 Mech::Sha1 => Mech::Sha256,
             };
-            conversation(l, other, cmd).map_err(|(_, e)| describe(l, other, &e))
+            conversation(l, other, cmd).map_err(|(_, e)| describe(l, Way::Scram(other), &e))
         }
-        r => r.map_err(|(_, e)| describe(l, mech, &e)),
+        r => r.map_err(|(_, e)| describe(l, way, &e)),
     }
 }
 
-fn describe(l: &Login, mech: Mech, e: &str) -> String {
-    format!("{}@{} ({}): {e}", l.user, l.db, mech.name())
+fn describe(l: &Login, way: Way, e: &str) -> String {
+    format!("{}@{} ({}): {e}", l.user, l.db, way.name())
+}
+
+/// A PLAIN login: one `saslStart` with `NUL user NUL password` (no authorization identity),
+/// which the server answers `done: true`.
+fn plain(l: &Login, cmd: &mut Command<'_>) -> Result<(), (i64, String)> {
+    let mut payload = vec![0];
+    payload.extend_from_slice(l.user.as_bytes());
+    payload.push(0);
+    payload.extend_from_slice(l.password.as_bytes());
+    let start = Doc::new()
+        .i32("saslStart", 1)
+        .str("mechanism", "PLAIN")
+        .bin("payload", &payload)
+        .i32("autoAuthorize", 1)
+        .str("$db", &l.db)
+        .bytes();
+    let r = checked(cmd(start).map_err(|e| (0, e))?)?;
+    if boolean(&r, b"done") != Some(true) {
+        return Err((0, "the server did not end the PLAIN conversation".into()));
+    }
+    Ok(())
 }
 
 /// The password as the mechanism takes it: SCRAM-SHA-1 wants MongoDB's digest,

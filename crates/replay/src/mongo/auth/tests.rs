@@ -57,7 +57,7 @@ fn captured_login() {
         Captured {
             user: Some("a,b=c".into()),
             db: Some("shop".into()),
-            mech: Some(Mech::Sha1),
+            mech: Some(Way::Scram(Mech::Sha1)),
         }
     );
     // pymongo's handshake: hello with speculativeAuthenticate.
@@ -71,7 +71,7 @@ fn captured_login() {
     );
     let c = captured([op_msg(&hello.str("$db", "admin")).as_slice()].into_iter());
     assert_eq!(c.user.as_deref(), Some("app"));
-    assert_eq!(c.mech, Some(Mech::Sha256));
+    assert_eq!(c.mech, Some(Way::Scram(Mech::Sha256)));
     // Legacy OP_QUERY on db.$cmd.
     let mut q = 0u32.to_le_bytes().to_vec();
     q.extend_from_slice(b"old.$cmd\0");
@@ -119,10 +119,13 @@ fn whom_to_log_in_as() {
     assert_eq!((l.user.as_str(), l.db.as_str()), ("dflt", "admin"));
     // The captured mechanism goes with the captured user only.
     let sha1 = Captured {
-        mech: Some(Mech::Sha1),
+        mech: Some(Way::Scram(Mech::Sha1)),
         ..cap.clone()
     };
-    assert_eq!(plan(&sha1, &file).unwrap().unwrap().mech, Some(Mech::Sha1));
+    assert_eq!(
+        plan(&sha1, &file).unwrap().unwrap().mech,
+        Some(Way::Scram(Mech::Sha1))
+    );
     let bob = Captured {
         user: Some("bob".into()),
         ..sha1
@@ -250,7 +253,7 @@ impl Server {
     }
 }
 
-fn login(password: &str, mech: Option<Mech>) -> Login {
+fn login(password: &str, mech: Option<Way>) -> Login {
     Login {
         user: "app".into(),
         password: password.into(),
@@ -264,8 +267,9 @@ fn conversations() {
     // SCRAM-SHA-256 with MongoDB's final empty step.
     let mut srv = Server::new("s3cret", true);
     assert_eq!(
-        log_in(&login("s3cret", None), Mech::Sha256, &mut |d| srv
-            .command(d)),
+        log_in(&login("s3cret", None), Way::Scram(Mech::Sha256), &mut |d| {
+            srv.command(d)
+        }),
         Ok(())
     );
     assert_eq!(srv.steps, ["saslStart", "saslContinue", "saslContinue"]);
@@ -273,30 +277,38 @@ fn conversations() {
     let mut srv = Server::new("s3cret", true);
     srv.done_early = true;
     assert_eq!(
-        log_in(&login("s3cret", None), Mech::Sha256, &mut |d| srv
-            .command(d)),
+        log_in(&login("s3cret", None), Way::Scram(Mech::Sha256), &mut |d| {
+            srv.command(d)
+        }),
         Ok(())
     );
     assert_eq!(srv.steps.len(), 2);
     // The captured mechanism, SCRAM-SHA-1.
     let mut srv = Server::new("s3cret", true);
     assert_eq!(
-        log_in(&login("s3cret", Some(Mech::Sha1)), Mech::Sha1, &mut |d| srv
-            .command(d)),
+        log_in(
+            &login("s3cret", Some(Way::Scram(Mech::Sha1))),
+            Way::Scram(Mech::Sha1),
+            &mut |d| srv.command(d)
+        ),
         Ok(())
     );
     assert!(srv.sha1);
     // A user with SCRAM-SHA-1 credentials only: SHA-256 is refused, SHA-1 follows.
     let mut srv = Server::new("s3cret", false);
     assert_eq!(
-        log_in(&login("s3cret", None), Mech::Sha256, &mut |d| srv
-            .command(d)),
+        log_in(&login("s3cret", None), Way::Scram(Mech::Sha256), &mut |d| {
+            srv.command(d)
+        }),
         Ok(())
     );
     assert_eq!(srv.steps[..2], ["saslStart", "saslStart"]);
     // A wrong password: one line with the user, database, mechanism and server's message.
     let mut srv = Server::new("s3cret", true);
-    let e = log_in(&login("wrong", None), Mech::Sha256, &mut |d| srv.command(d)).unwrap_err();
+    let e = log_in(&login("wrong", None), Way::Scram(Mech::Sha256), &mut |d| {
+        srv.command(d)
+    })
+    .unwrap_err();
     assert_eq!(
         e,
         "app@admin (SCRAM-SHA-256): Authentication failed. (code 18)"
@@ -322,29 +334,96 @@ fn conversations() {
         }
         r
     };
-    let e = log_in(&login("s3cret", None), Mech::Sha256, &mut liar).unwrap_err();
+    let e = log_in(&login("s3cret", None), Way::Scram(Mech::Sha256), &mut liar).unwrap_err();
     assert!(e.contains("signature does not match"), "{e}");
     // The transport failing.
-    let e = log_in(&login("s3cret", None), Mech::Sha256, &mut |_| {
-        Err("timeout".into())
-    })
+    let e = log_in(
+        &login("s3cret", None),
+        Way::Scram(Mech::Sha256),
+        &mut |_| Err("timeout".into()),
+    )
     .unwrap_err();
     assert_eq!(e, "app@admin (SCRAM-SHA-256): timeout");
 }
 
+/// A captured PLAIN login names its user (never its password), and dbtap's PLAIN login is one
+/// `saslStart` carrying the given password, refused with the server's message.
+#[test]
+fn plain_login() {
+    let start = Doc::new()
+        .i32("saslStart", 1)
+        .str("mechanism", "PLAIN")
+        .bin("payload", b"\0ldap-user\0captured-pw")
+        .str("$db", "$external");
+    let c = captured([op_msg(&start).as_slice()].into_iter());
+    let want = Captured {
+        user: Some("ldap-user".into()),
+        db: Some("$external".into()),
+        mech: Some(Way::Plain),
+    };
+    assert_eq!(c, want);
+    assert_eq!(plain_user(b"authz\0who\0pw"), Some("who".into()));
+    assert_eq!(plain_user(b"\0\0pw"), None);
+    assert_eq!(plain_user(b"no separators"), None);
+    let l = Login {
+        user: "ldap-user".into(),
+        password: "given-pw".into(),
+        db: "$external".into(),
+        mech: Some(Way::Plain),
+    };
+    let mut sent = Vec::new();
+    let ok = Doc::new()
+        .i32("conversationId", 1)
+        .bool("done", true)
+        .i32("ok", 1);
+    let r = log_in(&l, Way::Plain, &mut |d| {
+        sent.push(d);
+        Ok(ok.bytes())
+    });
+    assert_eq!(r, Ok(()));
+    assert_eq!(sent.len(), 1);
+    assert_eq!(string(&sent[0], b"mechanism").as_deref(), Some("PLAIN"));
+    assert_eq!(string(&sent[0], b"$db").as_deref(), Some("$external"));
+    assert_eq!(
+        binary(&sent[0], b"payload").unwrap(),
+        b"\0ldap-user\0given-pw"
+    );
+    let refused = Doc::new()
+        .i32("ok", 0)
+        .i32("code", 18)
+        .str("codeName", "AuthenticationFailed")
+        .str("errmsg", "Authentication failed.");
+    let e = log_in(&l, Way::Plain, &mut |_| Ok(refused.bytes())).unwrap_err();
+    assert_eq!(
+        e,
+        "ldap-user@$external (PLAIN): Authentication failed. (code 18, AuthenticationFailed)"
+    );
+    let e = log_in(&l, Way::Plain, &mut |_| Ok(Doc::new().i32("ok", 1).bytes())).unwrap_err();
+    assert!(e.contains("did not end the PLAIN conversation"), "{e}");
+}
+
 #[test]
 fn mechanism_from_hello() {
-    let l = login("pw", Some(Mech::Sha1));
+    let l = login("pw", Some(Way::Scram(Mech::Sha1)));
     let mechs = |m: &[&str]| Doc::new().arr_str("saslSupportedMechs", m).bytes();
     assert_eq!(
         choose(&l, &mechs(&["SCRAM-SHA-1", "SCRAM-SHA-256"])),
-        Mech::Sha1
+        Way::Scram(Mech::Sha1)
     );
-    assert_eq!(choose(&l, &mechs(&["SCRAM-SHA-256"])), Mech::Sha256);
-    assert_eq!(choose(&l, &Doc::new().bytes()), Mech::Sha1);
+    assert_eq!(
+        choose(&l, &mechs(&["SCRAM-SHA-256"])),
+        Way::Scram(Mech::Sha256)
+    );
+    assert_eq!(choose(&l, &Doc::new().bytes()), Way::Scram(Mech::Sha1));
     let any = login("pw", None);
-    assert_eq!(choose(&any, &mechs(&["SCRAM-SHA-1"])), Mech::Sha1);
-    assert_eq!(choose(&any, &mechs(&["PLAIN"])), Mech::Sha256);
+    assert_eq!(
+        choose(&any, &mechs(&["SCRAM-SHA-1"])),
+        Way::Scram(Mech::Sha1)
+    );
+    assert_eq!(choose(&any, &mechs(&["PLAIN"])), Way::Scram(Mech::Sha256));
+    // A captured PLAIN login stays PLAIN whatever the list says.
+    let plain = login("pw", Some(Way::Plain));
+    assert_eq!(choose(&plain, &mechs(&["SCRAM-SHA-256"])), Way::Plain);
     let h = hello(Some(&any));
     assert_eq!(
         string(&h, b"saslSupportedMechs").as_deref(),
@@ -379,7 +458,7 @@ proptest! {
         let _ = unauthorized(&b);
         let _ = scram_user(&b);
         let mut n = 0;
-        let _ = log_in(&login("pw", None), Mech::Sha256, &mut |_| {
+        let _ = log_in(&login("pw", None), Way::Scram(Mech::Sha256), &mut |_| {
             n += 1;
             if n > 8 { return Err("stop".into()); }
             Ok(b.clone())
