@@ -5,6 +5,7 @@
 #   bash bench/live-overhead.sh                          # 20 s per run, 3 rounds, 4 threads
 #   bash bench/live-overhead.sh --seconds 5 --rounds 1   # a quick look
 #   options: --seconds N  --rounds N  --threads N  --table-size N  --ps-mode auto|disable
+#   DBTAP_BIN=/path/to/dbtap measures that binary instead of the release build
 #
 # The conditions (one sysbench run each, the order rotated every round: baseline, dbtap, tcpdump,
 # slowlog; then dbtap, tcpdump, slowlog, baseline; ...):
@@ -90,7 +91,7 @@ done
 
 echo "== building dbtap (release)"
 cargo build --release -p dbtap 2>&1 | tail -n 2
-DBTAP=$ROOT/target/release/dbtap
+DBTAP=${DBTAP_BIN:-$ROOT/target/release/dbtap}
 
 mkdir -p "$W"
 echo "== sysbench oltp_read_only, $THREADS threads, ${SECONDS_PER_RUN} s x 4 conditions x $ROUNDS rounds on 127.0.0.1:$PORT"
