@@ -310,14 +310,20 @@ fn use_db(buf: &mut Vec<u8>) -> bool {
     true
 }
 
-/// `s/\\["']//g`
-fn drop_escaped_quotes(buf: &mut Vec<u8>) {
-    let mut r = 0;
-    let mut wr = 0;
-    let n = buf.len();
+/// One left-to-right pass over `buf` in place, as a Perl `s///g` does it: where `at(buf, r)`
+/// gives `Some((len, put))` (`len` >= 1), the `len` bytes from `r` become `put` (one byte or
+/// none) and the scan goes on after them; every other byte stays. The output never outgrows
+/// what was read, so it is written behind the read position.
+fn rewrite(buf: &mut Vec<u8>, mut at: impl FnMut(&[u8], usize) -> Option<(usize, Option<u8>)>) {
+    let (mut r, mut wr, n) = (0, 0, buf.len());
     while r < n {
-        if buf[r] == b'\\' && r + 1 < n && (buf[r + 1] == b'"' || buf[r + 1] == b'\'') {
-            r += 2;
+        if let Some((len, put)) = at(buf, r) {
+            debug_assert!(len >= 1);
+            if let Some(b) = put {
+                buf[wr] = b;
+                wr += 1;
+            }
+            r += len.max(1);
             continue;
         }
         buf[wr] = buf[r];
@@ -325,98 +331,64 @@ fn drop_escaped_quotes(buf: &mut Vec<u8>) {
         r += 1;
     }
     buf.truncate(wr);
+}
+
+/// `s/\\["']//g`
+fn drop_escaped_quotes(buf: &mut Vec<u8>) {
+    rewrite(buf, |b, r| {
+        (b[r] == b'\\' && matches!(b.get(r + 1), Some(b'"' | b'\''))).then_some((2, None))
+    });
 }
 
 /// `s/".*?"/?/sg` (or with `'`)
 fn quoted_to_placeholder(buf: &mut Vec<u8>, q: u8) {
-    let mut r = 0;
-    let mut wr = 0;
-    let n = buf.len();
-    while r < n {
-        if buf[r] == q
-            && let Some(e) = buf[r + 1..].iter().position(|&b| b == q)
-        {
-            buf[wr] = b'?';
-            wr += 1;
-            r += e + 2;
-            continue;
+    rewrite(buf, |b, r| {
+        if b[r] != q {
+            return None;
         }
-        buf[wr] = buf[r];
-        wr += 1;
-        r += 1;
-    }
-    buf.truncate(wr);
+        let e = b[r + 1..].iter().position(|&c| c == q)?;
+        Some((e + 2, Some(b'?')))
+    });
 }
 
 /// `s/\bfalse\b|\btrue\b/?/isg`
 fn booleans(buf: &mut Vec<u8>) {
-    let mut r = 0;
-    let mut wr = 0;
-    let n = buf.len();
-    while r < n {
-        let c = buf[r] | 0x20;
-        if (c == b'f' || c == b't') && boundary_before(buf, r) {
-            let len = if starts_ci(buf, r, b"false") {
-                5
-            } else if starts_ci(buf, r, b"true") {
-                4
-            } else {
-                0
-            };
-            if len > 0 && boundary_after(buf, r + len) {
-                buf[wr] = b'?';
-                wr += 1;
-                r += len;
-                continue;
-            }
+    rewrite(buf, |b, r| {
+        let c = b[r] | 0x20;
+        if !(c == b'f' || c == b't') || !boundary_before(b, r) {
+            return None;
         }
-        buf[wr] = buf[r];
-        wr += 1;
-        r += 1;
-    }
-    buf.truncate(wr);
+        let len = if starts_ci(b, r, b"false") {
+            5
+        } else if starts_ci(b, r, b"true") {
+            4
+        } else {
+            return None;
+        };
+        boundary_after(b, r + len).then_some((len, Some(b'?')))
+    });
 }
 
 /// `s/[0-9+-][0-9a-f.xb+-]*/?/g`
 fn numbers(buf: &mut Vec<u8>) {
-    let mut r = 0;
-    let mut wr = 0;
-    let n = buf.len();
-    while r < n {
-        let c = buf[r];
-        if c.is_ascii_digit() || c == b'+' || c == b'-' {
-            r += 1;
-            while r < n && matches!(buf[r], b'0'..=b'9' | b'a'..=b'f' | b'.' | b'x' | b'+' | b'-') {
-                r += 1;
-            }
-            buf[wr] = b'?';
-            wr += 1;
-            continue;
+    rewrite(buf, |b, r| {
+        if !(b[r].is_ascii_digit() || b[r] == b'+' || b[r] == b'-') {
+            return None;
         }
-        buf[wr] = c;
-        wr += 1;
-        r += 1;
-    }
-    buf.truncate(wr);
+        let more = b[r + 1..]
+            .iter()
+            .take_while(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f' | b'.' | b'x' | b'+' | b'-'))
+            .count();
+        Some((1 + more, Some(b'?')))
+    });
 }
 
 /// `s/[xb.+-]\?/?/g`
 fn prefix_before_placeholder(buf: &mut Vec<u8>) {
-    let mut r = 0;
-    let mut wr = 0;
-    let n = buf.len();
-    while r < n {
-        if matches!(buf[r], b'x' | b'b' | b'.' | b'+' | b'-') && r + 1 < n && buf[r + 1] == b'?' {
-            buf[wr] = b'?';
-            wr += 1;
-            r += 2;
-            continue;
-        }
-        buf[wr] = buf[r];
-        wr += 1;
-        r += 1;
-    }
-    buf.truncate(wr);
+    rewrite(buf, |b, r| {
+        (matches!(b[r], b'x' | b'b' | b'.' | b'+' | b'-') && b.get(r + 1) == Some(&b'?'))
+            .then_some((2, Some(b'?')))
+    });
 }
 
 /// `s/\A\s+//; chomp; tr[ \n\t\r\f][ ]s; lc`
@@ -452,25 +424,10 @@ fn squeeze_and_lowercase(buf: &mut Vec<u8>) {
 
 /// `s/\bnull\b/?/g`
 fn nulls(buf: &mut Vec<u8>) {
-    let mut r = 0;
-    let mut wr = 0;
-    let n = buf.len();
-    while r < n {
-        if buf[r] == b'n'
-            && starts(buf, r, b"null")
-            && boundary_before(buf, r)
-            && boundary_after(buf, r + 4)
-        {
-            buf[wr] = b'?';
-            wr += 1;
-            r += 4;
-            continue;
-        }
-        buf[wr] = buf[r];
-        wr += 1;
-        r += 1;
-    }
-    buf.truncate(wr);
+    rewrite(buf, |b, r| {
+        (b[r] == b'n' && starts(b, r, b"null") && boundary_before(b, r) && boundary_after(b, r + 4))
+            .then_some((4, Some(b'?')))
+    });
 }
 
 /// End of `(?:[\s,]*\([\s?,]*\))+` at `k`, if at least one group matches.
