@@ -187,6 +187,43 @@ def test_redis_time_range(redises):
     assert wall < 5, wall
 
 
+def test_redis_client_reply_off_and_skip(redises):
+    """A connection silenced by CLIENT REPLY OFF and SKIP: the replay expects no reply where
+    the server sends none, so it neither waits --reply-timeout (2 s here) nor takes a later
+    reply for an earlier command; B's counters equal A's and the last value is the same."""
+    a, b = redises
+
+    def work():
+        c = rh.RawConn(port=R_A)
+        c.send("CLIENT", "REPLY", "OFF")
+        for i in range(4):
+            c.send("SET", "cr", str(i))
+        c.send("CLIENT", "REPLY", "ON")
+        assert c.read() == ("+", "OK")
+        c.send("CLIENT", "REPLY", "SKIP")
+        c.send("INCR", "cr")
+        c.send("GET", "cr")
+        assert c.read() == ("$", b"4")
+        for _ in range(3):
+            c.send("CLIENT", "REPLY", "SKIP")
+            c.send("INCR", "cr")
+        c.send("GET", "cr")
+        assert c.read() == ("$", b"7")
+        c.close()
+
+    pcap, want, _ = r_capture(a, "r-client-reply", work)
+    assert want == {"client": 6, "set": 4, "incr": 4, "get": 2}, want
+    t0 = time.monotonic()
+    got, rep = r_replay(pcap, b, "--max", "--reply-timeout", "2s")
+    wall = time.monotonic() - t0
+    assert got == want, got
+    assert int(b.admin().get("cr")) == 7
+    f = rep["fidelity"]
+    assert f["skipped_requests"] == {} and f["requests_sent"] == sum(want.values()), f
+    assert "timed out" not in rep["stderr"], rep["stderr"]
+    assert wall < 2, wall
+
+
 # ------------------------------------------------------------------------------------------------
 # MariaDB
 

@@ -126,6 +126,50 @@ pub fn blocks(r: &Request) -> bool {
     }
 }
 
+/// What `CLIENT REPLY` did to a connection's replies, as Redis keeps it: while OFF the server
+/// sends none; after SKIP, none for the next command. The `CLIENT REPLY OFF` and `SKIP`
+/// commands get no reply themselves, `ON` gets `+OK`; `RESET` turns replies back on.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReplyMode {
+    off: bool,
+    skip_next: bool,
+}
+
+impl ReplyMode {
+    /// The replies `r` gets, given the `n` it would get with replies on, and the mode after it.
+    pub fn replies(&mut self, r: &Request, n: usize) -> usize {
+        let mut args = r.args();
+        let name = args.next().unwrap_or_default();
+        let client_reply = name.eq_ignore_ascii_case(b"CLIENT")
+            && args
+                .next()
+                .is_some_and(|a| a.eq_ignore_ascii_case(b"REPLY"));
+        let skipped = self.skip_next;
+        self.skip_next = false;
+        if client_reply {
+            match args.next().map(upper).as_deref() {
+                Some(b"ON") => {
+                    self.off = false;
+                    return 1;
+                }
+                Some(b"OFF") => {
+                    self.off = true;
+                    return 0;
+                }
+                Some(b"SKIP") => {
+                    self.skip_next = !self.off;
+                    return 0;
+                }
+                _ => {}
+            }
+        } else if name.eq_ignore_ascii_case(b"RESET") {
+            // RESET clears OFF and a pending SKIP, not the skip of itself.
+            self.off = false;
+        }
+        if self.off || skipped { 0 } else { n }
+    }
+}
+
 /// The database a request selects, if it is a SELECT.
 pub fn selects(r: &Request) -> Option<Vec<u8>> {
     let mut args = r.args();
@@ -195,5 +239,27 @@ mod tests {
         ])));
         assert!(!blocks(&req(&[b"XREAD", b"STREAMS", b"s", b"0"])));
         assert_eq!(selects(&req(&[b"select", b"3"])), Some(b"3".to_vec()));
+    }
+
+    /// Redis's own rules (networking.c, clientCommand and the SKIP flags in call()).
+    #[test]
+    fn client_reply_modes() {
+        let mut m = ReplyMode::default();
+        let mut got = |args: &[&[u8]]| m.replies(&req(args), 1);
+        assert_eq!(got(&[b"SET", b"a", b"1"]), 1);
+        assert_eq!(got(&[b"client", b"reply", b"skip"]), 0);
+        assert_eq!(got(&[b"SET", b"a", b"2"]), 0);
+        assert_eq!(got(&[b"GET", b"a"]), 1);
+        assert_eq!(got(&[b"CLIENT", b"REPLY", b"OFF"]), 0);
+        assert_eq!(got(&[b"GET", b"a"]), 0);
+        assert_eq!(got(&[b"CLIENT", b"REPLY", b"SKIP"]), 0);
+        assert_eq!(got(&[b"GET", b"a"]), 0);
+        assert_eq!(got(&[b"CLIENT", b"REPLY", b"ON"]), 1);
+        assert_eq!(got(&[b"GET", b"a"]), 1);
+        assert_eq!(got(&[b"CLIENT", b"REPLY", b"OFF"]), 0);
+        assert_eq!(got(&[b"RESET"]), 1);
+        assert_eq!(got(&[b"GET", b"a"]), 1);
+        assert_eq!(got(&[b"CLIENT", b"LIST"]), 1);
+        assert_eq!(got(&[b"CLIENT", b"REPLY"]), 1); // an error reply
     }
 }
