@@ -363,6 +363,66 @@ def test_mysql_ed25519_login(mariadbs, my_capture):
     assert rep["fidelity"]["requests_sent"] == 0, rep["fidelity"]
 
 
+def user_selects(srv, user: str) -> int:
+    """The server's own count of SELECTs run as `user` (MariaDB's userstat)."""
+    with srv.root() as c, c.cursor() as cur:
+        cur.execute("SELECT SELECT_COMMANDS FROM information_schema.USER_STATISTICS "
+                    "WHERE USER = %s", (user,))
+        row = cur.fetchone()
+    return row[0] if row else 0
+
+
+def test_mysql_change_user(mariadbs, tmp_path):
+    """A connection that switches user (COM_CHANGE_USER, as connection pools and ProxySQL do;
+    here libmariadb's mysql_change_user through MySQLdb): the replay logs in as the user it
+    names with that user's password (the captured scramble answers A's salt, not B's), so B
+    runs the statements after it as that user (MariaDB's own per-user counts, userstat; it
+    has no status counter of COM_CHANGE_USER)."""
+    import MySQLdb
+    a, b = mariadbs
+    for srv in (a, b):
+        with srv.root() as c, c.cursor() as cur:
+            cur.execute("CREATE USER IF NOT EXISTS 'cu'@'127.0.0.1' IDENTIFIED BY 'cu-pw:1'")
+            cur.execute("GRANT SELECT ON sbtest.* TO 'cu'@'127.0.0.1'")
+            cur.execute("SET GLOBAL userstat = 1")
+            cur.execute("FLUSH USER_STATISTICS")
+    cap = harness.Tcpdump(OUT / "my-change-user.pcap", MY_A)
+    cap.start()
+    try:
+        before = a.status()
+        c = MySQLdb.connect(host="127.0.0.1", port=MY_A, user=harness.USER,
+                            passwd=harness.PASSWORD, db="sbtest")
+        cur = c.cursor()
+        cur.execute("SELECT COUNT(*) FROM sbtest1")
+        c.change_user("cu", "cu-pw:1", "sbtest")
+        cur = c.cursor()
+        for i in range(3):
+            cur.execute("SELECT c FROM sbtest1 WHERE id = %s", (i + 1,))
+        cur.execute("SELECT CURRENT_USER()")
+        assert cur.fetchone()[0] == "cu@127.0.0.1"
+        c.close()
+        want = harness.delta(before, a.status(threads=before["Threads_connected"]))
+    finally:
+        stats = cap.stop()
+    assert stats.get("dropped") == 0, stats
+    assert (user_selects(a, harness.USER), user_selects(a, "cu")) == (1, 4), want
+    creds = tmp_path / "creds"
+    creds.write_text(f"{harness.USER}:{harness.PASSWORD}\ncu:cu-pw:1\n")
+    creds.chmod(0o600)
+    before = b.status()
+    rep = run_replay(cap.out, MY_A, MY_B, "--max", "--credentials", str(creds))
+    got = harness.delta(before, b.status(threads=before["Threads_connected"]))
+    assert got["Com_select"] == want["Com_select"], (got, want)
+    assert (user_selects(b, harness.USER), user_selects(b, "cu")) == (1, 4)
+    assert got["Access_denied_errors"] == 0
+    assert "change user" not in rep["stderr"], rep["stderr"]
+    # A wrong password for cu: B refuses the switch (one line), the rest is not run as cu.
+    creds.write_text(f"{harness.USER}:{harness.PASSWORD}\ncu:wrong\n")
+    rep = run_replay(cap.out, MY_A, MY_B, "--max", "--credentials", str(creds))
+    assert "change user: cu: login refused" in rep["stderr"], rep["stderr"]
+    assert user_selects(b, "cu") == 4 and user_selects(b, harness.USER) >= 2
+
+
 # ------------------------------------------------------------------------------------------------
 # PostgreSQL
 

@@ -346,6 +346,49 @@ pub fn login_response(g: &Greeting, user: &str, password: &str, db: Option<&[u8]
     p
 }
 
+/// What a captured COM_CHANGE_USER asks for (its captured scramble is of no use on the
+/// target: it answers another salt).
+#[derive(Debug, PartialEq, Eq)]
+pub struct ChangeUser {
+    pub user: String,
+    pub db: Option<Vec<u8>>,
+    /// The character set (two bytes, little-endian), when the client sent one.
+    pub charset: Option<[u8; 2]>,
+}
+
+/// Reads a COM_CHANGE_USER payload (command byte first): user, a length-prefixed auth
+/// response (CLIENT_SECURE_CONNECTION, what every client of the last twenty years sends),
+/// database, then optionally the character set (and a plugin name and attributes, not kept).
+pub fn parse_change_user(payload: &[u8]) -> Option<ChangeUser> {
+    let rest = payload.strip_prefix(&[0x11])?;
+    let (user, rest) = cstr(rest);
+    let n = usize::from(*rest.first()?);
+    let rest = rest.get(1 + n..)?;
+    let (db, rest) = cstr(rest);
+    Some(ChangeUser {
+        user: String::from_utf8_lossy(user).into_owned(),
+        db: (!db.is_empty()).then(|| db.to_vec()),
+        charset: rest.get(..2).map(|c| [c[0], c[1]]),
+    })
+}
+
+/// The COM_CHANGE_USER payload dbtap sends: `user`, the native scramble of `password` with the
+/// connection's `salt`, the database, the character set (else `charset`) and the plugin name.
+pub fn change_user_payload(c: &ChangeUser, password: &str, salt: &[u8], charset: u8) -> Vec<u8> {
+    let mut p = vec![0x11];
+    p.extend_from_slice(c.user.as_bytes());
+    p.push(0);
+    let auth = native_scramble(password.as_bytes(), salt);
+    p.push(auth.len() as u8);
+    p.extend_from_slice(&auth);
+    p.extend_from_slice(c.db.as_deref().unwrap_or_default());
+    p.push(0);
+    p.extend_from_slice(&c.charset.unwrap_or([charset, 0]));
+    p.extend_from_slice(NATIVE.as_bytes());
+    p.push(0);
+    p
+}
+
 /// `login` (a [`login_response`]) asking for TLS (CLIENT_SSL): its first 32 bytes are the
 /// SSL request.
 pub fn with_ssl(mut login: Vec<u8>) -> Vec<u8> {

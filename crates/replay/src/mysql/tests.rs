@@ -150,3 +150,43 @@ fn caching_sha2_scramble_matches_pymysql() {
     );
     assert!(caching_sha2_scramble(b"", &nonce).is_empty());
 }
+
+/// A COM_CHANGE_USER as libmariadb sends it is read back, and dbtap's own carries the user,
+/// the native scramble for the target's salt, the database, the character set and the plugin.
+#[test]
+fn change_user_is_read_and_rebuilt() {
+    let mut cap = vec![0x11];
+    cap.extend_from_slice(b"bob\0");
+    cap.push(20);
+    cap.extend_from_slice(&[7; 20]);
+    cap.extend_from_slice(b"shop\0");
+    cap.extend_from_slice(&[0x2d, 0]);
+    cap.extend_from_slice(b"mysql_native_password\0");
+    let cu = parse_change_user(&cap).unwrap();
+    let want = ChangeUser {
+        user: "bob".into(),
+        db: Some(b"shop".to_vec()),
+        charset: Some([0x2d, 0]),
+    };
+    assert_eq!(cu, want);
+    let salt = b"abcdefghijklmnopqrst";
+    let p = change_user_payload(&cu, "pw", salt, 8);
+    let mut expect = b"\x11bob\0\x14".to_vec();
+    expect.extend_from_slice(&native_scramble(b"pw", salt));
+    expect.extend_from_slice(b"shop\0\x2d\0mysql_native_password\0");
+    assert_eq!(p, expect);
+    // Without a database or a character set (an old client): the connection's charset.
+    let old = [b"\x11al\0\x00\0".as_slice()].concat();
+    let cu = parse_change_user(&old).unwrap();
+    assert_eq!((cu.db.as_deref(), cu.charset), (None, None));
+    assert!(change_user_payload(&cu, "", salt, 8).ends_with(b"\0\x08\0mysql_native_password\0"));
+    assert_eq!(parse_change_user(b"\x11bob\0\x14short"), None);
+    assert_eq!(parse_change_user(b"\x03select 1"), None);
+}
+
+proptest::proptest! {
+    #[test]
+    fn change_user_parse_never_panics(b in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64)) {
+        let _ = parse_change_user(&[&[0x11], b.as_slice()].concat());
+    }
+}

@@ -34,6 +34,10 @@ struct Conn {
     stream: Stream,
     session: Box<dyn Session>,
     buf: Vec<u8>,
+    /// The salt the target's last native-password exchange used (the greeting's, or an auth
+    /// switch's): a COM_CHANGE_USER's scramble answers it.
+    salt: Vec<u8>,
+    charset: u8,
 }
 
 impl Conn {
@@ -85,11 +89,14 @@ impl Conn {
             stream,
             session,
             buf: vec![0u8; 64 << 10],
+            salt: Vec::new(),
+            charset: 0,
         };
         let deadline = Instant::now() + ctx.opts.reply_timeout.max(Duration::from_secs(5));
         let g = c.packet(ctx, deadline)?;
         let g =
             mysql::parse_greeting(&g).ok_or("the target's greeting is not MySQL protocol 10")?;
+        (c.salt, c.charset) = (g.salt.clone(), g.charset);
         let user = creds.user.clone().unwrap_or_else(|| "root".into());
         let pw = creds.password.clone().unwrap_or_default();
         let mut login = mysql::login_response(&g, &user, &pw, db);
@@ -106,16 +113,31 @@ impl Conn {
             seq = 2;
         }
         c.send(ctx, &mysql::packet(seq, &login))?;
+        c.finish_auth(ctx, seq, &pw, deadline)?;
+        Ok(c)
+    }
+
+    /// Reads the answer to the authentication packet sent with sequence number `seq` (the
+    /// login, or a COM_CHANGE_USER) and follows an auth switch to a plugin dbtap speaks.
+    fn finish_auth(
+        &mut self,
+        ctx: &Ctx,
+        seq: u8,
+        pw: &str,
+        deadline: Instant,
+    ) -> Result<(), String> {
+        let c = self;
         match mysql::auth_reply(&c.packet(ctx, deadline)?) {
-            AuthReply::Ok => Ok(c),
+            AuthReply::Ok => Ok(()),
             AuthReply::Err(m) => Err(format!("login refused: {m}")),
             AuthReply::Switch(p, salt) if p == mysql::NATIVE => {
                 c.send(
                     ctx,
                     &mysql::packet(seq + 2, &mysql::native_scramble(pw.as_bytes(), &salt)),
                 )?;
+                c.salt = salt;
                 match mysql::auth_reply(&c.packet(ctx, deadline)?) {
-                    AuthReply::Ok => Ok(c),
+                    AuthReply::Ok => Ok(()),
                     AuthReply::Err(m) => Err(format!("login refused: {m}")),
                     _ => Err("unexpected reply to the mysql_native_password login".into()),
                 }
@@ -128,7 +150,7 @@ impl Conn {
                 let sig = mysql::ed25519_signature(pw.as_bytes(), &nonce);
                 c.send(ctx, &mysql::packet(seq + 2, &sig))?;
                 match mysql::auth_reply(&c.packet(ctx, deadline)?) {
-                    AuthReply::Ok => Ok(c),
+                    AuthReply::Ok => Ok(()),
                     AuthReply::Err(m) => Err(format!("login refused: {m}")),
                     _ => Err("unexpected reply to the ed25519 login".into()),
                 }
@@ -136,8 +158,7 @@ impl Conn {
             AuthReply::Switch(p, mut nonce) if p == mysql::CACHING_SHA2 => {
                 nonce.truncate(20);
                 let tls = ctx.opts.tls.is_some();
-                c.caching_sha2(ctx, seq + 2, &pw, &nonce, tls, deadline)?;
-                Ok(c)
+                c.caching_sha2(ctx, seq + 2, pw, &nonce, tls, deadline)
             }
             AuthReply::Switch(p, _) => Err(format!(
                 "the target asks for auth plugin {p}: not supported (mysql_native_password, \
@@ -148,6 +169,23 @@ impl Conn {
                  (mysql_native_password, client_ed25519 and caching_sha2_password are)"
             )),
         }
+    }
+
+    /// A captured COM_CHANGE_USER (payload `captured`), sent with the credentials of the user
+    /// it names (its captured scramble answers another salt) and answered like a login.
+    fn change_user(&mut self, ctx: &Ctx, captured: &[u8]) -> Result<(), String> {
+        let cu = mysql::parse_change_user(captured).ok_or("COM_CHANGE_USER not readable")?;
+        let creds = ctx.opts.creds.for_user(Some(&cu.user));
+        let cu = mysql::ChangeUser {
+            user: creds.user.clone().unwrap_or(cu.user),
+            ..cu
+        };
+        let pw = creds.password.unwrap_or_default();
+        let p = mysql::change_user_payload(&cu, &pw, &self.salt, self.charset);
+        let deadline = Instant::now() + ctx.opts.reply_timeout.max(Duration::from_secs(5));
+        self.send(ctx, &mysql::packet(0, &p))?;
+        self.finish_auth(ctx, 0, &pw, deadline)
+            .map_err(|e| format!("{}: {e}", cu.user))
     }
 
     /// MySQL 8's `caching_sha2_password` after the switch to it (packet `seq` on): the
@@ -306,6 +344,19 @@ pub(super) fn run_session(ctx: &Ctx, plan: &Plan, offsets: &[u64]) -> Tally {
             };
             t.sent += 1;
             t.batches += 1;
+            if r.bytes.get(4) == Some(&proto::mysql::message::cmd::CHANGE_USER) {
+                // A new login on the same connection: the session's statements are gone.
+                st = Statements::default();
+                match c.change_user(ctx, r.bytes.get(4..).unwrap_or_default()) {
+                    Ok(()) => t.replies += 1,
+                    Err(e) => {
+                        super::warn_once(&format!("dbtap: replay: mysql: change user: {e}"));
+                        lost = true;
+                        break;
+                    }
+                }
+                continue;
+            }
             let Some(head) = c.exchange(ctx, &bytes, reply, &mut t) else {
                 lost = true;
                 break;
