@@ -1,25 +1,38 @@
 #!/usr/bin/env bash
 # What the eBPF source costs a busy database: sysbench oltp_read_only (prepared statements)
-# against a private MariaDB over its Unix socket, under six conditions, interleaved and repeated.
+# against a private MariaDB over its Unix socket, with and without dbtap, interleaved and repeated.
 #
-#   bash bench/ebpf-overhead.sh                          # 10 s per run, 2 rounds, 4 threads
-#   bash bench/ebpf-overhead.sh --seconds 5 --rounds 1   # a quick look
-#   bash bench/ebpf-overhead.sh --rate 600               # sysbench paced at 600 tx/s (~9.6k QPS)
-#   bash bench/ebpf-overhead.sh --rate 600 --rounds 12 --only ebpf   # baseline and ebpf only
+#   bash bench/ebpf-overhead.sh                 # the default: baseline, A/A and ebpf, paced at
+#                                               # 600 tx/s (~9.6k QPS), 4 s runs, 16 rounds
+#   bash bench/ebpf-overhead.sh --rounds 4      # a quick look (the CI is then the range)
+#   bash bench/ebpf-overhead.sh --all --rate 0 --seconds 10 --rounds 2 --order rotate
+#                                               # the old default: every condition, unpaced
 #   bash bench/ebpf-overhead.sh --only ebpf --rounds 3 --seconds 8 --attribute   # + perf attribution
-#   options: --seconds N  --rounds N  --threads N  --table-size N  --rate TPS  --only COND,...
-#            --attribute
+#   options: --seconds N  --rounds N  --threads N  --table-size N  --rate TPS (0: unpaced)
+#            --only COND,...  --all  --attribute  --order shuffle|rotate  --seed N  --no-aa
+#   environment: EBPF_BENCH_PORT (default 38250), DBTAP_BIN (default target/release/dbtap)
 #
-# The report also pairs every condition with its baseline of the same round (drift between
-# rounds moves both), and prints the median of those paired differences with every round's.
+# The estimate (the default method): per round, every condition minus the same round's baseline
+# (drift between rounds moves both), CPU per 10k queries; the median of those paired
+# differences with a distribution-free 90 % confidence interval (order statistics of the
+# median). The CPU is counted per thread from /proc/PID/task/TID/schedstat (ns): mysqld's
+# connection threads only (the server runs with --thread-cache-size=64, so sysbench's
+# connections keep their threads between runs; the threads mysqld started with, InnoDB's purge,
+# page cleaner and timers and the listener, are reported apart) plus every dbtap thread. The
+# old accounting (utime+stime of the whole mysqld and of dbtap, clock ticks) is printed beside
+# it. The A/A check is a second baseline ("aa", in every round) paired with the first the same
+# way: an unbiased method gives about 0, and the spread of its rounds is the method's noise.
+# Paced runs serve a fixed number of transactions (rate x seconds) in each run; each round's
+# order of the conditions is shuffled (seeded; --seed repeats it, --order rotate rotates).
 #
-# Unpaced (the default), sysbench saturates the machine and every condition competes for the
+# Unpaced (--rate 0), sysbench saturates the machine and every condition competes for the
 # cores: the extra CPU then mixes work with contention. Paced (--rate), every condition serves
 # the same queries per second on a machine with idle time, so the extra CPU per 10k queries is
 # the work the capture adds, at that rate: the literal "cores per 10k QPS".
 #
-# The conditions (one sysbench run each, the order rotated every round):
+# The conditions (one sysbench run each, the order shuffled every round):
 #   baseline      sysbench over the Unix socket, nothing else running
+#   aa            the same again: the A/A check (left out with --no-aa)
 #   ebpf          the same with dbtap live --source ebpf --port P --socket SOCK (started before
 #                 sysbench, SIGINT after); its final JSON gives the counts, which must equal the
 #                 server's Com_stmt_* deltas, and the lost records / gap bytes
@@ -35,7 +48,7 @@
 #                 queries, printed with dbtap's CPU beside the baseline-subtraction estimate
 #                 (bench/ebpf_attribute.py). Its own row keeps perf's sampling out of "ebpf".
 # Recorded per run: sysbench's QPS and 95th percentile; mysqld's and dbtap's CPU (utime+stime from
-# /proc/PID/stat) over the sysbench run per 10k queries, the extra mysqld CPU against the baseline
+# /proc/PID/stat, and per thread from schedstat) over the sysbench run per 10k queries, the extra mysqld CPU against the baseline
 # on the same path; lost records and gap bytes from dbtap's health; the BPF programs' own run
 # time per query, from the kernel (/proc/PID/fdinfo of dbtap's program fds, with
 # kernel.bpf_stats_enabled=1 during the ebpf-stats runs only, restored after).
@@ -43,14 +56,14 @@
 # Output: printed, and written to bench/out/ebpf-overhead.md (runs as JSON in
 # bench/out/work-ebpf-overhead/runs.json). Exit status 1 when dbtap's counts differ from the
 # server's. Needs root (BPF, packet capture) and tests/setup.sh's packages (run first). Starts and
-# stops its own MariaDB on port 38250; its trap stops whatever it started if interrupted.
+# stops its own MariaDB on port $EBPF_BENCH_PORT (38250); its trap stops whatever it started if interrupted.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 OUT=$ROOT/bench/out
 W=$OUT/work-ebpf-overhead
-PORT=38250
-SECONDS_PER_RUN=10 ROUNDS=2 THREADS=4 TABLE_SIZE=10000 RATE=0 ONLY= ATTRIBUTE=
+PORT=${EBPF_BENCH_PORT:-38250}
+SECONDS_PER_RUN=4 ROUNDS=16 THREADS=4 TABLE_SIZE=10000 RATE=600 ONLY=ebpf ATTRIBUTE= EXTRA=()
 ARGS=("$@")
 need() { [ "$#" -ge 2 ] && [[ "$2" =~ ^[0-9]+$ ]] || { echo "$1 needs a number" >&2; exit 2; }; }
 while [ "$#" -gt 0 ]; do
@@ -61,6 +74,10 @@ while [ "$#" -gt 0 ]; do
     --table-size) need "$@"; TABLE_SIZE=$2; shift 2 ;;
     --rate) need "$@"; RATE=$2; shift 2 ;;
     --only) [ "$#" -ge 2 ] || { echo "--only needs a list of conditions" >&2; exit 2; }; ONLY=$2; shift 2 ;;
+    --all) ONLY=; shift ;;
+    --order) [ "$#" -ge 2 ] || { echo "--order needs shuffle or rotate" >&2; exit 2; }; EXTRA+=(--order "$2"); shift 2 ;;
+    --seed) need "$@"; EXTRA+=(--seed "$2"); shift 2 ;;
+    --no-aa) EXTRA+=(--no-aa); shift ;;
     --attribute) ATTRIBUTE=--attribute; shift ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 0 ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;
@@ -106,8 +123,8 @@ cargo build --release -p dbtap 2>&1 | tail -n 2
 DBTAP=${DBTAP_BIN:-$ROOT/target/release/dbtap}
 
 mkdir -p "$W"
-echo "== sysbench oltp_read_only, $THREADS threads, ${SECONDS_PER_RUN} s x ${ONLY:-6 conditions} x $ROUNDS rounds, MariaDB on its Unix socket and 127.0.0.1:$PORT"
+echo "== sysbench oltp_read_only, $THREADS threads, rate $RATE, ${SECONDS_PER_RUN} s x ${ONLY:-every condition} (+ A/A) x $ROUNDS rounds, MariaDB on its Unix socket and 127.0.0.1:$PORT"
 "$PY" bench/ebpf_overhead.py --port "$PORT" --seconds "$SECONDS_PER_RUN" --rounds "$ROUNDS" \
   --threads "$THREADS" --table-size "$TABLE_SIZE" --rate "$RATE" --workdir "$W" \
-  --out "$OUT/ebpf-overhead.md" --dbtap "$DBTAP" ${ONLY:+--only "$ONLY"} $ATTRIBUTE \
+  --out "$OUT/ebpf-overhead.md" --dbtap "$DBTAP" ${ONLY:+--only "$ONLY"} $ATTRIBUTE "${EXTRA[@]}" \
   --command "bash bench/ebpf-overhead.sh${ARGS[*]:+ ${ARGS[*]}}"

@@ -12,7 +12,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import math
 import platform
+import random
 import statistics
 import subprocess
 import sys
@@ -28,9 +30,10 @@ import harness  # noqa: E402
 from harness import delta, die  # noqa: E402
 from live_overhead import Proc, cpu_seconds, med, pct, peak_rss_mb  # noqa: E402
 
-CONDITIONS = ["baseline", "ebpf", "ebpf-stats", "slowlog", "baseline-tcp", "packet", "ebpf-perf"]
+CONDITIONS = ["baseline", "aa", "ebpf", "ebpf-stats", "slowlog", "baseline-tcp", "packet", "ebpf-perf"]
 LABELS = {
     "baseline": "Unix socket, nothing else (baseline)",
+    "aa": "Unix socket, nothing else again (A/A check)",
     "ebpf": "Unix socket, dbtap live --source ebpf",
     "ebpf-stats": "the same, with the kernel's BPF statistics on",
     "slowlog": "Unix socket, slow log long_query_time=0",
@@ -38,15 +41,46 @@ LABELS = {
     "packet": "TCP, dbtap live --source packet",
     "ebpf-perf": "Unix socket, --source ebpf, perf record on mysqld (--attribute)",
 }
-BASE = {"baseline": "baseline", "ebpf": "baseline", "ebpf-stats": "baseline", "slowlog": "baseline",
+BASE = {"baseline": "baseline", "aa": "baseline", "ebpf": "baseline", "ebpf-stats": "baseline", "slowlog": "baseline",
         "baseline-tcp": "baseline-tcp", "packet": "baseline-tcp", "ebpf-perf": "baseline"}
-VIA = {"baseline": "unix", "ebpf": "unix", "ebpf-stats": "unix", "slowlog": "unix",
+VIA = {"baseline": "unix", "aa": "unix", "ebpf": "unix", "ebpf-stats": "unix", "slowlog": "unix",
        "baseline-tcp": "tcp", "packet": "tcp", "ebpf-perf": "unix"}
 # The runs whose dbtap traces with eBPF; only "ebpf-stats" turns the kernel's BPF statistics
 # on (kernel.bpf_stats_enabled: two clock reads per program run, which "ebpf" does not pay).
 EBPF = ("ebpf", "ebpf-stats", "ebpf-perf")
 GOAL_TOTAL_CPU_PER_10K = 0.05
 BPF_STATS = Path("/proc/sys/kernel/bpf_stats_enabled")
+
+
+# -- CPU per thread, in ns (/proc/PID/task/TID/schedstat) ---------------------------------------
+
+def thread_cpu(pid: int) -> dict[int, int]:
+    """{tid: ns on a CPU} of every live thread of `pid` (schedstat's first field: user and
+    kernel time, ns precision, including the syscalls' tracepoint programs it ran)."""
+    out: dict[int, int] = {}
+    for t in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            out[int(t.name)] = int((t / "schedstat").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue  # exited meanwhile
+    return out
+
+
+def split_cpu(t0: dict[int, int], t1: dict[int, int], conn_tids: list[int]) -> dict:
+    """mysqld's CPU between two thread_cpu() snapshots, split into the threads that served
+    sysbench's connections (kept by the thread cache, or new: counted from 0) and the others
+    (InnoDB's purge, page cleaner and thread pool, timers, the listener, other connections)."""
+    conn = bg = 0
+    want = set(conn_tids)
+    for tid, ns in t1.items():
+        d = ns - t0.get(tid, 0)
+        if tid in want:
+            conn += d
+        else:
+            bg += d
+    return {"conn_cpu_s": conn / 1e9, "bg_cpu_s": bg / 1e9,
+            "conn_threads": sum(1 for t in want if t in t1),
+            "threads_gone": sum(1 for tid in t0 if tid not in t1)}
 
 
 # -- BPF program run time, from the kernel (/proc/PID/fdinfo), not from dbtap ---------------------
@@ -75,14 +109,35 @@ def bpf_prog_stats(pid: int) -> dict[int, tuple[int, int]]:
 # -- one run -------------------------------------------------------------------------------------
 
 def sysbench(a, srv: eh.Maria, via: str, seconds: int) -> dict:
+    # Paced: a fixed number of transactions (rate x seconds), the same work in every run.
+    limit = ([f"--time={seconds * 3}", f"--events={a.rate * seconds}"] if a.rate else
+             [f"--time={seconds}", "--events=0"])
     args = srv.sysbench_args(a.threads, a.table_size, via) + [
-        f"--time={seconds}", "--events=0", "--report-interval=0", f"--rate={a.rate}", "run"]
-    r = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        *limit, "--report-interval=0", f"--rate={a.rate}", "run"]
+    r = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    tids = connection_tids(srv, a.threads, r)
+    stdout, _ = r.communicate()
     if r.returncode != 0:
-        die(f"sysbench run failed ({r.returncode}):\n{r.stdout[-3000:]}")
-    res = harness.parse_sysbench(r.stdout)
-    return {k: res[k] for k in ("queries", "transactions", "ignored_errors", "qps", "tps",
-                                "p95_ms", "avg_ms", "time_s")}
+        die(f"sysbench run failed ({r.returncode}):\n{stdout[-3000:]}")
+    res = harness.parse_sysbench(stdout)
+    return {**{k: res[k] for k in ("queries", "transactions", "ignored_errors", "qps", "tps",
+                                   "p95_ms", "avg_ms", "time_s")}, "conn_tids": tids}
+
+
+def connection_tids(srv: eh.Maria, n: int, proc: subprocess.Popen) -> list[int]:
+    """The OS thread ids serving sysbench's connections (performance_schema.threads of the
+    connections to its database), asked once all `n` are there; [] if sysbench ended first.
+    One short query on a connection of its own, the same in every condition."""
+    deadline = time.monotonic() + 5
+    while proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+        with srv.root() as c, c.cursor() as cur:
+            cur.execute("SELECT THREAD_OS_ID FROM performance_schema.threads WHERE "
+                        "PROCESSLIST_DB = 'sbtest' AND PROCESSLIST_ID <> CONNECTION_ID()")
+            tids = [int(t) for (t,) in cur.fetchall() if t]
+        if len(tids) >= n:
+            return tids
+    return []
 
 
 def start_dbtap(a, srv: eh.Maria, cond: str, work: Path):
@@ -155,9 +210,13 @@ def run_one(a, srv: eh.Maria, cond: str, work: Path, rnd: int) -> dict:
             rec = ea.Recorder(srv.proc.pid, work / f"perf-{rnd}.data")
         m0 = cpu_seconds(srv.proc.pid)
         c0 = cpu_seconds(cap.proc.pid) if cap else 0.0
+        ct0 = thread_cpu(cap.proc.pid) if cap else {}
         i0 = irq_work_interrupts()
+        t0 = thread_cpu(srv.proc.pid)
         res.update(sysbench(a, srv, VIA[cond], a.seconds))
+        t1 = thread_cpu(srv.proc.pid)
         m1 = cpu_seconds(srv.proc.pid)
+        res.update(split_cpu(t0, t1, res.pop("conn_tids")))
         res["irq_work"] = irq_work_interrupts() - i0
         if rec is not None:
             try:
@@ -173,7 +232,10 @@ def run_one(a, srv: eh.Maria, cond: str, work: Path, rnd: int) -> dict:
         res["mysqld_cpu_s"] = m1 - m0
         if cap is not None:
             time.sleep(0.5)
-            res["cap_cpu_s"] = cpu_seconds(cap.proc.pid) - c0
+            ct1 = thread_cpu(cap.proc.pid)
+            res["cap_cpu_tick_s"] = cpu_seconds(cap.proc.pid) - c0
+            # ns precision (a 4 s run's 0.05 s is 5 ticks of utime+stime)
+            res["cap_cpu_s"] = sum(ns - ct0.get(t, 0) for t, ns in ct1.items()) / 1e9
             res["cap_rss_mb"] = peak_rss_mb(cap.proc.pid)
             if cond == "ebpf-stats":
                 prog1 = bpf_prog_stats(cap.proc.pid)
@@ -227,27 +289,78 @@ def fmt(x, spec: str, none: str = "-") -> str:
     return none if x is None else format(x, spec)
 
 
-def paired_lines(by: dict, P) -> None:
-    """Per round, a condition's CPU against its baseline's in the same round: the machine's
-    drift between rounds (which moves every condition of a round together) cancels."""
+def median_ci(xs: list[float], conf: float = 0.90) -> tuple[float, float]:
+    """Distribution-free confidence interval of the median: order statistics k and n+1-k of the
+    sorted sample, k the largest rank with P(Binomial(n, 1/2) < k) <= (1 - conf) / 2."""
+    xs = sorted(xs)
+    n = len(xs)
+    k, cum = 0, 0.0
+    while k < n:
+        p = math.comb(n, k) / 2 ** n
+        if cum + p > (1 - conf) / 2:
+            break
+        cum += p
+        k += 1
+    if k == 0:  # too few pairs for this confidence: the range
+        return xs[0], xs[-1]
+    return xs[k - 1], xs[n - k]
+
+
+# The accountings of a run's extra CPU: "threads" (the default) sums the schedstat (ns) of the
+# mysqld threads that served sysbench's connections and of dbtap's threads; "process" is
+# utime+stime of the whole mysqld (every thread, InnoDB's background included) and of dbtap, in
+# clock ticks; "others" is mysqld's threads that are not sysbench's connections, alone.
+METRICS = {"threads": ("conn_cpu_s", "cap_cpu_s"), "process": ("mysqld_cpu_s", "cap_cpu_tick_s"),
+           "others": ("bg_cpu_s", "")}
+
+
+def paired_diffs(by: dict, c: str, metric: str) -> list[float]:
+    """Per round, condition c's CPU per 10k queries minus its baseline's of the same round."""
+    mk, ck = METRICS[metric]
+    base = {r["round"]: r for r in by[BASE[c]]}
+    out = []
+    for r in by[c]:
+        b = base.get(r["round"])
+        if b is None or mk not in r or mk not in b:
+            continue
+        d = per10k(r, mk) - per10k(b, mk)
+        if ck and ck in r:
+            d += per10k(r, ck)
+        out.append(d)
+    return out
+
+
+def spread_lines(by: dict, P) -> None:
+    """The paired estimate of every condition by both accountings, with its 90 % confidence
+    interval; for the A/A check (baseline against baseline: 0 if the method has no bias) the
+    spread of the single rounds, which is the method's noise."""
+    P("")
+    P("Paired with the same round's baseline, per 10k queries (core per 10k QPS): median of the "
+      "rounds' differences [90 % order-statistic confidence interval of the median]; A/A: the "
+      "same for a second baseline, whose rounds' spread is the method's noise.")
+    P("")
+    P("| condition | accounting | rounds | median | 90 % CI | CI half-width | rounds' IQR | "
+      "rounds' stdev | min .. max |")
+    P("|---|---|---:|---:|---|---:|---:|---:|---|")
     for c in CONDITIONS:
         if c == BASE[c] or not by.get(c):
             continue
-        base = {r["round"]: r for r in by[BASE[c]]}
-        diffs = []
-        for r in by[c]:
-            b = base.get(r["round"])
-            if b is None:
+        for metric in METRICS:
+            d = paired_diffs(by, c, metric)
+            if len(d) < 2:
                 continue
-            d = per10k(r, "mysqld_cpu_s") - per10k(b, "mysqld_cpu_s")
-            if "cap_cpu_s" in r:
-                d += per10k(r, "cap_cpu_s")
-            diffs.append(d)
-        if not diffs:
-            continue
-        diffs.sort()
-        P(f"- {LABELS[c]}: total extra CPU per 10k QPS paired with its baseline in the same round: "
-          f"median {statistics.median(diffs):+.4f} (rounds: {', '.join(f'{d:+.4f}' for d in diffs)}).")
+            lo, hi = median_ci(d)
+            q = statistics.quantiles(d, n=4) if len(d) >= 4 else [min(d), 0, max(d)]
+            P(f"| {LABELS[c]} | {metric} | {len(d)} | {statistics.median(d):+.4f} | "
+              f"[{lo:+.4f}, {hi:+.4f}] | {(hi - lo) / 2:.4f} | {q[2] - q[0]:.4f} | "
+              f"{statistics.stdev(d):.4f} | {min(d):+.4f} .. {max(d):+.4f} |")
+    P("")
+    P("threads: the mysqld threads that served sysbench's connections (performance_schema."
+      "threads; the thread cache keeps them between runs) + dbtap's threads, both from "
+      "/proc/PID/task/TID/schedstat in ns; it leaves out the tracing of mysqld's other threads' "
+      "system calls (their programs run too), which the others row bounds. process: utime+stime "
+      "of mysqld's every thread (InnoDB background included) + dbtap's, in ticks. others: "
+      "mysqld's other threads alone (process minus connection threads, schedstat).")
 
 
 def attribution_lines(by: dict, summary: dict, P) -> None:
@@ -299,7 +412,10 @@ def report(a, runs: list[dict], meta: dict) -> tuple[str, bool]:
       f"interleaved (order rotated each round), against {meta['server']} (private datadir, "
       f"Unix socket and 127.0.0.1:{a.port}). Medians over rounds. Machine: {os.cpu_count()} cores "
       f"({platform.machine()}, {platform.release()}), shared; load before {meta['load_before']}, "
-      f"after {meta['load_after']}. dbtap: {meta['dbtap_version']}, {meta['git']}.")
+      f"after {meta['load_after']}. dbtap: {meta['dbtap_version']}, {meta['git']}. Order of "
+      f"the conditions in a round: {a.order}{f' (seed {a.seed})' if a.order == 'shuffle' else ''}; "
+      f"{'a fixed number of transactions per run (rate x seconds)' if a.rate else 'timed runs'}; "
+      f"mariadbd --thread-cache-size={a.thread_cache}.")
     P("")
     P("| condition | QPS | QPS vs its baseline | p95 ms | p95 vs its baseline | mysqld CPU s / 10k q "
       "(extra) | dbtap CPU s / 10k q | total extra CPU s / 10k q | dbtap RSS MB | lost records / drops | "
@@ -366,19 +482,20 @@ def report(a, runs: list[dict], meta: dict) -> tuple[str, bool]:
         P("- IRQ-work interrupts per query (/proc/interrupts IWI, the whole machine; a BPF ring "
           "wakes its reader with one), medians: " + "; ".join(iwi) + ".")
     attribution_lines(by, summary, P)
-    P("")
-    paired_lines(by, P)
+    spread_lines(by, P)
     P("")
     P("## Every run")
     P("")
-    P("| round | condition | QPS | p95 ms | queries | mysqld CPU s | dbtap CPU s | Com_stmt_execute "
+    P("| round | condition | QPS | p95 ms | queries | mysqld CPU s | connection threads s "
+      "(threads) | other threads s | dbtap CPU s | Com_stmt_execute "
       "| dbtap executes | lost records / drops | BPF run ns (runs), kernel; dbtap's ebpf_run_ns "
       "(since its start) |")
-    P("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    P("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     for r in runs:
         dj = r.get("dbtap") or {}
         P(f"| {r['round']} | {r['condition']} | {r['qps']:.0f} | {r['p95_ms']:.2f} | {r['queries']} | "
-          f"{r['mysqld_cpu_s']:.2f} | {fmt(r.get('cap_cpu_s'), '.2f')} | "
+          f"{r['mysqld_cpu_s']:.2f} | {r['conn_cpu_s']:.4f} ({r['conn_threads']}) | "
+          f"{r['bg_cpu_s']:.4f} | {fmt(r.get('cap_cpu_s'), '.4f')} | "
           f"{r['server']['Com_stmt_execute']} | "
           f"{dj.get('by_command', {}).get('execute', '-') if dj else '-'} | "
           f"{lost_of(r) if dj else '-'} | "
@@ -405,21 +522,40 @@ def main() -> int:
     p.add_argument("--command", default="bash bench/ebpf-overhead.sh")
     p.add_argument("--attribute", action="store_true", help="add the ebpf-perf condition: "
                    "perf record on mysqld, the tracing's share of its samples")
+    p.add_argument("--no-aa", action="store_true", help="leave out the A/A check (a second "
+                   "baseline paired with the first)")
+    p.add_argument("--thread-cache", type=int, default=64, help="mariadbd --thread-cache-size")
+    p.add_argument("--order", choices=("shuffle", "rotate"), default="shuffle",
+                   help="each round's order of the conditions: shuffled (seeded) or rotated")
+    p.add_argument("--seed", type=int, default=None, help="the shuffle's seed (default: random, "
+                   "printed)")
     p.add_argument("--only", default="", help="conditions to run, comma-separated (their "
                    "baselines are added): e.g. ebpf for baseline and ebpf only")
     a = p.parse_args()
+    if a.seed is None:
+        a.seed = random.SystemRandom().randrange(1 << 31)
     if not a.attribute:
         CONDITIONS.remove("ebpf-perf")
+    if a.no_aa:
+        CONDITIONS.remove("aa")
     if a.only:
         want = [c.strip() for c in a.only.split(",") if c.strip()]
         bad = [c for c in want if c not in CONDITIONS]
         if bad:
             die(f"--only: unknown condition(s) {', '.join(bad)} (known: {', '.join(CONDITIONS)})")
         keep = set(want) | {BASE[c] for c in want} | ({"ebpf-perf"} if a.attribute else set())
+        if "baseline" in keep and not a.no_aa:
+            keep.add("aa")  # the A/A check: the method's noise, printed beside the estimate
         CONDITIONS[:] = [c for c in CONDITIONS if c in keep]
     work = Path(a.workdir).resolve()
     work.mkdir(parents=True, exist_ok=True)
-    srv = eh.Maria(a.port, work / "server")
+    # The thread cache keeps sysbench's connection threads alive between runs, so their CPU can
+    # be read per thread (MariaDB's default here is 0: a thread per connection, gone at its end).
+    # performance_schema names each connection's OS thread (threads.THREAD_OS_ID); every
+    # instrument is off, so it costs no more than the thread table's bookkeeping, in every run.
+    srv = eh.Maria(a.port, work / "server", extra=[
+        f"--thread-cache-size={a.thread_cache}", "--performance-schema=ON",
+        "--performance-schema-instrument=%=OFF"])
     runs: list[dict] = []
     meta = {"command": a.command,
             "load_before": " ".join(Path("/proc/loadavg").read_text().split()[:3])}
@@ -440,10 +576,16 @@ def main() -> int:
         srv.sysbench_prepare(a.table_size)
         warm = min(a.seconds, 5)
         print(f"== warm-up: {warm} s, not counted", flush=True)
-        sysbench(a, srv, "unix", warm)
+        w = sysbench(a, srv, "unix", warm)
+        if not w["conn_tids"]:
+            die("performance_schema.threads did not show sysbench's connections")
+        rng = random.Random(a.seed)
         for rnd in range(1, a.rounds + 1):
             k = (rnd - 1) % len(CONDITIONS)
-            for cond in CONDITIONS[k:] + CONDITIONS[:k]:
+            order = CONDITIONS[k:] + CONDITIONS[:k]
+            if a.order == "shuffle":
+                rng.shuffle(order)
+            for cond in order:
                 if stats_was is not None:
                     BPF_STATS.write_text("1\n" if cond == "ebpf-stats" else "0\n")
                 one = run_one(a, srv, cond, work, rnd)
@@ -454,7 +596,9 @@ def main() -> int:
                              f"{'equal' if one['count_ok'] else 'MISMATCH'}, lost records "
                              f"{one['dbtap'].get('ebpf_lost_records')}")
                 print(f"== round {rnd}/{a.rounds} {cond:12s}: {one['qps']:.0f} qps, p95 "
-                      f"{one['p95_ms']:.2f} ms, mysqld CPU {one['mysqld_cpu_s']:.2f} s{extra}",
+                      f"{one['p95_ms']:.2f} ms, mysqld CPU {one['mysqld_cpu_s']:.2f} s "
+                      f"(connection threads {one['conn_cpu_s']:.3f} s, "
+                      f"{one['conn_threads']} of them){extra}",
                       flush=True)
                 (work / "runs.json").write_text(json.dumps(runs, indent=1) + "\n")
     finally:
