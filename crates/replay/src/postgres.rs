@@ -84,6 +84,15 @@ fn cstr(b: &[u8]) -> (&[u8], &[u8]) {
 }
 
 /// The message types that may start a request of a connection picked up mid-stream.
+/// The first `n` bytes of `pend` (the caller checked it holds them), taken out: one copy and
+/// one move of the rest (`drain(..n).collect()` went through the iterator byte by byte).
+fn take_front(pend: &mut Vec<u8>, n: usize) -> Vec<u8> {
+    let n = n.min(pend.len());
+    let m = pend.get(..n).unwrap_or_default().to_vec();
+    pend.drain(..n);
+    m
+}
+
 fn starts_request(t: u8) -> bool {
     matches!(t, b'Q' | b'P' | b'B')
 }
@@ -119,7 +128,7 @@ impl Framer {
                 if self.pend.len() < len {
                     return;
                 }
-                let m: Vec<u8> = self.pend.drain(..len).collect();
+                let m = take_front(&mut self.pend, len);
                 self.startup_msg(&m, skipped_bytes);
                 continue;
             }
@@ -153,7 +162,7 @@ impl Framer {
                 return;
             }
             self.synced = true;
-            let m: Vec<u8> = self.pend.drain(..total).collect();
+            let m = take_front(&mut self.pend, total);
             self.message(t, m, skipped);
             self.pend_ts = ts;
         }
@@ -190,7 +199,11 @@ impl Framer {
         match t {
             b'P' => {
                 let (name, _) = cstr(m.get(5..).unwrap_or_default());
-                self.parsed.insert(name.to_vec());
+                // Most Parse messages name a statement seen before (the unnamed one): no
+                // allocation for those.
+                if !self.parsed.contains(name) {
+                    self.parsed.insert(name.to_vec());
+                }
             }
             b'B' => {
                 let (_, r) = cstr(m.get(5..).unwrap_or_default());
