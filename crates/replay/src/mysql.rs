@@ -167,6 +167,9 @@ impl Framer {
 pub enum Send {
     /// Send these bytes; `reply`: the server answers.
     Bytes { bytes: Vec<u8>, reply: bool },
+    /// A COM_CHANGE_USER: a new login on the connection, made with the target's salt and
+    /// the named user's password (the captured scramble answers another salt).
+    ChangeUser,
     /// Not sent, for this reason.
     Skip(&'static str),
 }
@@ -214,6 +217,11 @@ impl Statements {
                 }
                 let reply = !matches!(code, cmd::STMT_CLOSE | cmd::STMT_SEND_LONG_DATA);
                 Send::Bytes { bytes, reply }
+            }
+            cmd::CHANGE_USER => {
+                // The session's statements are gone with the old login.
+                self.ids.clear();
+                Send::ChangeUser
             }
             cmd::QUIT => Send::Bytes {
                 bytes: r.bytes.clone(),
@@ -314,6 +322,16 @@ const PS_MULTI_RESULTS: u32 = 0x4_0000;
 const PLUGIN_AUTH: u32 = 0x8_0000;
 const DEPRECATE_EOF: u32 = 0x100_0000;
 
+/// The user (NUL-terminated) and the length-prefixed native scramble of `password` for
+/// `salt`, as a login and a COM_CHANGE_USER carry them.
+fn push_user_auth(p: &mut Vec<u8>, user: &str, password: &str, salt: &[u8]) {
+    p.extend_from_slice(user.as_bytes());
+    p.push(0);
+    let auth = native_scramble(password.as_bytes(), salt);
+    p.push(auth.len() as u8);
+    p.extend_from_slice(&auth);
+}
+
 /// The HandshakeResponse41 payload: `user`, the native scramble of `password`, `db`.
 pub fn login_response(g: &Greeting, user: &str, password: &str, db: Option<&[u8]>) -> Vec<u8> {
     let want = LONG_PASSWORD
@@ -332,11 +350,7 @@ pub fn login_response(g: &Greeting, user: &str, password: &str, db: Option<&[u8]
     p.extend_from_slice(&(1u32 << 24).to_le_bytes());
     p.push(g.charset);
     p.extend_from_slice(&[0; 23]);
-    p.extend_from_slice(user.as_bytes());
-    p.push(0);
-    let auth = native_scramble(password.as_bytes(), &g.salt);
-    p.push(auth.len() as u8);
-    p.extend_from_slice(&auth);
+    push_user_auth(&mut p, user, password, &g.salt);
     if let Some(d) = db {
         p.extend_from_slice(d);
         p.push(0);
@@ -376,11 +390,7 @@ pub fn parse_change_user(payload: &[u8]) -> Option<ChangeUser> {
 /// connection's `salt`, the database, the character set (else `charset`) and the plugin name.
 pub fn change_user_payload(c: &ChangeUser, password: &str, salt: &[u8], charset: u8) -> Vec<u8> {
     let mut p = vec![0x11];
-    p.extend_from_slice(c.user.as_bytes());
-    p.push(0);
-    let auth = native_scramble(password.as_bytes(), salt);
-    p.push(auth.len() as u8);
-    p.extend_from_slice(&auth);
+    push_user_auth(&mut p, &c.user, password, salt);
     p.extend_from_slice(c.db.as_deref().unwrap_or_default());
     p.push(0);
     p.extend_from_slice(&c.charset.unwrap_or([charset, 0]));

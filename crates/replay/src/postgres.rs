@@ -83,7 +83,6 @@ fn cstr(b: &[u8]) -> (&[u8], &[u8]) {
     }
 }
 
-/// The message types that may start a request of a connection picked up mid-stream.
 /// The first `n` bytes of `pend` (the caller checked it holds them), taken out: one copy and
 /// one move of the rest (`drain(..n).collect()` went through the iterator byte by byte).
 fn take_front(pend: &mut Vec<u8>, n: usize) -> Vec<u8> {
@@ -93,6 +92,7 @@ fn take_front(pend: &mut Vec<u8>, n: usize) -> Vec<u8> {
     m
 }
 
+/// The message types that may start a request of a connection picked up mid-stream.
 fn starts_request(t: u8) -> bool {
     matches!(t, b'Q' | b'P' | b'B')
 }

@@ -3,6 +3,7 @@
 
 use crate::capture::Request;
 use crate::resp;
+use proto::redis::message::{ReplyMode, ReplyState, Special};
 
 /// The credentials the replay logs in with.
 #[derive(Clone, Debug, Default)]
@@ -126,47 +127,60 @@ pub fn blocks(r: &Request) -> bool {
     }
 }
 
-/// What `CLIENT REPLY` did to a connection's replies, as Redis keeps it: while OFF the server
-/// sends none; after SKIP, none for the next command. The `CLIENT REPLY OFF` and `SKIP`
-/// commands get no reply themselves, `ON` gets `+OK`; `RESET` turns replies back on.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct ReplyMode {
-    off: bool,
-    skip_next: bool,
+/// What a request does to its connection's replies, as the Redis session names it
+/// (`CLIENT REPLY`, `RESET`, `MULTI`/`EXEC`/`DISCARD`): the input of
+/// [`ReplyState::answered`], the rule the session follows too.
+pub fn special(r: &Request) -> Special {
+    let mut args = r.args();
+    let Some(name) = args.next() else {
+        return Special::None;
+    };
+    if !matches!(
+        name.first(),
+        Some(b'c' | b'C' | b'r' | b'R' | b'm' | b'M' | b'e' | b'E' | b'd' | b'D')
+    ) {
+        return Special::None;
+    }
+    match upper(name).as_slice() {
+        b"RESET" => Special::Reset,
+        b"MULTI" => Special::Multi,
+        b"EXEC" => Special::Exec,
+        b"DISCARD" => Special::Discard,
+        b"CLIENT"
+            if r.args().count() == 3
+                && args
+                    .next()
+                    .is_some_and(|a| a.eq_ignore_ascii_case(b"REPLY")) =>
+        {
+            match args.next().map(upper).as_deref() {
+                Some(b"ON") => Special::ClientReply(ReplyMode::On),
+                Some(b"OFF") => Special::ClientReply(ReplyMode::Off),
+                Some(b"SKIP") => Special::ClientReply(ReplyMode::Skip),
+                _ => Special::None,
+            }
+        }
+        _ => Special::None,
+    }
 }
 
-impl ReplyMode {
-    /// The replies `r` gets, given the `n` it would get with replies on, and the mode after it.
-    pub fn replies(&mut self, r: &Request, n: usize) -> usize {
-        let mut args = r.args();
-        let name = args.next().unwrap_or_default();
-        let client_reply = name.eq_ignore_ascii_case(b"CLIENT")
-            && args
-                .next()
-                .is_some_and(|a| a.eq_ignore_ascii_case(b"REPLY"));
-        let skipped = self.skip_next;
-        self.skip_next = false;
-        if client_reply {
-            match args.next().map(upper).as_deref() {
-                Some(b"ON") => {
-                    self.off = false;
-                    return 1;
-                }
-                Some(b"OFF") => {
-                    self.off = true;
-                    return 0;
-                }
-                Some(b"SKIP") => {
-                    self.skip_next = !self.off;
-                    return 0;
-                }
-                _ => {}
-            }
-        } else if name.eq_ignore_ascii_case(b"RESET") {
-            // RESET clears OFF and a pending SKIP, not the skip of itself.
-            self.off = false;
+/// A connection's reply rules on the replay's side: [`ReplyState`] and whether a MULTI is open.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Replies {
+    state: ReplyState,
+    in_multi: bool,
+}
+
+impl Replies {
+    /// The replies `r` gets, given the `n` it would get with replies on.
+    pub fn of(&mut self, r: &Request, n: usize) -> usize {
+        let sp = special(r);
+        let answered = self.state.answered(&sp, self.in_multi);
+        match sp {
+            Special::Multi => self.in_multi = true,
+            Special::Exec | Special::Discard | Special::Reset => self.in_multi = false,
+            _ => {}
         }
-        if self.off || skipped { 0 } else { n }
+        if answered { n } else { 0 }
     }
 }
 
@@ -244,8 +258,8 @@ mod tests {
     /// Redis's own rules (networking.c, clientCommand and the SKIP flags in call()).
     #[test]
     fn client_reply_modes() {
-        let mut m = ReplyMode::default();
-        let mut got = |args: &[&[u8]]| m.replies(&req(args), 1);
+        let mut m = Replies::default();
+        let mut got = |args: &[&[u8]]| m.of(&req(args), 1);
         assert_eq!(got(&[b"SET", b"a", b"1"]), 1);
         assert_eq!(got(&[b"client", b"reply", b"skip"]), 0);
         assert_eq!(got(&[b"SET", b"a", b"2"]), 0);

@@ -416,12 +416,12 @@ fn redis_session(ctx: &Ctx, plan: &Plan, offsets: &[u64]) -> Tally {
         .filter(|_| !plan.saw_open)
         .map(|d| d.as_bytes().to_vec());
     let mut out = Vec::new();
-    let mut mode = redis::ReplyMode::default();
+    let mut mode = redis::Replies::default();
     for (batch, off) in batches(ctx, plan, offsets) {
         let late = ctx.wait_until(off);
         if conn.is_none() {
             conn = TargetConn::open(ctx, &creds, db.as_deref(), &mut t);
-            mode = redis::ReplyMode::default();
+            mode = redis::Replies::default();
         }
         let Some(c) = conn.as_mut() else {
             t.skip("connect_failed", batch.requests.len() as u64);
@@ -433,7 +433,7 @@ fn redis_session(ctx: &Ctx, plan: &Plan, offsets: &[u64]) -> Tally {
         for r in &batch.requests {
             match redis::append(r, &creds, &mut out) {
                 Ok(n) => {
-                    expect += mode.replies(r, n);
+                    expect += mode.of(r, n);
                     t.sent += 1;
                     blocking |= redis::blocks(r);
                     if let Some(d) = redis::selects(r) {

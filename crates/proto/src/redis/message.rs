@@ -37,6 +37,47 @@ pub enum ReplyMode {
     Skip,
 }
 
+/// A connection's `CLIENT REPLY` state, as Redis keeps it (networking.c: clientCommand and
+/// resetClient): OFF silences every reply until ON or RESET; SKIP silences the next command's;
+/// OFF and SKIP are silent themselves; inside MULTI they are only queued. The session's and
+/// the replay's rule.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReplyState {
+    off: bool,
+    skip_next: bool,
+}
+
+impl ReplyState {
+    /// Takes a request that does `special`, sent inside MULTI when `in_multi`: whether the
+    /// server answers it.
+    pub fn answered(&mut self, special: &Special, in_multi: bool) -> bool {
+        let skipped = std::mem::take(&mut self.skip_next);
+        let silenced = if self.off {
+            !matches!(
+                special,
+                Special::ClientReply(ReplyMode::On) | Special::Reset
+            )
+        } else {
+            skipped
+        };
+        let self_silent = !in_multi
+            && matches!(
+                special,
+                Special::ClientReply(ReplyMode::Off | ReplyMode::Skip)
+            );
+        match special {
+            Special::ClientReply(ReplyMode::On) if !in_multi => self.off = false,
+            Special::ClientReply(ReplyMode::Off) if !in_multi => self.off = true,
+            Special::ClientReply(ReplyMode::Skip) if !in_multi && !self.off => {
+                self.skip_next = true;
+            }
+            Special::Reset => self.off = false,
+            _ => {}
+        }
+        !(silenced || self_silent)
+    }
+}
+
 /// What a command does to the connection, beyond getting one reply.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub enum Special {

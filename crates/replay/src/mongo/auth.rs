@@ -124,9 +124,8 @@ fn from_sasl_start(d: &[u8], db: Option<String>) -> Captured {
 pub fn plain_user(msg: &[u8]) -> Option<String> {
     let mut f = msg.splitn(3, |&b| b == 0);
     let (_, user, _) = (f.next()?, f.next()?, f.next()?);
-    (!user.is_empty())
-        .then(|| std::str::from_utf8(user).ok().map(str::to_string))
-        .flatten()
+    let user = std::str::from_utf8(user).ok()?;
+    (!user.is_empty()).then(|| user.to_string())
 }
 
 /// The user a SCRAM client-first message names (`n,,n=USER,r=...`).

@@ -126,17 +126,16 @@ impl Conn {
         pw: &str,
         deadline: Instant,
     ) -> Result<(), String> {
-        let c = self;
-        match mysql::auth_reply(&c.packet(ctx, deadline)?) {
+        match mysql::auth_reply(&self.packet(ctx, deadline)?) {
             AuthReply::Ok => Ok(()),
             AuthReply::Err(m) => Err(format!("login refused: {m}")),
             AuthReply::Switch(p, salt) if p == mysql::NATIVE => {
-                c.send(
+                self.send(
                     ctx,
                     &mysql::packet(seq + 2, &mysql::native_scramble(pw.as_bytes(), &salt)),
                 )?;
-                c.salt = salt;
-                match mysql::auth_reply(&c.packet(ctx, deadline)?) {
+                self.salt = salt;
+                match mysql::auth_reply(&self.packet(ctx, deadline)?) {
                     AuthReply::Ok => Ok(()),
                     AuthReply::Err(m) => Err(format!("login refused: {m}")),
                     _ => Err("unexpected reply to the mysql_native_password login".into()),
@@ -148,8 +147,8 @@ impl Conn {
                     nonce.push(0);
                 }
                 let sig = mysql::ed25519_signature(pw.as_bytes(), &nonce);
-                c.send(ctx, &mysql::packet(seq + 2, &sig))?;
-                match mysql::auth_reply(&c.packet(ctx, deadline)?) {
+                self.send(ctx, &mysql::packet(seq + 2, &sig))?;
+                match mysql::auth_reply(&self.packet(ctx, deadline)?) {
                     AuthReply::Ok => Ok(()),
                     AuthReply::Err(m) => Err(format!("login refused: {m}")),
                     _ => Err("unexpected reply to the ed25519 login".into()),
@@ -158,7 +157,7 @@ impl Conn {
             AuthReply::Switch(p, mut nonce) if p == mysql::CACHING_SHA2 => {
                 nonce.truncate(20);
                 let tls = ctx.opts.tls.is_some();
-                c.caching_sha2(ctx, seq + 2, pw, &nonce, tls, deadline)
+                self.caching_sha2(ctx, seq + 2, pw, &nonce, tls, deadline)
             }
             AuthReply::Switch(p, _) => Err(format!(
                 "the target asks for auth plugin {p}: not supported (mysql_native_password, \
@@ -335,18 +334,15 @@ pub(super) fn run_session(ctx: &Ctx, plan: &Plan, offsets: &[u64]) -> Tally {
         ctx.record_lag(&mut t, late);
         let mut lost = false;
         for r in &batch.requests {
-            let (bytes, reply) = match st.rewrite(r) {
-                Send::Bytes { bytes, reply } => (bytes, reply),
-                Send::Skip(why) => {
-                    t.skip(why, 1);
-                    continue;
-                }
-            };
+            let send = st.rewrite(r);
+            if let Send::Skip(why) = send {
+                t.skip(why, 1);
+                continue;
+            }
             t.sent += 1;
             t.batches += 1;
-            if r.bytes.get(4) == Some(&proto::mysql::message::cmd::CHANGE_USER) {
-                // A new login on the same connection: the session's statements are gone.
-                st = Statements::default();
+            let Send::Bytes { bytes, reply } = send else {
+                // Send::ChangeUser: a new login on the same connection.
                 match c.change_user(ctx, r.bytes.get(4..).unwrap_or_default()) {
                     Ok(()) => t.replies += 1,
                     Err(e) => {
@@ -356,7 +352,7 @@ pub(super) fn run_session(ctx: &Ctx, plan: &Plan, offsets: &[u64]) -> Tally {
                     }
                 }
                 continue;
-            }
+            };
             let Some(head) = c.exchange(ctx, &bytes, reply, &mut t) else {
                 lost = true;
                 break;

@@ -6,7 +6,7 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use super::super::message::{self, Confirmation, PubKind, ReplyMode, Request, Special};
+use super::super::message::{self, Confirmation, PubKind, ReplyState, Request, Special};
 use super::super::wire::{Event, Kept, ReplyReader, Type, Value};
 use crate::kit::{Origin, RequestCore, Tags};
 use crate::{ConnMeta, DbError, Health, Outcome, Protocol, QueryEvent, SessionConfig, Sink};
@@ -178,8 +178,7 @@ pub(super) struct Conn {
     tx_dropped: u64,
     pub(super) resp3: bool,
     subs: Subs,
-    reply_off: bool,
-    skip_next: bool,
+    replies: ReplyState,
     /// The client sent MULTI and not yet EXEC, DISCARD or RESET.
     client_multi: bool,
     pub(super) user: Option<Arc<str>>,
@@ -206,8 +205,7 @@ impl Conn {
             tx_dropped: 0,
             resp3: false,
             subs: Subs::new(saw_open),
-            reply_off: false,
-            skip_next: false,
+            replies: ReplyState::default(),
             client_multi: false,
             user: None,
             database: saw_open.then(|| Arc::from("0")),
@@ -258,34 +256,9 @@ impl Conn {
         let mut p = Pending::new(r, start_ns, wire);
         // Bytes of an argument were lost in a gap: the text is from what was seen.
         p.core.text_partial = lost;
-        let skipped = std::mem::take(&mut self.skip_next);
-        let in_multi = self.client_multi;
-        let silenced = if self.reply_off {
-            !matches!(
-                p.special,
-                Special::ClientReply(ReplyMode::On) | Special::Reset
-            )
-        } else {
-            skipped
-        };
-        let self_silent = !in_multi
-            && matches!(
-                p.special,
-                Special::ClientReply(ReplyMode::Off | ReplyMode::Skip)
-            );
+        let answered = self.replies.answered(&p.special, self.client_multi);
         match p.special {
-            Special::ClientReply(ReplyMode::On) if !in_multi => {
-                self.reply_off = false;
-            }
-            Special::ClientReply(ReplyMode::Off) if !in_multi => self.reply_off = true,
-            Special::ClientReply(ReplyMode::Skip) if !in_multi && !self.reply_off => {
-                self.skip_next = true;
-            }
-            Special::Reset => {
-                self.reply_off = false;
-                self.skip_next = false;
-                self.client_multi = false;
-            }
+            Special::Reset => self.client_multi = false,
             Special::Multi => self.client_multi = true,
             Special::Exec | Special::Discard => self.client_multi = false,
             _ => {}
@@ -296,7 +269,7 @@ impl Conn {
             act.stop = true;
             return act;
         }
-        if silenced || self_silent {
+        if !answered {
             self.emit(p, Outcome::NoReplyExpected, sink);
             return act;
         }
