@@ -9,7 +9,7 @@
 //! conversation half (`conn::Conn`: the requests waiting for replies, each a `Unit` on the
 //! kit's `RequestCore`, and the open cursors of the connection) is in `session/conn.rs`.
 
-use super::message::{BodyParser, Parsed, Spare};
+use super::message::{BodyParser, Parsed};
 use super::wire::{
     HEADER_LEN, Header, PROBE_LEN, Plausible, is_reply_opcode, is_request_opcode, plausible_start,
 };
@@ -35,8 +35,9 @@ struct InMsg {
     /// Body bytes still to come.
     left: u64,
     start_ts: u64,
-    /// `None`: the body is skipped (a reply to nothing we know, an unknown opcode).
-    parser: Option<BodyParser>,
+    /// The direction's parser reads the body; `false`: the body is skipped (a reply to
+    /// nothing we know, an unknown opcode).
+    parsing: bool,
     /// A capture gap cut the body (the framing held).
     damaged: bool,
     /// Body bytes that gaps took (never captured, so never `unparsed_bytes`).
@@ -61,12 +62,12 @@ struct Dir {
     framing: Framing,
     /// Messages framed in this direction so far.
     messages: u64,
-    /// The last body parser's reader and walker, for the next message.
-    spare: Spare,
+    /// The body parser, started afresh in place for each message (it keeps its buffers).
+    parser: BodyParser,
 }
 
 impl Dir {
-    fn new(synced: bool) -> Self {
+    fn new(synced: bool, client: bool) -> Self {
         Dir {
             hdr: [0; HEADER_LEN],
             hdr_have: 0,
@@ -78,7 +79,7 @@ impl Dir {
                 Framing::lost(true)
             },
             messages: 0,
-            spare: Spare::default(),
+            parser: BodyParser::idle(client),
         }
     }
 }
@@ -135,7 +136,7 @@ impl MongoSession {
         // TLS wraps the whole connection: after it, the stream starts as on a seen open.
         let synced = meta.saw_open || meta.after_tls;
         MongoSession {
-            dirs: PerDir::new(Dir::new(synced), Dir::new(synced)),
+            dirs: PerDir::new(Dir::new(synced, true), Dir::new(synced, false)),
             conn: Conn::new(meta, cfg),
             stopped: false,
             tls_stop: false,
@@ -169,11 +170,10 @@ impl MongoSession {
             .iter()
             .map(|d| {
                 d.framing.probe.heap_bytes()
-                    + d.spare.buffered_bytes()
-                    + d.msg
-                        .as_ref()
-                        .and_then(|m| m.parser.as_ref())
-                        .map_or(0, BodyParser::buffered_bytes)
+                    + match &d.msg {
+                        Some(m) if m.parsing => d.parser.buffered_bytes(),
+                        _ => d.parser.idle_bytes(),
+                    }
             })
             .sum();
         dirs + self.conn.buffered_bytes()
@@ -316,7 +316,8 @@ impl MongoSession {
             }
             return n;
         }
-        let Some(m) = self.dirs[d].msg.as_mut() else {
+        let dir = &mut self.dirs[d];
+        let Some(m) = dir.msg.as_mut() else {
             return 0;
         };
         let n = usize::try_from(m.left)
@@ -325,11 +326,7 @@ impl MongoSession {
         let chunk = input.get(..n).unwrap_or(&[]);
         // After a gap the bytes are not the continuation of what the parser read: it keeps
         // what it read before the gap.
-        if m.gap_bytes == 0
-            && let Some(p) = m.parser.as_mut()
-            && p.push(chunk).is_err()
-            && !m.parse_failed
-        {
+        if m.gap_bytes == 0 && m.parsing && dir.parser.push(chunk).is_err() && !m.parse_failed {
             m.parse_failed = true;
             sink.health().malformed += 1;
             // The parser keeps what it read and skips the rest of the body.
@@ -374,33 +371,26 @@ impl MongoSession {
         }
         self.dirs[d].messages += 1;
         let len = u64::from(h.body_len());
-        let (parser, unit) = if client {
-            (
-                Some(BodyParser::request_in(
-                    h.opcode,
-                    len,
-                    self.shape_cap(),
-                    &mut self.dirs[d].spare,
-                )),
-                None,
-            )
+        let shape_cap = self.shape_cap();
+        let (parsing, unit) = if client {
+            self.dirs[d].parser.start_request(h.opcode, len, shape_cap);
+            (true, None)
         } else if !known {
             sink.health().malformed += 1;
             sink.health().unparsed_bytes += u64::from(h.len);
-            (None, None)
+            (false, None)
         } else {
             match self.conn.reply_target(&h, ts) {
                 Some((id, legacy_cmd)) => {
-                    let spare = &mut self.dirs[d].spare;
-                    let p = BodyParser::reply_in(h.opcode, len, legacy_cmd, spare);
-                    (Some(p), Some(id))
+                    self.dirs[d].parser.start_reply(h.opcode, len, legacy_cmd);
+                    (true, Some(id))
                 }
                 None => {
                     if self.conn.orphans_before.is_none() {
                         sink.health().responses_without_request += 1;
                     }
                     sink.health().unparsed_bytes += u64::from(h.len);
-                    (None, None)
+                    (false, None)
                 }
             }
         };
@@ -408,7 +398,7 @@ impl MongoSession {
             h,
             left: len,
             start_ts: ts,
-            parser,
+            parsing,
             damaged: false,
             gap_bytes: 0,
             parse_failed: false,
@@ -418,31 +408,32 @@ impl MongoSession {
 
     /// The message of direction `d` ended (its last byte came at `ts`, or a gap cut it).
     fn complete(&mut self, d: Direction, ts: u64, sink: &mut dyn Sink) {
-        let Some(mut m) = self.dirs[d].msg.take() else {
+        let Some(m) = self.dirs[d].msg.take() else {
             return;
         };
-        let spare = &mut self.dirs[d].spare;
-        let parsed = m.parser.take().map(|p| {
-            let (parsed, bad) = p.finish_into(!m.damaged, spare);
+        let server_lost = !self.dirs[SERVER].framing.is_synced();
+        let parsing = m.parsing;
+        let parser = &mut self.dirs[d].parser;
+        let parsed = m.parsing.then(|| {
+            let bad = parser.finish_here(!m.damaged);
             if bad && !m.damaged && !m.parse_failed {
                 sink.health().malformed += 1;
             }
-            parsed
+            parser.parsed()
         });
         if d == CLIENT {
-            if let Some(Parsed::Request(req)) = &parsed {
-                let server_lost = !self.dirs[SERVER].framing.is_synced();
+            if let Some(Parsed::Request(req)) = parsed {
                 self.conn.on_request(m, req, server_lost, sink);
             }
         } else {
-            let reply = match &parsed {
+            let reply = match parsed {
                 Some(Parsed::Reply(r)) => Some(&**r),
                 _ => None,
             };
             self.conn.on_reply(m, reply, ts, sink);
         }
-        if let Some(p) = parsed {
-            self.dirs[d].spare.give(p);
+        if parsing {
+            self.dirs[d].parser.release();
         }
     }
 }
@@ -540,7 +531,7 @@ impl Session for MongoSession {
             self.tls_stop = false;
             self.stopped = false;
             self.uncount = true;
-            self.dirs = PerDir::new(Dir::new(true), Dir::new(true));
+            self.dirs = PerDir::new(Dir::new(true, true), Dir::new(true, false));
             return true;
         }
         !self.fed && !self.stopped

@@ -167,44 +167,6 @@ pub struct BodyParser {
     out: Parsed,
 }
 
-/// The field reader and the BSON walker of a direction's last body parser, and the request
-/// or reply it read, kept with their buffers for its next one (which starts them afresh): a
-/// message then allocates none of them.
-#[derive(Debug, Default)]
-pub struct Spare {
-    r: FieldReader,
-    w: Walker,
-    req: Option<Box<Request>>,
-    reply: Option<Box<Reply>>,
-}
-
-impl Spare {
-    /// Heap bytes held.
-    pub fn buffered_bytes(&self) -> usize {
-        self.r.buffered_bytes()
-            + self.w.buffered_bytes()
-            + self.req.as_ref().map_or(0, |r| r.buffered_bytes())
-            + self
-                .reply
-                .as_ref()
-                .map_or(0, |_| std::mem::size_of::<Reply>())
-    }
-
-    /// Takes back what a finished message's parse made, for the next message to start over
-    /// (a request whose buffers grew past a few KiB is dropped).
-    pub fn give(&mut self, parsed: Parsed) {
-        match parsed {
-            Parsed::Request(r) if r.buffered_bytes() <= 4096 => self.req = Some(r),
-            Parsed::Request(_) => {}
-            Parsed::Reply(mut r) => {
-                // Started over now: the spare holds no text.
-                *r = Reply::default();
-                self.reply = Some(r);
-            }
-        }
-    }
-}
-
 /// What a request of this opcode is, before its body says more.
 fn req_kind(opcode: i32) -> ReqKind {
     match opcode {
@@ -231,44 +193,77 @@ impl BodyParser {
         Self::new(opcode, len, out, false, shape_cap)
     }
 
-    /// [`Self::request`], with the reader, walker and request taken from `spare`.
-    pub fn request_in(opcode: i32, len: u64, shape_cap: usize, spare: &mut Spare) -> Self {
-        let kind = req_kind(opcode);
-        let req = match spare.req.take() {
-            Some(mut r) => {
-                r.reset(kind, shape_cap);
-                r
-            }
-            None => Box::new(Request::new(kind, shape_cap)),
+    /// A parser that has read nothing: the slot a direction of a session keeps and starts
+    /// afresh for each message ([`Self::start_request`], [`Self::start_reply`]), so that a
+    /// message neither allocates its reader, walker and output nor moves the parser around.
+    pub fn idle(requests: bool) -> Self {
+        let out = if requests {
+            Parsed::Request(Box::new(Request::new(ReqKind::Unknown(0), 0)))
+        } else {
+            Parsed::Reply(Box::default())
         };
-        let mut p = Self::new(opcode, len, Parsed::Request(req), false, shape_cap);
-        p.reuse(spare);
-        p
+        Self::new(0, 0, out, false, 0)
     }
 
-    /// [`Self::reply`], with the reader, walker and reply taken from `spare`.
-    pub fn reply_in(opcode: i32, len: u64, legacy_command: bool, spare: &mut Spare) -> Self {
-        // A spare reply was started over when it was given back.
-        let reply = spare.reply.take().unwrap_or_default();
-        let mut p = Self::new(opcode, len, Parsed::Reply(reply), legacy_command, 0);
-        p.reuse(spare);
-        p
+    /// Starts [`Self::request`] in place, keeping this parser's buffers.
+    pub fn start_request(&mut self, opcode: i32, len: u64, shape_cap: usize) {
+        let kind = req_kind(opcode);
+        match &mut self.out {
+            Parsed::Request(r) => r.reset(kind, shape_cap),
+            out => *out = Parsed::Request(Box::new(Request::new(kind, shape_cap))),
+        }
+        self.init(opcode, len, false, shape_cap);
     }
 
-    /// Takes the spare reader and walker (before any byte was pushed): the reader resumes
-    /// the read the new parser started, the walker is started afresh by its first document.
-    fn reuse(&mut self, spare: &mut Spare) {
-        let want = std::mem::take(&mut self.r);
-        self.r = std::mem::take(&mut spare.r);
-        self.r.resume_from(&want);
-        self.w = std::mem::take(&mut spare.w);
+    /// Starts [`Self::reply`] in place, keeping this parser's buffers.
+    pub fn start_reply(&mut self, opcode: i32, len: u64, legacy_command: bool) {
+        match &mut self.out {
+            Parsed::Reply(r) => **r = Reply::default(),
+            out => *out = Parsed::Reply(Box::default()),
+        }
+        self.init(opcode, len, legacy_command, 0);
     }
 
-    /// [`Self::finish`], giving the reader and walker back to `spare` for the next message.
-    pub fn finish_into(mut self, complete: bool, spare: &mut Spare) -> (Parsed, bool) {
-        spare.r = std::mem::take(&mut self.r);
-        spare.w = std::mem::take(&mut self.w);
-        self.finish(complete)
+    /// [`Self::finish`] in place: the result is [`Self::parsed`] until [`Self::release`].
+    pub fn finish_here(&mut self, complete: bool) -> bool {
+        let bad = !(complete && self.ok_at_end());
+        if let Some(i) = self.inner.take() {
+            self.out = i.out;
+        }
+        match &mut self.out {
+            Parsed::Request(r) => {
+                r.shape.close_all();
+                r.malformed |= bad;
+            }
+            Parsed::Reply(r) => {
+                r.finish();
+                r.malformed |= bad;
+            }
+        }
+        bad
+    }
+
+    /// Drops what only one message needed (a decompressor, a request whose buffers grew past
+    /// a few KiB, a reply's text), keeping the buffers a next message reuses.
+    pub fn release(&mut self) {
+        self.inflater = None;
+        self.inner = None;
+        match &mut self.out {
+            Parsed::Request(r) if r.buffered_bytes() > 4096 => {
+                **r = Request::new(ReqKind::Unknown(0), 0);
+            }
+            Parsed::Request(_) => {}
+            Parsed::Reply(r) => **r = Reply::default(),
+        }
+    }
+
+    /// Heap bytes held between messages (after [`Self::release`]).
+    pub fn idle_bytes(&self) -> usize {
+        let out = match &self.out {
+            Parsed::Request(r) => r.buffered_bytes(),
+            Parsed::Reply(_) => std::mem::size_of::<Reply>(),
+        };
+        self.r.buffered_bytes() + self.w.buffered_bytes() + out
     }
 
     /// A parser for a reply body of `len` bytes. `legacy_command`: an OP_REPLY's first
@@ -299,22 +294,45 @@ impl BodyParser {
             shape_cap,
             out,
         };
+        p.init(opcode, len, reply_cmd, shape_cap);
+        p
+    }
+
+    /// Every field but the output and the buffers as a new parser for this message has them;
+    /// the walker is started afresh by its first document.
+    fn init(&mut self, opcode: i32, len: u64, reply_cmd: bool, shape_cap: usize) {
+        self.opcode = opcode;
+        self.left = len;
+        self.st = St::Drain;
+        self.next = Next::Body;
+        // Idle, its buffer emptied (and given back if it grew past a few KiB).
+        self.r.resume_from(&FieldReader::default());
+        self.reserve = 0;
+        self.body_seen = false;
+        self.seq_left = 0;
+        self.seq_role = None;
+        self.seq_first = false;
+        self.reply_is_command = reply_cmd;
+        self.query_is_command = false;
+        self.ids_left = 0;
+        self.inflater = None;
+        self.inner = None;
+        self.shape_cap = shape_cap;
         match opcode {
-            op::MSG => p.fixed(St::MsgFlags, 4),
+            op::MSG => self.fixed(St::MsgFlags, 4),
             op::QUERY => {
-                p.next = Next::Query;
-                p.fixed(St::Flags, 4);
+                self.next = Next::Query;
+                self.fixed(St::Flags, 4);
             }
             op::INSERT => {
-                p.next = Next::Inserts;
-                p.fixed(St::Flags, 4);
+                self.next = Next::Inserts;
+                self.fixed(St::Flags, 4);
             }
-            op::UPDATE | op::DELETE | op::GET_MORE | op::KILL_CURSORS => p.fixed(St::Zero, 4),
-            op::REPLY => p.fixed(St::ReplyHeader, 20),
-            op::COMPRESSED => p.fixed(St::CompressedPrefix, COMPRESSED_PREFIX),
+            op::UPDATE | op::DELETE | op::GET_MORE | op::KILL_CURSORS => self.fixed(St::Zero, 4),
+            op::REPLY => self.fixed(St::ReplyHeader, 20),
+            op::COMPRESSED => self.fixed(St::CompressedPrefix, COMPRESSED_PREFIX),
             _ => {}
         }
-        p
     }
 
     fn fixed(&mut self, st: St, n: u8) {
