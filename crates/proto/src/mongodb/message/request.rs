@@ -48,7 +48,12 @@ pub struct Request {
     legacy_plain: Option<bool>,
     /// The buffers of the last request's names, for this one's.
     spare_names: [Vec<u8>; 2],
+    /// Commands the last requests named, looked up again only when the name differs from
+    /// each one's name as the table spells it (a connection repeats a few commands).
+    recent_cmds: [Option<&'static Command>; RECENT_CMDS],
 }
+
+const RECENT_CMDS: usize = 4;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Pending {
@@ -77,6 +82,7 @@ impl Request {
             pending: Pending::None,
             legacy_plain: None,
             spare_names: [Vec::new(), Vec::new()],
+            recent_cmds: [None; RECENT_CMDS],
         }
     }
 
@@ -95,10 +101,12 @@ impl Request {
                 *spare = v;
             }
         }
+        let recent_cmds = self.recent_cmds;
         *self = Request {
             shape,
             kill_ids,
             spare_names,
+            recent_cmds,
             ..Request::new(kind, shape_cap)
         };
     }
@@ -167,13 +175,29 @@ impl Request {
         }
     }
 
+    /// [`commands::lookup`], first among the commands the last requests named.
+    fn command_named(&mut self, key: &[u8]) -> Option<&'static Command> {
+        if let Some(c) = self
+            .recent_cmds
+            .iter()
+            .flatten()
+            .find(|c| c.name.as_bytes() == key)
+        {
+            return Some(c);
+        }
+        let cmd = commands::lookup(key)?;
+        self.recent_cmds.rotate_right(1);
+        self.recent_cmds[0] = Some(cmd);
+        Some(cmd)
+    }
+
     /// Element of a command document (root, or wrapped in `$query`).
     fn cmd_element(&mut self, parent: Ctx, key: &[u8], t: u8, index: u32) -> Act {
         if index == 0 {
             if parent == ROOT_CMD && self.legacy_cmd && key == b"$query" && t == ty::DOCUMENT {
                 return Act::Descend(WRAPPED_CMD);
             }
-            let cmd = commands::lookup(key);
+            let cmd = self.command_named(key);
             self.kind = ReqKind::Command(cmd);
             match cmd {
                 None => {
@@ -384,5 +408,39 @@ impl Visitor for Request {
             },
             _ => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The recent commands answer exactly what the table's lookup answers, whatever the case
+    /// and the order the names come in, and a reset keeps them.
+    #[test]
+    fn recent_commands_answer_as_the_table() {
+        let mut r = Request::new(ReqKind::Command(None), 64);
+        let names: [&[u8]; 12] = [
+            b"find",
+            b"getMore",
+            b"find",
+            b"ISMASTER",
+            b"isMaster",
+            b"ismaster",
+            b"insert",
+            b"update",
+            b"delete",
+            b"aggregate",
+            b"nope",
+            b"find",
+        ];
+        for round in 0..3 {
+            for n in names {
+                let want = commands::lookup(n).map(|c| c.lower);
+                assert_eq!(r.command_named(n).map(|c| c.lower), want, "{round} {n:?}");
+            }
+            r.reset(ReqKind::Command(None), 64);
+        }
+        assert!(r.recent_cmds.iter().all(Option::is_some));
     }
 }
