@@ -21,9 +21,9 @@
 # REPLAY_BENCH_PERF=1 runs each replay under `perf record -g` (bench/out/replay/perf-CAPTURE.data).
 #
 # PostgreSQL is paired by default (a single run's replay/peak moved by a third between runs a
-# minute apart on a loaded machine): REPLAY_BENCH_ROUNDS rounds (6), each capturing
-# REPLAY_BENCH_ROUND_SECONDS (3) of each pgbench workload on A and replaying that round's
-# capture at once (with REPLAY_BENCH_AB, both binaries, their order alternating by round), so
+# minute apart on a loaded machine): REPLAY_BENCH_ROUNDS rounds (8; under 8 the 90 % interval
+# is the whole range), each capturing REPLAY_BENCH_ROUND_SECONDS (3) of each pgbench workload
+# on A and replaying that round's capture at once (with REPLAY_BENCH_AB, both binaries, their order alternating by round), so
 # each round has its own replay/peak and replay/client-average ratios; printed per round, then
 # their medians with a 90 % distribution-free confidence interval (order statistics,
 # bench/ebpf_overhead.py's median_ci) and, with REPLAY_BENCH_AB, the median of the per-round

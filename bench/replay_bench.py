@@ -237,10 +237,10 @@ def bench_postgres() -> list[tuple]:
     return rows
 
 
-# The paired mode (the default for postgres): REPLAY_BENCH_ROUNDS rounds (6), each capturing
+# The paired mode (the default for postgres): REPLAY_BENCH_ROUNDS rounds (8), each capturing
 # REPLAY_BENCH_ROUND_SECONDS (3) of every workload on A and replaying that same capture at once,
 # so each round's ratios compare a client and a replay that ran under the same load.
-ROUNDS = int(os.environ.get("REPLAY_BENCH_ROUNDS", "6"))
+ROUNDS = int(os.environ.get("REPLAY_BENCH_ROUNDS", "8"))
 ROUND_SECONDS = int(os.environ.get("REPLAY_BENCH_ROUND_SECONDS", "3"))
 
 
@@ -283,7 +283,7 @@ def paired_report(runs: list[dict]) -> list[str]:
             r["round"], r["workload"], r["binary"].strip() or "this", r["load"], r["queries"],
             r["peak"], r["client_avg"], r["replay"], r["per_peak"], r["per_avg"], r["cpu10k"],
             r["waits"]))
-    L += ["", "Medians over the rounds, [90 % CI] (order statistics; with fewer than 6 rounds "
+    L += ["", "Medians over the rounds, [90 % CI] (order statistics; with fewer than 8 rounds "
           "the interval is the range):", "",
           "| workload | binary | rounds | replay / peak | replay / client avg "
           "| CPU s per 10k | rounds with replay >= peak |", "|---|---|---|---|---|---|---|"]
