@@ -19,6 +19,17 @@
 # REPLAY_BENCH_SECONDS the other workloads' duration (5). REPLAY_BENCH_AB=/other/dbtap also
 # replays each capture with that binary right after (an interleaved A/B, rows marked);
 # REPLAY_BENCH_PERF=1 runs each replay under `perf record -g` (bench/out/replay/perf-CAPTURE.data).
+#
+# PostgreSQL is paired by default (a single run's replay/peak moved by a third between runs a
+# minute apart on a loaded machine): REPLAY_BENCH_ROUNDS rounds (8; under 8 the 90 % interval
+# is the whole range), each capturing REPLAY_BENCH_ROUND_SECONDS (3) of each pgbench workload
+# on A and replaying that round's capture at once (with REPLAY_BENCH_AB, both binaries, their order alternating by round), so
+# each round has its own replay/peak and replay/client-average ratios; printed per round, then
+# their medians with a 90 % distribution-free confidence interval (order statistics,
+# bench/ebpf_overhead.py's median_ci) and, with REPLAY_BENCH_AB, the median of the per-round
+# differences. REPLAY_BENCH_ROUNDS=0 gives the single run of REPLAY_BENCH_SECONDS.
+# REPLAY_BENCH_PG_JOBS sets pgbench's -j (4; pgbench's own default is 1). Rates are in the
+# capture's events: an extended-protocol query is two (prepare and execute).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 exec /usr/bin/python3 bench/replay_bench.py "$@"

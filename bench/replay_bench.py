@@ -17,6 +17,7 @@ from __future__ import annotations
 import collections
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -24,6 +25,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests" / "integration"))
+sys.path.insert(0, str(REPO / "bench"))
 
 import redis_harness as rh  # noqa: E402
 
@@ -175,39 +177,146 @@ def bench_mysql() -> list[tuple]:
 
 # -- PostgreSQL ------------------------------------------------------------------------------
 
-def bench_postgres() -> list[tuple]:
+PG_WORKLOADS = (("extended", ["-S"]), ("extended", []))
+# pgbench's threads (-j): 4, one per client, unless REPLAY_BENCH_PG_JOBS says otherwise
+# (pgbench's own default is 1: one thread multiplexing the 4 connections).
+PG_JOBS = os.environ.get("REPLAY_BENCH_PG_JOBS", "4")
+
+
+def pg_name(mode: str, extra: list[str]) -> str:
+    return f"pgbench -M {mode} -c 4 -j {PG_JOBS} {' '.join(extra) or '(tpcb)'}"
+
+
+def pg_capture(ph, a, mode: str, extra: list[str], seconds: int, tag: str = ""):
+    """Runs pgbench on A under tcpdump; (capture, client wall s, A's pg_stat_statements calls)."""
+    a.pgss_reset()
+    cap = ph.Tcpdump(OUT / f"pg-{mode}{''.join(extra)}{tag}.pcap", a.port)
+    try:
+        cap.start()
+        t0 = time.monotonic()
+        subprocess.run([str(ph.PGBIN / "pgbench"), "-n", "-M", mode, "-c", "4", "-j", PG_JOBS,
+                        "-T", str(seconds), *extra, ph.DB], env=a.env(), check=True,
+                       stdout=subprocess.DEVNULL)
+        wall = time.monotonic() - t0
+        a.wait_idle()
+    finally:
+        stats = cap.stop()
+    ph.check_dropped(stats)
+    return cap.out, wall, {q: e["calls"] for q, e in a.pgss().items()}
+
+
+def pg_replay(binary: str, b, pcap: Path, a_port: int, want: dict) -> tuple[dict, float]:
+    """Replays onto B with --max; fails unless B's pg_stat_statements calls equal A's."""
+    b.pgss_reset()
+    fid, cpu = replay(binary, pcap, a_port, b.port)
+    b.wait_idle()
+    got = {q: e["calls"] for q, e in b.pgss().items()}
+    if got != want:
+        fail(f"postgres: B's pg_stat_statements calls {got}, A's {want}")
+    return fid, cpu
+
+
+def pg_servers():
     import pg_harness as ph
     a_port, b_port = PORTS["postgres"]
+    return ph, ph.PgServer(a_port, OUT / "pg-a"), ph.PgServer(b_port, OUT / "pg-b")
+
+
+def bench_postgres() -> list[tuple]:
+    """The single-run mode (REPLAY_BENCH_ROUNDS=0): one capture per workload."""
+    ph, sa, sb = pg_servers()
     rows = []
-    with ph.PgServer(a_port, OUT / "pg-a") as a, ph.PgServer(b_port, OUT / "pg-b") as b:
+    with sa as a, sb as b:
         ph.pgbench_init(a)
         ph.pgbench_init(b)
-        for mode, extra in (("extended", ["-S"]), ("extended", [])):
-            a.pgss_reset()
-            cap = ph.Tcpdump(OUT / f"pg-{mode}{''.join(extra)}.pcap", a_port)
-            try:
-                cap.start()
-                t0 = time.monotonic()
-                env = a.env()
-                subprocess.run([str(ph.PGBIN / "pgbench"), "-n", "-M", mode, "-c", "4", "-j", "4",
-                                "-T", str(SECONDS), *extra, ph.DB], env=env, check=True,
-                               stdout=subprocess.DEVNULL)
-                wall = time.monotonic() - t0
-                a.wait_idle()
-            finally:
-                stats = cap.stop()
-            ph.check_dropped(stats)
-            want = {q: e["calls"] for q, e in a.pgss().items()}
+        for mode, extra in PG_WORKLOADS:
+            pcap, wall, want = pg_capture(ph, a, mode, extra, SECONDS)
             for binary, label in BINARIES:
-                b.pgss_reset()
-                fid, cpu = replay(binary, cap.out, a_port, b_port)
-                b.wait_idle()
-                got = {q: e["calls"] for q, e in b.pgss().items()}
-                if got != want:
-                    fail(f"postgres: B's pg_stat_statements calls {got}, A's {want}")
-                name = f"pgbench -M {mode} -c 4 {' '.join(extra) or '(tpcb)'}"
-                rows.append(row(name + label, cap.out, a_port, wall, fid, cpu))
+                fid, cpu = pg_replay(binary, b, pcap, a.port, want)
+                rows.append(row(pg_name(mode, extra) + label, pcap, a.port, wall, fid, cpu))
     return rows
+
+
+# The paired mode (the default for postgres): REPLAY_BENCH_ROUNDS rounds (8), each capturing
+# REPLAY_BENCH_ROUND_SECONDS (3) of every workload on A and replaying that same capture at once,
+# so each round's ratios compare a client and a replay that ran under the same load.
+ROUNDS = int(os.environ.get("REPLAY_BENCH_ROUNDS", "8"))
+ROUND_SECONDS = int(os.environ.get("REPLAY_BENCH_ROUND_SECONDS", "3"))
+
+
+def pg_round(ph, a, b, rnd: int) -> list[dict]:
+    """One round: per workload, a fresh capture and its replay by every binary (their order
+    alternates between rounds, so neither always follows the client)."""
+    out = []
+    for mode, extra in PG_WORKLOADS:
+        pcap, wall, want = pg_capture(ph, a, mode, extra, ROUND_SECONDS, f"-r{rnd}")
+        events, peak = peak_rate(pcap, a.port)
+        order = BINARIES if rnd % 2 == 0 else BINARIES[::-1]
+        for binary, label in order:
+            fid, cpu = pg_replay(binary, b, pcap, a.port, want)
+            rate = events / fid["wall_s"]
+            out.append({"round": rnd, "workload": pg_name(mode, extra), "binary": label,
+                        "queries": events, "peak": peak, "client_avg": events / wall,
+                        "replay": rate, "per_peak": rate / peak, "per_avg": rate * wall / events,
+                        "cpu10k": cpu / events * 10000, "waits": fid["_waits"] / events,
+                        "load": os.getloadavg()[0]})
+    return out
+
+
+def ci_cell(xs: list[float], spec: str = ".2f") -> str:
+    from ebpf_overhead import median_ci
+    lo, hi = median_ci(xs)
+    return f"{statistics.median(xs):{spec}} [{lo:{spec}}, {hi:{spec}}]"
+
+
+def paired_report(runs: list[dict]) -> list[str]:
+    """Per-round rows, then per workload and binary the medians with their 90 % distribution-free
+    confidence intervals (bench/ebpf_overhead.py's order statistics), and with
+    REPLAY_BENCH_AB the per-round difference of the two binaries' replay/peak."""
+    L = ["", f"Paired rounds ({ROUND_SECONDS} s captures, pgbench -j {PG_JOBS}): each round's "
+         "replay is of that round's capture, right after it.", "",
+         "| round | workload | binary | load | queries | peak q/s | client avg q/s "
+         "| replay q/s | replay / peak | replay / client avg | CPU s per 10k | waits per query |",
+         "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in runs:
+        L.append("| %d | %s | %s | %.1f | %d | %.0f | %.0f | %.0f | %.2f | %.2f | %.3f | %.2f |" % (
+            r["round"], r["workload"], r["binary"].strip() or "this", r["load"], r["queries"],
+            r["peak"], r["client_avg"], r["replay"], r["per_peak"], r["per_avg"], r["cpu10k"],
+            r["waits"]))
+    L += ["", "Medians over the rounds, [90 % CI] (order statistics; with fewer than 8 rounds "
+          "the interval is the range):", "",
+          "| workload | binary | rounds | replay / peak | replay / client avg "
+          "| CPU s per 10k | rounds with replay >= peak |", "|---|---|---|---|---|---|---|"]
+    for w in dict.fromkeys(r["workload"] for r in runs):
+        for _, label in BINARIES:
+            rs = [r for r in runs if r["workload"] == w and r["binary"] == label]
+            L.append("| %s | %s | %d | %s | %s | %s | %d |" % (
+                w, label.strip() or "this", len(rs), ci_cell([r["per_peak"] for r in rs]),
+                ci_cell([r["per_avg"] for r in rs]), ci_cell([r["cpu10k"] for r in rs], ".3f"),
+                sum(r["per_peak"] >= 1.0 for r in rs)))
+        if AB:
+            by = collections.defaultdict(dict)
+            for r in runs:
+                if r["workload"] == w:
+                    by[r["round"]][r["binary"]] = r["per_peak"]
+            d = [v[""] - v[BINARIES[1][1]] for v in by.values() if len(v) == 2]
+            L.append(f"| {w} | this - REPLAY_BENCH_AB, paired | {len(d)} | {ci_cell(d)} | | | |")
+    return L
+
+
+def bench_postgres_paired() -> list[str]:
+    ph, sa, sb = pg_servers()
+    runs: list[dict] = []
+    with sa as a, sb as b:
+        ph.pgbench_init(a)
+        ph.pgbench_init(b)
+        for rnd in range(ROUNDS):
+            runs += pg_round(ph, a, b, rnd)
+            last = [r for r in runs if r["round"] == rnd]
+            print(f"round {rnd}: " + ", ".join(
+                f"{r['workload'].split()[-1]}{r['binary'] and ' AB'} {r['per_peak']:.2f}"
+                for r in last), file=sys.stderr, flush=True)
+    return paired_report(runs)
 
 
 # -- MongoDB ---------------------------------------------------------------------------------
@@ -283,17 +392,24 @@ BENCHES = {"redis": bench_redis, "mysql": bench_mysql, "postgres": bench_postgre
 def main(argv: list[str]) -> int:
     OUT.mkdir(parents=True, exist_ok=True)
     which = argv or list(BENCHES)
-    rows = []
+    rows, paired = [], []
     for w in which:
         if w not in BENCHES:
             fail(f"unknown protocol {w!r} (one of {', '.join(BENCHES)})")
-        rows += BENCHES[w]()
+        if w == "postgres" and ROUNDS > 0:
+            paired = bench_postgres_paired()
+        else:
+            rows += BENCHES[w]()
+    if not rows:
+        print("\n".join(paired[1:]))
+        return 0
     print("| workload | requests sent | queries (events) | capture peak q/s (1 s) "
           "| client avg q/s | replay --max q/s | replay / peak "
           "| dbtap CPU s per 10k queries | replay waits per query |")
     print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print("| %s | %d | %d | %.0f | %.0f | %.0f | %.2f | %.3f | %.2f |" % r)
+    print("\n".join(paired))
     return 0
 
 
