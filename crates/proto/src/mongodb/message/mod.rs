@@ -253,7 +253,7 @@ impl BodyParser {
                 **r = Request::new(ReqKind::Unknown(0), 0);
             }
             Parsed::Request(_) => {}
-            Parsed::Reply(r) => **r = Reply::default(),
+            Parsed::Reply(r) => r.forget_text(),
         }
     }
 

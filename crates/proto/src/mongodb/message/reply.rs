@@ -57,6 +57,16 @@ fn lossy(b: &[u8]) -> String {
 }
 
 impl Reply {
+    /// Frees the texts it holds (the rest is started over by its next message).
+    pub(super) fn forget_text(&mut self) {
+        self.code_name = None;
+        self.errmsg = None;
+        self.write_error = None;
+        self.write_concern_error = None;
+        self.wce = (None, None, None);
+        self.we = (None, None, None);
+    }
+
     /// The error the reply reports: `ok: 0`, the first write error, a write-concern error or
     /// a legacy query failure; as (code, codeName, errmsg).
     pub fn error(&self) -> Option<(i64, Option<String>, String)> {
