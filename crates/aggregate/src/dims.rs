@@ -352,9 +352,10 @@ pub struct DimShares {
 }
 
 impl Combo {
-    /// Whether `ev` belongs to this combination: its hashed values are equal.
+    /// Whether `ev`, whose client host is `client`, belongs to this combination: its hashed
+    /// values are equal.
     #[inline]
-    fn matches(&self, ev: &QueryEvent) -> bool {
+    fn matches(&self, ev: &QueryEvent, client: Host) -> bool {
         fn same(a: &Option<Arc<str>>, b: Option<&Arc<str>>) -> bool {
             match (a, b) {
                 (None, None) => true,
@@ -364,7 +365,7 @@ impl Combo {
         }
         self.protocol == ev.protocol
             && self.server == ev.server
-            && self.client == Host::of(&ev.client)
+            && self.client == client
             && same(&self.database, ev.database.as_ref())
             && same(&self.user, ev.user.as_ref())
             && same(&self.process, ev.peer.as_ref().map(|p| &p.comm))
@@ -414,6 +415,14 @@ impl DimShares {
 
     /// Counts one event.
     pub fn record(&mut self, ev: &QueryEvent) {
+        self.record_host(ev, Host::of(&ev.client));
+    }
+
+    /// [`record`](DimShares::record) of an event whose client host the caller has already
+    /// taken (`client` is `Host::of(&ev.client)`). The event of the last combination is
+    /// counted inline; another takes the out-of-line path.
+    #[inline(always)]
+    pub(crate) fn record_host(&mut self, ev: &QueryEvent, client: Host) {
         let share = Share {
             count: 1,
             service_ns: ev.service_ns().map_or(0, u128::from),
@@ -421,12 +430,18 @@ impl DimShares {
         if let Some(c) = self
             .last
             .and_then(|i| self.combos.get_mut(i))
-            .filter(|c| c.matches(ev))
+            .filter(|c| c.matches(ev, client))
         {
             c.share.add(&share);
             return;
         }
-        let client = Host::of(&ev.client);
+        self.record_new(ev, client, share);
+    }
+
+    /// [`record_host`](DimShares::record_host) of an event of another combination than the
+    /// last one.
+    #[inline(never)]
+    fn record_new(&mut self, ev: &QueryEvent, client: Host, share: Share) {
         let h = Self::combo_hash(ev, client);
         let i = match self.index.get(&h) {
             Some(&i) => i,

@@ -29,7 +29,8 @@ pub use stats::{
 ///
 /// Equality compares the command by address first: it is a `&'static str` from the protocol's
 /// command table, so equal commands almost always share it and a lookup costs no `memcmp`
-/// (the text is compared when the addresses differ). Hash and order are the derived ones.
+/// (the text is compared when the addresses differ). Order is the derived one; the hash leaves
+/// the command out.
 #[derive(Clone, Copy, Debug, Eq, PartialOrd, Ord)]
 pub struct GroupKey {
     pub protocol: proto::Protocol,
@@ -51,10 +52,11 @@ impl PartialEq for GroupKey {
 }
 
 impl std::hash::Hash for GroupKey {
-    /// As derived: the fields in order.
+    /// The protocol and the fingerprint hash: the command's text is left out (hashing it cost
+    /// more than the rest of a lookup). Keys differing only in their command hash alike and
+    /// are told apart by `eq`; equal keys hash alike, as `Hash` requires.
     fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
         self.protocol.hash(h);
-        self.command.hash(h);
         self.fingerprint_hash.hash(h);
     }
 }
@@ -207,8 +209,10 @@ impl Aggregator {
     ) {
         let keep = self.cfg.keep_examples;
         self.view.take();
-        self.totals.stats.record_bounded(ev, keep);
-        self.totals.dims.record(ev);
+        // Taken once for the totals, the load shares and the group.
+        let client = Host::of(&ev.client);
+        self.totals.stats.record_bounded(ev, &client, keep);
+        self.totals.dims.record_host(ev, client);
         if let Some(t) = self.txns.as_mut() {
             t.record(ev, key);
         }
@@ -217,7 +221,7 @@ impl Aggregator {
             _ => self.index.get(&key).copied(),
         };
         if let Some((i, g)) = slot.and_then(|i| Some((i, self.groups.get_mut(i)?))) {
-            g.stats.record(ev, keep);
+            g.stats.record_host(ev, &client, keep);
             self.last = i;
             return;
         }
@@ -231,13 +235,14 @@ impl Aggregator {
                 stats: Stats::default(),
                 dims,
             };
-            g.stats.record(ev, keep);
+            g.stats.record_host(ev, &client, keep);
             self.last = self.groups.len();
             self.index.insert(key, self.groups.len());
             self.groups.push(g);
             self.totals.unique_groups = self.groups.len() as u64;
         } else {
-            self.overflow_group(key.protocol).stats.record(ev, keep);
+            let g = self.overflow_group(key.protocol);
+            g.stats.record_host(ev, &client, keep);
             self.totals.overflow_events += 1;
         }
     }

@@ -410,8 +410,16 @@ pub struct Stats {
 impl Stats {
     /// Counts one event.
     pub fn record(&mut self, ev: &QueryEvent, keep_example: bool) {
+        self.record_host(ev, &Host::of(&ev.client), keep_example);
+    }
+
+    /// [`record`](Stats::record) of an event whose client host the caller has already taken
+    /// (`client` is `Host::of(&ev.client)`): the aggregator takes it once per event for the
+    /// totals, the load shares and the group.
+    #[inline(always)]
+    pub(crate) fn record_host(&mut self, ev: &QueryEvent, client: &Host, keep_example: bool) {
         self.record_sums(ev);
-        self.record_bounded(ev, keep_example);
+        self.record_bounded(ev, client, keep_example);
     }
 
     /// The part of [`record`](Stats::record) whose [`merge`](Stats::merge) is exact whatever
@@ -460,15 +468,16 @@ impl Stats {
 
     /// The rest of [`record`](Stats::record): the bounded counters (which values go to
     /// "other" depends on the order they come in) and the slowest example (ties go to the
-    /// earlier event), recorded per event for the totals too.
+    /// earlier event), recorded per event for the totals too. `client` is
+    /// `Host::of(&ev.client)`.
     #[inline(always)]
-    pub(crate) fn record_bounded(&mut self, ev: &QueryEvent, keep_example: bool) {
+    pub(crate) fn record_bounded(&mut self, ev: &QueryEvent, client: &Host, keep_example: bool) {
         if let Some(e) = &ev.error {
             self.errors_by_code.record(e, ev.start_ns);
         }
         self.databases.record(&ev.database);
         self.users.record(&ev.user);
-        self.clients.record(&Host::of(&ev.client));
+        self.clients.record(client);
         if keep_example {
             match &self.example {
                 Some(ex) if !ex.loses_to(ev.latency_ns(), ev.start_ns, &ev.client) => {}
