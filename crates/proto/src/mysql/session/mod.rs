@@ -110,6 +110,18 @@ struct Act {
     server_boundary: bool,
 }
 
+impl Act {
+    /// Nothing to do: the common case (a response part, a row batch).
+    #[inline]
+    fn is_none(&self) -> bool {
+        !(self.stop
+            || self.compress
+            || self.unsync_client
+            || self.unsync_server
+            || self.server_boundary)
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Phase {
     Greeting,
@@ -260,7 +272,9 @@ impl MysqlSession {
                 // A share the message's request did not take (none was made) is given back.
                 self.conn.pending_text.take();
             }
-            self.apply(act, sink);
+            if !act.is_none() {
+                self.apply(act, sink);
+            }
         }
         n
     }

@@ -6,7 +6,7 @@ use super::super::message::{
     ColumnCount, ColumnDef, EOF_MAX_LEN, ErrOrProgress, OkPacket, PrepareOk, Shape, Terminator,
     shape, status,
 };
-use super::super::wire::{HEADER_LEN, MAX_PACKET_PAYLOAD, Message, PacketHeader};
+use super::super::wire::{HEADER_LEN, MAX_PACKET_PAYLOAD, Message};
 use super::Act;
 use super::conn::{Conn, Pending};
 use super::multi;
@@ -148,12 +148,11 @@ impl Conn {
         }
         let mut pos = 0usize;
         let mut rows = 0u64;
-        while let Some(hdr) = data.get(pos..).and_then(PacketHeader::parse) {
-            let end = pos + HEADER_LEN + hdr.len as usize;
-            if hdr.len == 0 || hdr.len >= MAX_PACKET_PAYLOAD || end > data.len() {
-                break;
-            }
-            if matches!(data.get(pos + HEADER_LEN), Some(0xFF | 0xFE) | None) {
+        // A packet's 3-byte length, sequence id and first payload byte, read at once.
+        while let Some(&[a, b, c, _seq, first]) = data.get(pos..pos + HEADER_LEN + 1) {
+            let len = u32::from_le_bytes([a, b, c, 0]);
+            let end = pos + HEADER_LEN + len as usize;
+            if len == 0 || len >= MAX_PACKET_PAYLOAD || end > data.len() || first >= 0xFE {
                 break;
             }
             rows += 1;
