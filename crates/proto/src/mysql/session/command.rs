@@ -146,6 +146,7 @@ impl Conn {
     }
 
     /// A parsed request: emitted now when no reply is expected, else queued for its response.
+    #[inline]
     fn send(&mut self, mut p: Pending, sink: &mut dyn Sink) -> Act {
         let mut act = Act::default();
         p.resp = match p.command.reply() {

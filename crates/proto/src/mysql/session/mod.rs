@@ -57,6 +57,8 @@ struct Dir {
     /// Compressed bytes of a frame whose content was abandoned: skipped without counting
     /// them again (the frame's size was counted when it began).
     skip_frame: u64,
+    /// A row the server-side skim consumed in part (uncompressed only).
+    cut_row: Option<result::CutRow>,
 }
 
 impl Dir {
@@ -69,6 +71,7 @@ impl Dir {
             credit: 0,
             framing,
             skip_frame: 0,
+            cut_row: None,
         }
     }
 
@@ -76,7 +79,7 @@ impl Dir {
     /// are the unattributed frames, counted whole when their header was read (which does not
     /// depend on how the bytes were chunked). The probe is kept.
     fn drop_partial(&mut self) -> u64 {
-        let mut n = self.asm.reset();
+        let mut n = self.asm.reset() + self.cut_row.take().map_or(0, |r| r.have);
         if self.compressed {
             self.deframer.reset();
             self.scratch.clear();
@@ -108,6 +111,18 @@ struct Act {
     unsync_server: bool,
     /// A request was queued: the server's next bytes start its response.
     server_boundary: bool,
+}
+
+impl Act {
+    /// Nothing to do: the common case (a response part, a row batch).
+    #[inline]
+    fn is_none(&self) -> bool {
+        !(self.stop
+            || self.compress
+            || self.unsync_client
+            || self.unsync_server
+            || self.server_boundary)
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -234,14 +249,24 @@ impl MysqlSession {
     /// Pushes bytes through direction `d`'s packet layer; returns how many were consumed. A
     /// completed message goes to the conversation and its side effects are applied.
     fn push_packets(&mut self, d: Direction, data: &[u8], ts: u64, sink: &mut dyn Sink) -> usize {
+        if d == SERVER && self.dirs[d].cut_row.is_some() {
+            let dir = &mut self.dirs[d];
+            let n = data.len() as u64;
+            return self
+                .conn
+                .cut_row_bytes(n, ts, false, &mut dir.credit, &mut dir.cut_row)
+                as usize;
+        }
         if d == SERVER
             && self.conn.phase == Phase::Command
             && !self.dirs[d].compressed
             && self.dirs[d].asm.is_idle()
         {
-            let n = self.conn.skim_rows(data, ts, self.dirs[d].credit);
+            let dir = &mut self.dirs[d];
+            let n = self
+                .conn
+                .skim_rows(data, ts, &mut dir.credit, &mut dir.cut_row);
             if n > 0 {
-                self.dirs[d].credit = 0;
                 return n;
             }
         }
@@ -260,7 +285,9 @@ impl MysqlSession {
                 // A share the message's request did not take (none was made) is given back.
                 self.conn.pending_text.take();
             }
-            self.apply(act, sink);
+            if !act.is_none() {
+                self.apply(act, sink);
+            }
         }
         n
     }

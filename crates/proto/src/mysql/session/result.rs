@@ -6,7 +6,7 @@ use super::super::message::{
     ColumnCount, ColumnDef, EOF_MAX_LEN, ErrOrProgress, OkPacket, PrepareOk, Shape, Terminator,
     shape, status,
 };
-use super::super::wire::{HEADER_LEN, MAX_PACKET_PAYLOAD, Message, PacketHeader};
+use super::super::wire::{HEADER_LEN, MAX_PACKET_PAYLOAD, Message};
 use super::Act;
 use super::conn::{Conn, Pending};
 use super::multi;
@@ -138,8 +138,17 @@ impl Conn {
     /// uncompressed, between messages): counted and timed without making a message of each,
     /// exactly as [`Conn::server_response`] would (a row is any packet but an ERR or a 0xFE
     /// terminator; a row-heavy response is mostly these). Stops before anything else, which
-    /// takes the ordinary path. Returns the bytes consumed.
-    pub(super) fn skim_rows(&mut self, data: &[u8], ts: u64, credit: u64) -> usize {
+    /// takes the ordinary path. A row cut by the end of `data` (its header and first payload
+    /// byte in) is consumed too and left in `cut`, counted when its last byte comes
+    /// ([`Conn::cut_row_bytes`]), as the packet layer would have delivered it. Returns the bytes
+    /// consumed; `credit` (wire bytes not yet attributed) is updated.
+    pub(super) fn skim_rows(
+        &mut self,
+        data: &[u8],
+        ts: u64,
+        credit: &mut u64,
+        cut: &mut Option<CutRow>,
+    ) -> usize {
         let Some(h) = self.inflight.front_mut() else {
             return 0;
         };
@@ -148,12 +157,16 @@ impl Conn {
         }
         let mut pos = 0usize;
         let mut rows = 0u64;
-        while let Some(hdr) = data.get(pos..).and_then(PacketHeader::parse) {
-            let end = pos + HEADER_LEN + hdr.len as usize;
-            if hdr.len == 0 || hdr.len >= MAX_PACKET_PAYLOAD || end > data.len() {
+        let mut left = 0usize;
+        // A packet's 3-byte length, sequence id and first payload byte, read at once.
+        while let Some(&[a, b, c, _seq, first]) = data.get(pos..pos + HEADER_LEN + 1) {
+            let len = u32::from_le_bytes([a, b, c, 0]);
+            let end = pos + HEADER_LEN + len as usize;
+            if len == 0 || len >= MAX_PACKET_PAYLOAD || first >= 0xFE {
                 break;
             }
-            if matches!(data.get(pos + HEADER_LEN), Some(0xFF | 0xFE) | None) {
+            if end > data.len() {
+                left = end - data.len();
                 break;
             }
             rows += 1;
@@ -161,9 +174,74 @@ impl Conn {
         }
         if rows > 0 {
             h.core.rows_sent += rows;
-            h.core.response(ts, ts, credit + pos as u64);
+            h.core.response(ts, ts, *credit + pos as u64);
+            *credit = 0;
+        }
+        if left > 0 {
+            let have = data.len() - pos;
+            *credit += have as u64;
+            *cut = Some(CutRow {
+                left: left as u64,
+                have: have as u64,
+                start_ts: ts,
+                lost: false,
+            });
+            return data.len();
         }
         pos
+    }
+
+    /// `n` more bytes of the cut row (delivered at `ts`, or lost in a gap when `lost`): when
+    /// they end it, the row is counted and timed as [`Conn::server_response`] would. Returns
+    /// the bytes taken (at most what the row has left).
+    pub(super) fn cut_row_bytes(
+        &mut self,
+        n: u64,
+        ts: u64,
+        lost: bool,
+        credit: &mut u64,
+        cut: &mut Option<CutRow>,
+    ) -> u64 {
+        let Some(r) = cut.as_mut() else {
+            return 0;
+        };
+        let n = n.min(r.left);
+        r.left -= n;
+        r.have += n;
+        r.lost |= lost;
+        *credit += n;
+        if r.left == 0 {
+            let start = r.start_ts;
+            let damaged = r.lost;
+            *cut = None;
+            let wire = std::mem::take(credit);
+            if let Some(h) = self.inflight.front_mut() {
+                h.core.damaged |= damaged;
+                h.core.rows_sent += 1;
+                h.core.response(start, ts, wire);
+            }
+        }
+        n
+    }
+}
+
+/// A row packet the skim consumed in part: counted when its last byte comes.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct CutRow {
+    /// Bytes of the packet still to come.
+    left: u64,
+    /// Bytes consumed so far, header included (thrown away if the row is abandoned).
+    pub(super) have: u64,
+    /// When its first byte came (as the packet layer's message start).
+    start_ts: u64,
+    /// Some of it was lost in a gap: its request is incomplete.
+    lost: bool,
+}
+
+impl CutRow {
+    /// Whether a gap of `n` bytes falls inside the rest of the row.
+    pub(super) fn absorbs(&self, n: u64) -> bool {
+        n <= self.left
     }
 }
 

@@ -39,6 +39,15 @@ impl MysqlSession {
         if self.conn.phase != Phase::Command || dir.compressed || !dir.framing.is_synced() {
             return false;
         }
+        if let Some(r) = dir.cut_row {
+            // Inside a row the skim consumed in part: skipped as the packet layer would.
+            if !r.absorbs(len) {
+                return false;
+            }
+            self.conn
+                .cut_row_bytes(len, ts, true, &mut dir.credit, &mut dir.cut_row);
+            return true;
+        }
         let Some(done) = dir.asm.skip(len) else {
             return false;
         };

@@ -130,6 +130,34 @@ fn server_gap_inside_a_row_keeps_the_pairing() {
 }
 
 #[test]
+fn server_gap_inside_a_later_row_keeps_the_pairing() {
+    // The second row: the first one made the result set's rows state, so chunkings that cut
+    // the second row hand its start to the row skim, and the gap falls inside it there.
+    let b = three_queries(INSERT);
+    let coldef_len = coldef("a").len() as u64 + 4;
+    let row1_len = row(&["first row value"]).len() as u64 + 4;
+    let row2 = stream_offset(&b.t, S, 4) + 5 + coldef_len + row1_len;
+    let row2_len = row(&["second row value"]).len() as u64 + 4;
+    for (skip, resyncs) in [(8, 0), (row2_len - 6, 0), (row2_len - 5, 1)] {
+        let st = with_gap(&b.t, S, row2 + 6, skip);
+        let r = assert_chunking_invariant(|| session(true), &st);
+        let e = &r.events[0];
+        assert_eq!(e.outcome, Outcome::Incomplete, "gap of {skip}");
+        assert_eq!(r.health.resyncs, resyncs, "gap of {skip}");
+        if resyncs == 0 {
+            assert_eq!(cmds(&r.events), ["query", "query", "query"]);
+            assert_eq!(e.rows_sent, 3);
+            assert_eq!(e.end_ns, Some(b.t[4].2));
+            assert_eq!(e.bytes_out, b.t[4].1.len() as u64);
+            assert_eq!(r.events[2].outcome, Outcome::Ok);
+            assert_eq!(r.events[2].rows_sent, 1);
+        } else {
+            assert_eq!(e.rows_sent, 1);
+        }
+    }
+}
+
+#[test]
 fn gap_in_a_statement_split_over_two_packets() {
     let mut sql = String::from("INSERT INTO big VALUES ('");
     sql.push_str(&"x".repeat(0xFF_FFFF + 100));
