@@ -350,23 +350,9 @@ impl BodyParser {
 
     /// Ends parsing once the whole body was fed (`complete`), or when it was cut (a capture
     /// gap). Returns what was read and whether the body failed to parse to its end.
-    pub fn finish(self, complete: bool) -> (Parsed, bool) {
-        let bad = !(complete && self.ok_at_end());
-        let mut out = match self.inner {
-            Some(i) => i.out,
-            None => self.out,
-        };
-        match &mut out {
-            Parsed::Request(r) => {
-                r.shape.close_all();
-                r.malformed |= bad;
-            }
-            Parsed::Reply(r) => {
-                r.finish();
-                r.malformed |= bad;
-            }
-        }
-        (out, bad)
+    pub fn finish(mut self, complete: bool) -> (Parsed, bool) {
+        let bad = self.finish_here(complete);
+        (self.out, bad)
     }
 
     fn ok_at_end(&self) -> bool {
