@@ -527,6 +527,13 @@ def parse_sysbench(out: str) -> dict:
 # -------------------------------------------------------------------------------------------------
 # dbtap
 
+def credentials_file(path: Path, text: str) -> Path:
+    """Writes a `--credentials` file (`user:password` lines), private as dbtap requires."""
+    path.write_text(text, encoding="utf-8")
+    path.chmod(0o600)
+    return path
+
+
 def dbtap_path() -> Path:
     if not (DBTAP.is_file() and os.access(DBTAP, os.X_OK)):
         die(f"dbtap binary not found at {DBTAP} (build it with `cargo build --release -p dbtap`, "

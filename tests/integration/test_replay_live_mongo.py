@@ -58,9 +58,8 @@ def servers():
 
 def test_live_sessions_log_in_per_user_from_credentials(servers):
     a, b = servers
-    creds = OUT / "live-creds.txt"
-    creds.write_text("".join(f"{u}:{p}\n" for u, p in ma.USERS.items()))
-    creds.chmod(0o600)
+    creds = harness.credentials_file(OUT / "live-creds.txt",
+                                     "".join(f"{u}:{p}\n" for u, p in ma.USERS.items()))
     before_a, before_b = a.counts(), b.counts()
     m = rph.Mirror(PORT_A, PORT_B, "--credentials", str(creds))
     try:

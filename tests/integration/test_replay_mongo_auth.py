@@ -174,9 +174,8 @@ def test_logged_in_replay_equals_capture(servers, cap, how):
     _, b = servers
     pcap, want = cap
     if how == "credentials-file":
-        creds = OUT / "creds.txt"
-        creds.write_text("".join(f"{u}:{p}\n" for u, p in USERS.items()))
-        creds.chmod(0o600)
+        creds = harness.credentials_file(OUT / "creds.txt",
+                                         "".join(f"{u}:{p}\n" for u, p in USERS.items()))
         extra = ["--credentials", str(creds)]
     else:
         extra = ["--user", "old", "--password", USERS["old"]]

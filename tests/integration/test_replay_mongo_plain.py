@@ -109,9 +109,7 @@ def workload(counts: dict, kind: str = "requests") -> dict:
 def test_plain_login_replay_equals_capture(servers, cap, tmp_path):
     _, b = servers
     pcap, want = cap
-    creds = tmp_path / "creds"
-    creds.write_text(f"{USER}:{PASSWORD}\n")
-    creds.chmod(0o600)
+    creds = harness.credentials_file(tmp_path / "creds", f"{USER}:{PASSWORD}\n")
     before = b.counts()
     r = replay(pcap, "--credentials", str(creds))
     assert r.returncode == 0, r.stderr

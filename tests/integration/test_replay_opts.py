@@ -328,9 +328,7 @@ def test_mysql_credentials_per_captured_user(mariadbs, my_capture, tmp_path):
     default login (--user nobody) would be refused."""
     _, b = mariadbs
     pcap, want = my_capture
-    f = tmp_path / "creds"
-    f.write_text(f"{harness.USER}:{harness.PASSWORD}\n")
-    f.chmod(0o600)
+    f = harness.credentials_file(tmp_path / "creds", f"{harness.USER}:{harness.PASSWORD}\n")
     before = b.status()
     rep = run_replay(pcap, MY_A, MY_B, "--max", "--read-only", "--credentials", str(f),
                      "--user", "nobody", "--password", "nope")
@@ -406,9 +404,8 @@ def test_mysql_change_user(mariadbs, tmp_path):
         stats = cap.stop()
     assert stats.get("dropped") == 0, stats
     assert (user_selects(a, harness.USER), user_selects(a, "cu")) == (1, 4), want
-    creds = tmp_path / "creds"
-    creds.write_text(f"{harness.USER}:{harness.PASSWORD}\ncu:cu-pw:1\n")
-    creds.chmod(0o600)
+    creds = harness.credentials_file(tmp_path / "creds",
+                                     f"{harness.USER}:{harness.PASSWORD}\ncu:cu-pw:1\n")
     before = b.status()
     rep = run_replay(cap.out, MY_A, MY_B, "--max", "--credentials", str(creds))
     got = harness.delta(before, b.status(threads=before["Threads_connected"]))
@@ -536,10 +533,8 @@ def test_postgres_scram_md5_cleartext_per_user_credentials(pgs, pg_logins, tmp_p
     _, b = pgs
     pcap, want = pg_logins
     assert [sum(want[u].values()) for u in PG_QUERIES] == list(PG_QUERIES.values()), want
-    f = tmp_path / "creds"
-    f.write_text("# the captured users\n" +
-                 "".join(f"{u}:{pw}\n" for u, (_, pw) in PG_USERS.items()), encoding="utf-8")
-    f.chmod(0o600)
+    f = harness.credentials_file(tmp_path / "creds", "# the captured users\n" +
+                                 "".join(f"{u}:{pw}\n" for u, (_, pw) in PG_USERS.items()))
     got, rep = pg_login_replay(pcap, b, "--credentials", str(f))
     assert got == want
     assert rep["fidelity"]["skipped_requests"] == {}, rep["fidelity"]
@@ -565,9 +560,7 @@ def test_postgres_credentials_missing_user_uses_default(pgs, pg_logins, tmp_path
 def test_postgres_wrong_scram_password_is_refused(pgs, pg_logins, tmp_path):
     _, b = pgs
     pcap, _ = pg_logins
-    f = tmp_path / "creds"
-    f.write_text("alice:wrong\n")
-    f.chmod(0o600)
+    f = harness.credentials_file(tmp_path / "creds", "alice:wrong\n")
     r = subprocess.run([str(harness.DBTAP), "replay", str(pcap), "--port", str(PG_A),
                         "--target", f"127.0.0.1:{PG_B}", "--max", "--credentials", str(f),
                         "--where", "user=alice", "--format", "json"],

@@ -62,12 +62,18 @@ struct Dir {
     framing: Framing,
     /// Messages framed in this direction so far.
     messages: u64,
-    /// The body parser, started afresh in place for each message (it keeps its buffers).
-    parser: BodyParser,
+    /// The body parser, made at the first message and started afresh in place for each one
+    /// after it (it keeps its buffers).
+    parser: Option<BodyParser>,
 }
 
 impl Dir {
-    fn new(synced: bool, client: bool) -> Self {
+    /// The body parser, made for this direction's first message.
+    fn parser(&mut self, client: bool) -> &mut BodyParser {
+        self.parser.get_or_insert_with(|| BodyParser::idle(client))
+    }
+
+    fn new(synced: bool) -> Self {
         Dir {
             hdr: [0; HEADER_LEN],
             hdr_have: 0,
@@ -79,7 +85,7 @@ impl Dir {
                 Framing::lost(true)
             },
             messages: 0,
-            parser: BodyParser::idle(client),
+            parser: None,
         }
     }
 }
@@ -136,7 +142,7 @@ impl MongoSession {
         // TLS wraps the whole connection: after it, the stream starts as on a seen open.
         let synced = meta.saw_open || meta.after_tls;
         MongoSession {
-            dirs: PerDir::new(Dir::new(synced, true), Dir::new(synced, false)),
+            dirs: PerDir::new(Dir::new(synced), Dir::new(synced)),
             conn: Conn::new(meta, cfg),
             stopped: false,
             tls_stop: false,
@@ -170,10 +176,10 @@ impl MongoSession {
             .iter()
             .map(|d| {
                 d.framing.probe.heap_bytes()
-                    + match &d.msg {
-                        Some(m) if m.parsing => d.parser.buffered_bytes(),
-                        _ => d.parser.idle_bytes(),
-                    }
+                    + d.parser.as_ref().map_or(0, |p| match &d.msg {
+                        Some(m) if m.parsing => p.buffered_bytes(),
+                        _ => p.idle_bytes(),
+                    })
             })
             .sum();
         dirs + self.conn.buffered_bytes()
@@ -326,7 +332,12 @@ impl MongoSession {
         let chunk = input.get(..n).unwrap_or(&[]);
         // After a gap the bytes are not the continuation of what the parser read: it keeps
         // what it read before the gap.
-        if m.gap_bytes == 0 && m.parsing && dir.parser.push(chunk).is_err() && !m.parse_failed {
+        if m.gap_bytes == 0
+            && m.parsing
+            && let Some(p) = dir.parser.as_mut()
+            && p.push(chunk).is_err()
+            && !m.parse_failed
+        {
             m.parse_failed = true;
             sink.health().malformed += 1;
             // The parser keeps what it read and skips the rest of the body.
@@ -373,7 +384,9 @@ impl MongoSession {
         let len = u64::from(h.body_len());
         let shape_cap = self.shape_cap();
         let (parsing, unit) = if client {
-            self.dirs[d].parser.start_request(h.opcode, len, shape_cap);
+            self.dirs[d]
+                .parser(true)
+                .start_request(h.opcode, len, shape_cap);
             (true, None)
         } else if !known {
             sink.health().malformed += 1;
@@ -382,7 +395,9 @@ impl MongoSession {
         } else {
             match self.conn.reply_target(&h, ts) {
                 Some((id, legacy_cmd)) => {
-                    self.dirs[d].parser.start_reply(h.opcode, len, legacy_cmd);
+                    self.dirs[d]
+                        .parser(false)
+                        .start_reply(h.opcode, len, legacy_cmd);
                     (true, Some(id))
                 }
                 None => {
@@ -413,14 +428,14 @@ impl MongoSession {
         };
         let server_lost = !self.dirs[SERVER].framing.is_synced();
         let parsing = m.parsing;
-        let parser = &mut self.dirs[d].parser;
-        let parsed = m.parsing.then(|| {
-            let bad = parser.finish_here(!m.damaged);
+        let parsed = self.dirs[d].parser.as_mut().filter(|_| parsing).map(|p| {
+            let bad = p.finish_here(!m.damaged);
             if bad && !m.damaged && !m.parse_failed {
                 sink.health().malformed += 1;
             }
-            parser.parsed()
+            &*p
         });
+        let parsed = parsed.map(BodyParser::parsed);
         if d == CLIENT {
             if let Some(Parsed::Request(req)) = parsed {
                 self.conn.on_request(m, req, server_lost, sink);
@@ -432,8 +447,8 @@ impl MongoSession {
             };
             self.conn.on_reply(m, reply, ts, sink);
         }
-        if parsing {
-            self.dirs[d].parser.release();
+        if parsing && let Some(p) = self.dirs[d].parser.as_mut() {
+            p.release();
         }
     }
 }
@@ -531,7 +546,7 @@ impl Session for MongoSession {
             self.tls_stop = false;
             self.stopped = false;
             self.uncount = true;
-            self.dirs = PerDir::new(Dir::new(true, true), Dir::new(true, false));
+            self.dirs = PerDir::new(Dir::new(true), Dir::new(true));
             return true;
         }
         !self.fed && !self.stopped
