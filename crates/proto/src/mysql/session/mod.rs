@@ -103,7 +103,7 @@ impl Dir {
 }
 
 /// Side effects the conversation asks of the framing layer.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 struct Act {
     stop: bool,
     compress: bool,
@@ -117,11 +117,7 @@ impl Act {
     /// Nothing to do: the common case (a response part, a row batch).
     #[inline]
     fn is_none(&self) -> bool {
-        !(self.stop
-            || self.compress
-            || self.unsync_client
-            || self.unsync_server
-            || self.server_boundary)
+        *self == Act::default()
     }
 }
 
