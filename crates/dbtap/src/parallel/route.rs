@@ -23,6 +23,7 @@
 
 use std::collections::HashMap;
 use std::hash::BuildHasher;
+use std::net::IpAddr;
 
 use wire::{Decoded, TcpSegment};
 
@@ -82,15 +83,18 @@ impl Router {
     /// directions alike), worker 0 for frames without TCP; `None` for an IP fragment (its
     /// connection is not known before reassembly).
     pub(super) fn route(&mut self, lt: u32, data: &[u8], ts: u64) -> Option<u32> {
-        let w = match wire::decode(lt, data) {
-            Decoded::Tcp(t) => {
-                let a = (t.src, t.sport);
-                let b = (t.dst, t.dport);
-                let h = self.hasher.hash_one(if a < b { (a, b) } else { (b, a) });
-                self.tcp(h, ts, t.flags)
+        let w = if let Some((a, b, flags)) = ipv4_tcp(lt, data) {
+            let h = self.v4_hash(a, b);
+            self.tcp(h, ts, flags)
+        } else {
+            match wire::decode(lt, data) {
+                Decoded::Tcp(t) => {
+                    let h = self.hash(&t);
+                    self.tcp(h, ts, t.flags)
+                }
+                Decoded::Fragment(_) => return None,
+                _ => 0,
             }
-            Decoded::Fragment(_) => return None,
-            _ => 0,
         };
         if ts < self.newest {
             self.unordered = true;
@@ -100,6 +104,26 @@ impl Router {
             *l += data.len() as u64 + FRAME_COST;
         }
         Some(w)
+    }
+
+    /// The hash of a decoded segment's tuple, both directions alike: [`Router::v4_hash`]'s for
+    /// IPv4, so a tuple hashes alike whichever way its frames were read.
+    fn hash(&self, t: &TcpSegment<'_>) -> u64 {
+        match (t.src, t.dst) {
+            (IpAddr::V4(s), IpAddr::V4(d)) => {
+                self.v4_hash(end_key(s.to_bits(), t.sport), end_key(d.to_bits(), t.dport))
+            }
+            _ => {
+                let a = (t.src, t.sport);
+                let b = (t.dst, t.dport);
+                self.hasher.hash_one(if a < b { (a, b) } else { (b, a) })
+            }
+        }
+    }
+
+    /// The hash of an IPv4 tuple from its two ends ([`end_key`]), both directions alike.
+    fn v4_hash(&self, a: u64, b: u64) -> u64 {
+        self.hasher.hash_one(if a < b { (a, b) } else { (b, a) })
     }
 
     /// The worker of the tuple hashed to `h`, seen at `ts` (before `self.newest` counts it) in a
@@ -186,9 +210,55 @@ impl Router {
     }
 }
 
+/// One end of an IPv4 tuple as a number: address and port.
+fn end_key(addr: u32, port: u16) -> u64 {
+    u64::from(addr) << 16 | u64::from(port)
+}
+
+/// The two ends ([`end_key`]) and TCP flags of a frame that is an IPv4 TCP segment on
+/// Ethernet (untagged) or raw IPv4, read straight from its bytes: the reader's common case,
+/// without a full decode. Only when `wire::decode` would call it a TCP segment, with the same
+/// checks; `None` for anything else (which the full decode then classifies).
+fn ipv4_tcp(lt: u32, f: &[u8]) -> Option<(u64, u64, u8)> {
+    let p = match lt {
+        wire::linktype::ETHERNET => match f.get(12..14) {
+            Some(&[0x08, 0x00]) => f.get(14..)?,
+            _ => return None,
+        },
+        wire::linktype::RAW
+        | wire::linktype::RAW_12
+        | wire::linktype::RAW_14
+        | wire::linktype::IPV4 => f,
+        _ => return None,
+    };
+    let h = p.first_chunk::<20>()?;
+    let ihl = usize::from(h[0] & 0x0f) * 4;
+    // Version 4, no options beyond the header's bound, TCP, not a fragment.
+    if h[0] >> 4 != 4 || ihl < 20 || h[9] != 6 || u16::from_be_bytes([h[6], h[7]]) & 0x3fff != 0 {
+        return None;
+    }
+    let total = match usize::from(u16::from_be_bytes([h[2], h[3]])) {
+        0 => p.len().max(ihl),
+        t => t,
+    };
+    let end = total.min(p.len());
+    let body = p.get(ihl..end)?;
+    let missing = total - end;
+    let t = body.first_chunk::<20>()?;
+    let doff = usize::from(t[12] >> 4) * 4;
+    if doff < 20 || doff > body.len() + missing || doff > body.len() {
+        return None;
+    }
+    let addr = |i: usize| u32::from_be_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]);
+    let a = end_key(addr(12), u16::from_be_bytes([t[0], t[1]]));
+    let b = end_key(addr(16), u16::from_be_bytes([t[2], t[3]]));
+    Some((a, b, t[13]))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     /// An Ethernet/IPv4/TCP frame from 10.0.0.`a`:`sport` to 10.0.0.`b`:`dport` with `len`
     /// payload bytes.
@@ -303,10 +373,7 @@ mod tests {
         // Nothing is idle long enough: every route stays, and new tuples go by hash for good.
         let late = 2 * S + r.keep_ns;
         let f = frame(9, 1, 9, 3306, 0);
-        let h = {
-            let (a, b) = ((ip(9), 1u16), (ip(9), 3306u16));
-            r.hasher.hash_one(if a < b { (a, b) } else { (b, a) })
-        };
+        let h = r.v4_hash(end_key(0x0a00_0009, 1), end_key(0x0a00_0009, 3306));
         assert_eq!(r.route(1, &f, late), Some((h % 2) as u32));
         assert!(r.full);
         assert_eq!(r.routes.len(), MAX_ROUTES);
@@ -343,7 +410,51 @@ mod tests {
         assert!(r.full);
     }
 
-    fn ip(last: u8) -> std::net::IpAddr {
-        std::net::IpAddr::from([10, 0, 0, last])
+    /// Frames of any bytes behind an Ethernet/IPv4/TCP start (cut, with options, fragment
+    /// bits, odd lengths), on every link type the fast path reads.
+    fn near_tcp_frame() -> impl Strategy<Value = (u32, Vec<u8>)> {
+        let lt = prop::sample::select(vec![
+            wire::linktype::ETHERNET,
+            wire::linktype::RAW,
+            wire::linktype::IPV4,
+            wire::linktype::LINUX_SLL,
+        ]);
+        let edits = prop::collection::vec((0usize..80, any::<u8>()), 0..6);
+        (lt, 0usize..200, edits, 0usize..90).prop_map(|(lt, len, edits, cut)| {
+            let mut f = frame(1, 40000, 2, 3306, len);
+            for (i, b) in edits {
+                if let Some(x) = f.get_mut(i) {
+                    *x = b;
+                }
+            }
+            if lt != wire::linktype::ETHERNET {
+                f.drain(..14);
+            }
+            f.truncate(f.len().saturating_sub(cut));
+            (lt, f)
+        })
+    }
+
+    proptest! {
+        /// The fast path takes exactly the frames the full decode calls IPv4 TCP segments, and
+        /// keys them as the full decode's tuple is keyed.
+        #[test]
+        fn the_fast_path_agrees_with_the_full_decode((lt, f) in near_tcp_frame()) {
+            let r = Router::new(2, S);
+            match (ipv4_tcp(lt, &f), wire::decode(lt, &f)) {
+                (Some((a, b, flags)), Decoded::Tcp(t)) => {
+                    prop_assert_eq!(r.v4_hash(a, b), r.hash(&t));
+                    prop_assert_eq!(flags, t.flags);
+                }
+                (None, Decoded::Tcp(t)) => {
+                    // Only link types or frames the fast path leaves to the full decode.
+                    let plain_eth = lt == wire::linktype::ETHERNET && f.get(12..14) == Some(&[8, 0]);
+                    let raw = lt != wire::linktype::ETHERNET && lt != wire::linktype::LINUX_SLL;
+                    prop_assert!(!(plain_eth || raw) || !t.src.is_ipv4(), "missed {:?}", t);
+                }
+                (Some(_), other) => prop_assert!(false, "fast path took {other:?}"),
+                (None, _) => {}
+            }
+        }
     }
 }
