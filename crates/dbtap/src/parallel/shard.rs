@@ -6,8 +6,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
-use std::sync::Arc;
-use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use aggregate::{Aggregator, GroupKey, Stats};
 use anyhow::Result;
@@ -25,9 +24,9 @@ use crate::pipeline::{self, Consumer, Engine, Settings};
 /// the workers read it (on a 1.27 GB MySQL capture, 2 threads took 15 % less CPU than with
 /// 4 MiB, `perf stat` interleaved).
 const CHUNK_BYTES: usize = 1 << 20;
-/// Chunks queued per worker: with [`CHUNK_BYTES`], what bounds memory besides the engines' own
-/// caps (every chunk is shared by all workers: about `QUEUE + 2` chunks live, 6 MiB, plus
-/// their frame lists: at most 40 bytes per 16-byte record header).
+/// Chunks read and not yet taken by every worker, at most: with [`CHUNK_BYTES`], what bounds
+/// memory besides the engines' own caps (every chunk is shared by all workers: about `QUEUE +
+/// N` chunks live, plus their frame lists: at most 40 bytes per 16-byte record header).
 const QUEUE: usize = 4;
 /// How often one thread's engine closes idle connections, in packet time
 /// (`pipeline::EXPIRE_EVERY_NS`).
@@ -147,23 +146,41 @@ pub(super) fn run(
     }
     let per = super::worker_settings(settings, threads);
     let consumers: Vec<DigestConsumer> = (0..threads).map(|_| fresh()).collect();
-    std::thread::scope(|s| {
-        let (back_tx, back_rx) = sync_channel::<Chunk>(QUEUE + 2);
-        let mut to = Vec::new();
-        let mut handles = Vec::new();
-        for (w, c) in consumers.into_iter().enumerate() {
-            let (tx, rx) = sync_channel::<Arc<Chunk>>(QUEUE);
-            let (per, back) = (&per, back_tx.clone());
-            handles.push(s.spawn(move || worker((w, threads), per, c, (rx, back))));
-            to.push(tx);
-        }
-        drop(back_tx);
-        let total_len: u64 = inputs.iter().filter_map(Input::input_len).sum();
-        let bar = pipeline::progress_bar(settings.progress, total_len);
-        let router = super::route::Router::new(threads, per.1.idle_timeout_ns);
-        let read_end = read(inputs, (to, back_rx), router, bar);
+    let total_len: u64 = inputs.iter().filter_map(Input::input_len).sum();
+    let read = ReadSide {
+        inputs: inputs.into(),
+        cur: None,
+        router: Router::new(threads, per.1.idle_timeout_ns),
+        bar: pipeline::progress_bar(settings.progress, total_len),
+        map_min: map_min_bytes(),
+        seq: 0,
+        done_len: 0,
+        end: ReadEnd::default(),
+    };
+    let shared = Shared {
+        feed: Mutex::new(Feed {
+            chunks: VecDeque::new(),
+            base: 0,
+            next: vec![0; threads],
+            reading: false,
+            done: false,
+            spare: Vec::new(),
+        }),
+        ready: Condvar::new(),
+        read: Mutex::new(read),
+    };
+    let (parts, fallback) = std::thread::scope(|s| {
+        let shared = &shared;
+        let handles: Vec<_> = consumers
+            .into_iter()
+            .enumerate()
+            .map(|(w, c)| {
+                let per = &per;
+                s.spawn(move || worker((w, threads), per, c, shared))
+            })
+            .collect();
         let mut parts = Vec::new();
-        let mut fallback = read_end.fallback.clone();
+        let mut fallback = None;
         for h in handles {
             match h.join() {
                 Ok(Ok(p)) => parts.push(p),
@@ -171,11 +188,17 @@ pub(super) fn run(
                 Err(_) => anyhow::bail!("a digest worker panicked"),
             }
         }
-        if let Some(why) = fallback {
-            return Ok(Outcome::Fallback(why));
-        }
-        Ok(finish(parts, read_end, settings))
-    })
+        Ok((parts, fallback))
+    })?;
+    let mut read = shared.read.into_inner().unwrap_or_else(|e| e.into_inner());
+    if let Some(b) = read.bar.take() {
+        b.finish_and_clear();
+    }
+    let read_end = read.end;
+    if let Some(why) = read_end.fallback.clone().or(fallback) {
+        return Ok(Outcome::Fallback(why));
+    }
+    Ok(finish(parts, read_end, settings))
 }
 
 /// The merge of the workers' parts, or why it would not be one thread's result.
@@ -196,73 +219,198 @@ fn finish(parts: Vec<Part>, read_end: ReadEnd, settings: &Settings) -> Outcome<D
     }
 }
 
-/// The reader: frames in order, in the buffers they were read into (no copy), broadcast to
-/// every worker with each frame's worker (`router`'s).
-fn read(
-    inputs: Vec<Input>,
-    (to, back): (Vec<SyncSender<Arc<Chunk>>>, Receiver<Chunk>),
-    mut router: Router,
-    bar: Option<indicatif::ProgressBar>,
-) -> ReadEnd {
-    let mut end = ReadEnd::default();
-    let map_min = map_min_bytes();
-    let (mut seq, mut done_len) = (0u64, 0u64);
-    let send = |c: Chunk| {
-        let c = Arc::new(c);
-        to.iter().all(|tx| tx.send(c.clone()).is_ok())
-    };
-    'files: for input in inputs {
-        let mut reader = match input.open_mapped(map_min) {
-            Ok(r) => r,
-            Err(e) => {
-                end.fallback = Some(format!("{e}"));
-                break;
-            }
-        };
-        let name: Arc<str> = reader.name().into();
-        let mut release = Release::default();
-        if map_min != MAP_MIN_BYTES && reader.mapping().is_some() {
-            eprintln!("debug: {name} is mapped");
+/// What the workers share: the chunks read and not yet taken by all of them, and the reading,
+/// which falls to whichever worker runs out of chunks first (no thread of its own: on as many
+/// cores as workers, a reader thread would compete with them for the cores).
+struct Shared {
+    feed: Mutex<Feed>,
+    /// A chunk was added or taken by every worker, or the reading ended.
+    ready: Condvar,
+    read: Mutex<ReadSide>,
+}
+
+/// The chunks in flight.
+struct Feed {
+    /// Chunks not yet taken by every worker; the first is chunk number `base`.
+    chunks: VecDeque<Arc<Chunk>>,
+    base: u64,
+    /// The number of the chunk each worker takes next (`u64::MAX` once it stopped).
+    next: Vec<u64>,
+    /// A worker is reading the next chunk (outside this lock).
+    reading: bool,
+    /// No chunk will come any more.
+    done: bool,
+    /// Emptied read buffers, for the next reads.
+    spare: Vec<Chunk>,
+}
+
+impl Feed {
+    /// Drops the chunks every worker has taken; true if any.
+    fn trim(&mut self) -> bool {
+        let low = self.next.iter().copied().min().unwrap_or(u64::MAX);
+        let mut any = false;
+        while self.base < low
+            && let Some(c) = self.chunks.pop_front()
+        {
+            self.base += 1;
+            any = true;
+            self.keep(c);
         }
+        any
+    }
+
+    /// Keeps `c`'s buffers for a later read if no worker holds it any more.
+    fn keep(&mut self, c: Arc<Chunk>) {
+        if let Some(c) = Arc::into_inner(c)
+            && self.spare.len() <= QUEUE
+        {
+            self.spare.push(c);
+        }
+    }
+}
+
+/// Worker `w`'s next chunk, read by `w` itself when no worker has read it yet; `None` at the
+/// end.
+fn next_for(shared: &Shared, w: usize) -> Option<Arc<Chunk>> {
+    let mut f = lock(&shared.feed);
+    loop {
+        let n = f.next.get(w).copied().unwrap_or(u64::MAX);
+        let at = n.checked_sub(f.base).and_then(|k| usize::try_from(k).ok());
+        if let Some(c) = at.and_then(|k| f.chunks.get(k)).cloned() {
+            if let Some(x) = f.next.get_mut(w) {
+                *x += 1;
+            }
+            if f.trim() {
+                shared.ready.notify_all();
+            }
+            return Some(c);
+        }
+        if f.done {
+            return None;
+        }
+        if !f.reading && f.chunks.len() < QUEUE {
+            f.reading = true;
+            let spare = f.spare.pop().unwrap_or_default();
+            drop(f);
+            let got = lock(&shared.read).next(spare);
+            f = lock(&shared.feed);
+            f.reading = false;
+            match got {
+                Some(c) => f.chunks.push_back(Arc::new(c)),
+                None => f.done = true,
+            }
+            shared.ready.notify_all();
+            continue;
+        }
+        f = shared.ready.wait(f).unwrap_or_else(|e| e.into_inner());
+    }
+}
+
+/// The lock, also after a worker panicked holding it (what it guards stays consistent: every
+/// change under it is a few assignments).
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Worker `w` takes no more chunks (also when it panics): the others stop waiting for it.
+struct Leave<'a>(&'a Shared, usize);
+
+impl Drop for Leave<'_> {
+    fn drop(&mut self) {
+        let mut f = lock(&self.0.feed);
+        if let Some(x) = f.next.get_mut(self.1) {
+            *x = u64::MAX;
+        }
+        f.trim();
+        if std::thread::panicking() {
+            f.done = true;
+        }
+        self.0.ready.notify_all();
+    }
+}
+
+/// The reading: frames in order, in the buffers they were read into (no copy), each with its
+/// worker (`router`'s).
+struct ReadSide {
+    inputs: VecDeque<Input>,
+    /// The file being read, its name, and its pages to give back.
+    cur: Option<(capture::Reader, Arc<str>, Release)>,
+    router: Router,
+    bar: Option<indicatif::ProgressBar>,
+    map_min: u64,
+    seq: u64,
+    done_len: u64,
+    end: ReadEnd,
+}
+
+impl ReadSide {
+    /// The next chunk, read into `c`'s buffers; `None` at the end of the last file, or when
+    /// the workers cannot go on (`end.fallback` says why).
+    fn next(&mut self, mut c: Chunk) -> Option<Chunk> {
         loop {
-            let mut c = back.try_recv().unwrap_or_default();
-            match next_chunk(&mut reader, &mut c) {
+            if self.end.fallback.is_some() {
+                return None;
+            }
+            let Some((reader, name, release)) = self.cur.as_mut() else {
+                let input = self.inputs.pop_front()?;
+                self.open(input);
+                continue;
+            };
+            match next_chunk(reader, &mut c) {
                 Ok(true) => {}
-                Ok(false) => break,
+                Ok(false) => {
+                    self.close_file();
+                    continue;
+                }
                 Err(e) => {
                     let w = format!("{e}; the report covers what was read before it");
-                    end.read_warnings.push(w);
-                    break;
+                    self.end.read_warnings.push(w);
+                    self.close_file();
+                    continue;
                 }
-            };
-            if let Err(why) = place(&mut c, &mut router, &mut end) {
-                end.fallback = Some(why.into());
-                break 'files;
+            }
+            if let Err(why) = place(&mut c, &mut self.router, &mut self.end) {
+                self.end.fallback = Some(why.into());
+                return None;
             }
             c.name = name.clone();
-            c.first_seq = seq;
-            seq += c.frames.len() as u64;
-            if let Some(b) = &bar {
-                b.set_position(done_len + reader.input_position());
+            c.first_seq = self.seq;
+            self.seq += c.frames.len() as u64;
+            if let Some(b) = &self.bar {
+                b.set_position(self.done_len + reader.input_position());
             }
-            if !send(c) {
-                break 'files;
-            }
-            release.sent(&reader);
+            // Every worker has taken the chunks more than `QUEUE` before this one.
+            release.sent(reader);
+            return Some(c);
         }
-        end.truncated_frames += reader.stats().truncated_frames;
-        end.names.push(name.to_string());
-        done_len += reader.input_len().unwrap_or(0);
     }
-    if let Some(b) = bar {
-        b.finish_and_clear();
+
+    fn open(&mut self, input: Input) {
+        match input.open_mapped(self.map_min) {
+            Ok(r) => {
+                let name: Arc<str> = r.name().into();
+                if self.map_min != MAP_MIN_BYTES && r.mapping().is_some() {
+                    eprintln!("debug: {name} is mapped");
+                }
+                self.cur = Some((r, name, Release::default()));
+            }
+            Err(e) => self.end.fallback = Some(format!("{e}")),
+        }
     }
-    end
+
+    fn close_file(&mut self) {
+        if let Some((reader, name, _)) = self.cur.take() {
+            self.end.truncated_frames += reader.stats().truncated_frames;
+            self.end.names.push(name.to_string());
+            self.done_len += reader.input_len().unwrap_or(0);
+        }
+    }
 }
 
 /// Where the chunks of a mapped file end, to give back the pages every worker is done with:
-/// once a chunk is queued to every worker, each has finished the chunks more than [`QUEUE`]
-/// before it (a worker takes the next chunk only after the last one), so the resident set of
+/// a chunk is read only while fewer than [`QUEUE`] are not yet taken by every worker, so when
+/// it is read every worker has taken the chunks more than `QUEUE` before it and finished those
+/// before them (a worker takes the next chunk only after the last one), so the resident set of
 /// a mapped file stays at a few chunks rather than growing to the file's size.
 #[derive(Default)]
 struct Release {
@@ -271,7 +419,7 @@ struct Release {
 }
 
 impl Release {
-    /// A chunk of `reader`'s was queued to every worker.
+    /// A chunk of `reader`'s was read.
     fn sent(&mut self, reader: &capture::Reader) {
         let Some(map) = reader.mapping() else {
             return;
@@ -340,16 +488,15 @@ fn place(c: &mut Chunk, router: &mut Router, end: &mut ReadEnd) -> Result<(), &'
     Ok(())
 }
 
-type Inbox = (Receiver<Arc<Chunk>>, SyncSender<Chunk>);
-
-/// A worker: its own frames (the reader found their worker while copying them) through its
+/// A worker: its own frames (the reading found their worker) through its
 /// engine and consumer, every idle expiry one thread would run; then its part.
 fn worker(
     (w, n): (usize, usize),
     (settings, flow): &(Settings, FlowConfig),
     mut inner: DigestConsumer,
-    (rx, back): Inbox,
+    shared: &Shared,
 ) -> Result<Part, String> {
+    let _leave = Leave(shared, w);
     // Each worker's share of the transaction tracker's connections: past it, one thread might
     // have tracked what a worker could not (a fallback).
     let d = aggregate::txn::TxnConfig::default();
@@ -370,7 +517,7 @@ fn worker(
     let mut engine = Engine::new(settings, flow.clone(), shard);
     engine.external_expire();
     let (mut peak, mut last_expire) = (0usize, 0u64);
-    for chunk in rx {
+    while let Some(chunk) = next_for(shared, w) {
         for (i, (f, &o)) in chunk.frames.iter().zip(&chunk.owners).enumerate() {
             let (lt, ts) = (f.linktype, f.ts_ns);
             let seq = chunk.first_seq + i as u64;
@@ -387,7 +534,7 @@ fn worker(
             }
         }
         if let Some(c) = Arc::into_inner(chunk) {
-            let _ = back.try_send(c);
+            lock(&shared.feed).keep(Arc::new(c));
         }
     }
     worker_end(w, engine, peak, flow)
