@@ -113,7 +113,7 @@ impl Conn {
                         let next = multi::successor(&mut p);
                         self.emit(p, Outcome::Ok, sink);
                         if let Some(n) = next {
-                            self.inflight.push_front(n);
+                            self.inflight.push_front(Box::new(n));
                         }
                     }
                 }
