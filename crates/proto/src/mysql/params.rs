@@ -87,6 +87,14 @@ fn layout(body: &[u8], count: u16, flags: u8, query_attrs: bool) -> Result<Layou
 
 /// The types an execution sends (new-params-bound = 1), to remember for the statement.
 pub fn sent_types(body: &[u8], count: u16, flags: u8, query_attrs: bool) -> Option<Vec<u8>> {
+    if !(query_attrs && flags & PARAMETER_COUNT_AVAILABLE != 0) {
+        // The usual execution sends none: the new-params-bound byte after the null bitmap is
+        // not 1 (or no parameter, or the body is cut short), as `layout` would find.
+        let n = usize::from(count);
+        if n == 0 || body.get(n.div_ceil(8)) != Some(&1) {
+            return None;
+        }
+    }
     layout(body, count, flags, query_attrs).ok()?.types
 }
 

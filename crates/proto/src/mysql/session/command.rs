@@ -35,7 +35,7 @@ impl Conn {
             return Act::default();
         }
         let command = Command(m.head.first().copied().unwrap_or(0));
-        let mut p = Pending::new(command, m.start_ts, wire);
+        let mut p = self.fresh(command, m.start_ts, wire);
         p.core.text_partial = m.lost > 0;
         let parsed = Request::parse(m.head, self.caps);
         if let Ok(Request::Execute { stmt_id, flags }) = parsed {
@@ -133,10 +133,11 @@ impl Conn {
     }
 
     /// COM_STMT_CLOSE: no reply; the statement is forgotten after its event.
-    fn close_statement(&mut self, p: Pending, stmt_id: u32, sink: &mut dyn Sink) {
+    fn close_statement(&mut self, mut p: Box<Pending>, stmt_id: u32, sink: &mut dyn Sink) {
         self.params.forget(stmt_id);
         if p.resolve_stmt {
-            let ev = self.event(p, Outcome::NoReplyExpected);
+            let ev = self.event(&mut p, Outcome::NoReplyExpected);
+            self.recycle(p);
             self.stmts.remove(&ev.statement_id.unwrap_or(stmt_id));
             sink.event(ev);
         } else {
@@ -147,7 +148,7 @@ impl Conn {
 
     /// A parsed request: emitted now when no reply is expected, else queued for its response.
     #[inline]
-    fn send(&mut self, mut p: Pending, sink: &mut dyn Sink) -> Act {
+    fn send(&mut self, mut p: Box<Pending>, sink: &mut dyn Sink) -> Act {
         let mut act = Act::default();
         p.resp = match p.command.reply() {
             Reply::None => {
@@ -172,6 +173,7 @@ impl Conn {
         if self.inflight.len() >= self.cfg.max_inflight {
             sink.health().inflight_overflow += 1;
             self.orphans_expected = true;
+            self.recycle(p);
             return act;
         }
         self.inflight.push_back(p);

@@ -16,6 +16,9 @@ use crate::{ConnMeta, Direction, Outcome, Protocol, QueryEvent, SessionConfig, S
 /// Prepared statements remembered per connection, and the text bytes they may hold.
 const MAX_STMTS: usize = 4096;
 const MAX_STMT_BYTES: usize = 32 << 20;
+/// Emptied request records kept for the next requests: a request is boxed so that queueing
+/// and emitting it moves a pointer, not the record, and its box is reused.
+const MAX_SPARE: usize = 8;
 
 /// What a successful request changes on the connection.
 #[derive(Clone, Debug, Default)]
@@ -80,6 +83,30 @@ impl Pending {
         }
     }
 
+    /// Gives back what the record holds (its text share, parameters, statements), so that its
+    /// box can wait empty for the next request ([`Pending::restart`] sets the rest).
+    fn clear(&mut self) {
+        self.core = RequestCore::default();
+        self.effect = Effect::None;
+        self.new_schema = None;
+        self.deferred_params = None;
+        self.rest = None;
+        self.text_charge = Charge::default();
+    }
+
+    /// A cleared record as [`Pending::new`] makes it, in place.
+    fn restart(&mut self, command: Command, start_ns: u64, bytes_in: u64) {
+        self.command = command;
+        self.core.start_ns = start_ns;
+        self.core.bytes_in = bytes_in;
+        self.stmt = None;
+        self.resolve_stmt = false;
+        self.resp = Resp::Single;
+        self.prepared = None;
+        self.prepared_params = 0;
+        self.txn = None;
+    }
+
     /// Heap bytes held for the request's text (and a multi-statement query's).
     pub(super) fn text_bytes(&self) -> usize {
         self.core.text.as_ref().map_or(0, |t| t.len())
@@ -117,7 +144,11 @@ pub(super) struct Conn {
     /// Prepared statement texts by id.
     pub(super) stmts: NameCache<u32>,
     pub(super) last_prepared: Option<u32>,
-    pub(super) inflight: VecDeque<Pending>,
+    pub(super) inflight: VecDeque<Box<Pending>>,
+    /// Emptied boxes of emitted requests, reused by [`Conn::fresh`] (at most [`MAX_SPARE`]).
+    /// Boxes, not records: a box taken from here goes into `inflight` as it is.
+    #[allow(clippy::vec_box)]
+    pub(super) spare: Vec<Box<Pending>>,
     /// A request was lost (gap or overflow): a response arriving with nothing in flight is
     /// its answer, not a stray.
     pub(super) orphans_expected: bool,
@@ -184,21 +215,35 @@ impl Conn {
         Tags::new(command).user_db(self.user.clone(), self.database.clone())
     }
 
-    pub(super) fn event(&self, p: Pending, outcome: Outcome) -> QueryEvent {
-        let Pending {
-            command,
-            mut core,
-            mut stmt,
-            resolve_stmt,
-            rest,
-            txn,
-            ..
-        } = p;
-        if let Some(r) = rest {
+    /// A new request record (in a spare box when there is one).
+    pub(super) fn fresh(&mut self, command: Command, start_ns: u64, bytes_in: u64) -> Box<Pending> {
+        match self.spare.pop() {
+            Some(mut b) => {
+                b.restart(command, start_ns, bytes_in);
+                b
+            }
+            None => Box::new(Pending::new(command, start_ns, bytes_in)),
+        }
+    }
+
+    /// Keeps an emitted request's box, emptied, for the next request.
+    pub(super) fn recycle(&mut self, mut p: Box<Pending>) {
+        if self.spare.len() < MAX_SPARE {
+            p.clear();
+            self.spare.push(p);
+        }
+    }
+
+    /// The event of request `p`, whose core and statements it takes.
+    pub(super) fn event(&self, p: &mut Pending, outcome: Outcome) -> QueryEvent {
+        let command = p.command;
+        let mut core = std::mem::take(&mut p.core);
+        let mut stmt = p.stmt;
+        if let Some(r) = p.rest.take() {
             // Statements the response never reached: their bytes stay with this one.
             core.bytes_in = core.bytes_in.saturating_add(r.unreached_bytes());
         }
-        if resolve_stmt {
+        if p.resolve_stmt {
             let id = match stmt {
                 Some(u32::MAX) | None => self.last_prepared,
                 s => s,
@@ -217,13 +262,13 @@ impl Conn {
             self.tags(command.name()).statement(stmt),
             outcome,
         );
-        ev.txn = txn;
+        ev.txn = p.txn;
         ev
     }
 
     /// Emits the event (with the user and schema in force when the command was sent), then
     /// applies what the command changed.
-    pub(super) fn emit(&mut self, mut p: Pending, outcome: Outcome, sink: &mut dyn Sink) {
+    pub(super) fn emit(&mut self, mut p: Box<Pending>, outcome: Outcome, sink: &mut dyn Sink) {
         self.resolve_params(&mut p);
         let apply = matches!(outcome, Outcome::Ok) && !p.core.damaged;
         let prepared_params = p.prepared.map(|id| (id, p.prepared_params));
@@ -235,8 +280,9 @@ impl Conn {
         let charge = std::mem::take(&mut p.text_charge);
         let effect = std::mem::take(&mut p.effect);
         let new_schema = p.new_schema.take();
-        let ev = self.event(p, outcome);
+        let ev = self.event(&mut p, outcome);
         sink.event(ev);
+        self.recycle(p);
         if apply {
             if let Some((id, t, tr)) = prepared {
                 self.stmts.insert_charged(id, t, tr, charge);
@@ -316,5 +362,37 @@ impl Conn {
             };
             self.emit(p, outcome, sink);
         }
+    }
+}
+
+#[cfg(test)]
+mod recycle_tests {
+    use super::*;
+    use crate::kit::TextBudget;
+
+    /// A used record, emptied and restarted, is exactly a new one, and gave back its text.
+    #[test]
+    fn restarted_record_is_new() {
+        let budget = TextBudget::new(1000);
+        let charge = budget.charge(100);
+        let mut p = Pending::new(Command(3), 5, 7);
+        p.core.text = Some("select 1".into());
+        p.core.rows_sent = 9;
+        p.core.damaged = true;
+        p.stmt = Some(4);
+        p.resolve_stmt = true;
+        p.resp = Resp::Rows;
+        p.effect = Effect::ClearStatements;
+        p.new_schema = Some("db".into());
+        p.prepared = Some(2);
+        p.prepared_params = 3;
+        p.text_charge = charge;
+        p.txn = Some(TxnState::Idle);
+        assert_eq!(budget.used(), 100);
+        p.clear();
+        assert_eq!(budget.used(), 0);
+        p.restart(Command(23), 11, 13);
+        let want = Pending::new(Command(23), 11, 13);
+        assert_eq!(format!("{p:?}"), format!("{want:?}"));
     }
 }

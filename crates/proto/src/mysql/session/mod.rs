@@ -175,6 +175,7 @@ impl MysqlSession {
                 stmts: Conn::statement_cache(),
                 last_prepared: None,
                 inflight: VecDeque::new(),
+                spare: Vec::new(),
                 orphans_expected: false,
                 login: None,
                 multi_statements: None,
@@ -213,7 +214,8 @@ impl MysqlSession {
             .iter()
             .map(|p| std::mem::size_of::<Pending>() + p.text_bytes())
             .sum();
-        dirs + inflight + self.conn.stmts.heap_bytes() + self.conn.params.records_bytes()
+        let spare = self.conn.spare.len() * std::mem::size_of::<Pending>();
+        dirs + inflight + spare + self.conn.stmts.heap_bytes() + self.conn.params.records_bytes()
     }
 
     /// Whether the compressed protocol is in use (as negotiated or detected).

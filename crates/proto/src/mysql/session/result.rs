@@ -113,7 +113,7 @@ impl Conn {
                         let next = multi::successor(&mut p);
                         self.emit(p, Outcome::Ok, sink);
                         if let Some(n) = next {
-                            self.inflight.push_front(n);
+                            self.inflight.push_front(Box::new(n));
                         }
                     }
                 }
@@ -141,7 +141,8 @@ impl Conn {
     /// takes the ordinary path. A row cut by the end of `data` (its header and first payload
     /// byte in) is consumed too and left in `cut`, counted when its last byte comes
     /// ([`Conn::cut_row_bytes`]), as the packet layer would have delivered it. Returns the bytes
-    /// consumed; `credit` (wire bytes not yet attributed) is updated.
+    /// consumed; `credit` (wire bytes not yet attributed) is updated. Column definitions are
+    /// skimmed the same way ([`skim_defs`]).
     pub(super) fn skim_rows(
         &mut self,
         data: &[u8],
@@ -152,10 +153,19 @@ impl Conn {
         let Some(h) = self.inflight.front_mut() else {
             return 0;
         };
-        if !matches!(h.resp, Resp::Results(Rs::Rows) | Resp::Rows) {
-            return 0;
+        match h.resp {
+            Resp::Results(Rs::Rows) | Resp::Rows => {}
+            Resp::Results(Rs::Defs { left }) => return skim_defs(h, left, data, ts, credit),
+            Resp::Results(Rs::AfterDefs) => {}
+            _ => return 0,
         }
         let mut pos = 0usize;
+        if h.resp == Resp::Results(Rs::AfterDefs) {
+            match skim_after_defs(h, &mut self.deprecate_eof, data) {
+                Some(n) => pos = n,
+                None => return 0,
+            }
+        }
         let mut rows = 0u64;
         let mut left = 0usize;
         // A packet's 3-byte length, sequence id and first payload byte, read at once.
@@ -172,7 +182,7 @@ impl Conn {
             rows += 1;
             pos = end;
         }
-        if rows > 0 {
+        if pos > 0 {
             h.core.rows_sent += rows;
             h.core.response(ts, ts, *credit + pos as u64);
             *credit = 0;
@@ -223,6 +233,73 @@ impl Conn {
         }
         n
     }
+}
+
+/// The packet after a result set's column definitions, when it is whole at the start of
+/// `data` and is what [`after_defs`] takes on to the rows: an EOF (without the cursor flag) is
+/// consumed, a first row is left for the rows loop to count, both as `after_defs` would. Returns
+/// the bytes consumed, or None (nothing changed) for anything else.
+fn skim_after_defs(
+    h: &mut Pending,
+    deprecate_eof: &mut Option<bool>,
+    data: &[u8],
+) -> Option<usize> {
+    let &[a, b, c, _seq, first] = data.get(..HEADER_LEN + 1)? else {
+        return None;
+    };
+    let len = u32::from_le_bytes([a, b, c, 0]);
+    let end = HEADER_LEN + len as usize;
+    if len == 0 || len >= MAX_PACKET_PAYLOAD || end > data.len() {
+        return None;
+    }
+    let eof = match first {
+        0xFE if u64::from(len) < EOF_MAX_LEN => true,
+        0xFE | 0xFF => return None,
+        _ => false,
+    };
+    if eof {
+        let status = Terminator::parse(&data[HEADER_LEN..end], u64::from(len), false)
+            .map_or(0, |t| t.status());
+        if status & status::CURSOR_EXISTS != 0 {
+            return None;
+        }
+    }
+    *deprecate_eof = Some(!eof);
+    h.resp = Resp::Results(Rs::Rows);
+    Some(if eof { end } else { 0 })
+}
+
+/// Column definitions of the oldest response (`left` of them expected), as whole packets at
+/// the start of `data`: each steps the response exactly as [`column_def`] does for a message
+/// (a packet that starts with the catalog "def"), without making a message of it. Stops at
+/// the last definition expected, at anything else and at a packet cut by the end of `data`,
+/// all left to the packet layer. Returns the bytes consumed; `credit` is updated.
+fn skim_defs(h: &mut Pending, mut left: u64, data: &[u8], ts: u64, credit: &mut u64) -> usize {
+    let mut pos = 0usize;
+    while left > 0
+        && let Some(&[a, b, c, _seq, d0, d1, d2, d3]) = data.get(pos..pos + HEADER_LEN + 4)
+    {
+        let len = u32::from_le_bytes([a, b, c, 0]);
+        let end = pos + HEADER_LEN + len as usize;
+        if !(4..MAX_PACKET_PAYLOAD).contains(&len)
+            || end > data.len()
+            || !ColumnDef::looks_like(&[d0, d1, d2, d3])
+        {
+            break;
+        }
+        left -= 1;
+        pos = end;
+    }
+    if pos > 0 {
+        h.resp = Resp::Results(if left == 0 {
+            Rs::AfterDefs
+        } else {
+            Rs::Defs { left }
+        });
+        h.core.response(ts, ts, *credit + pos as u64);
+        *credit = 0;
+    }
+    pos
 }
 
 /// A row packet the skim consumed in part: counted when its last byte comes.

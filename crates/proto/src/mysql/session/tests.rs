@@ -745,6 +745,46 @@ fn mariadb_progress_reports_and_cache_metadata() {
 }
 
 #[test]
+fn skimmed_definitions_and_eof_before_rows() {
+    // EOFs in use: cached metadata (no definitions) then an EOF before the rows; a text
+    // result set's definitions; one without rows. Each response in one segment, so that the
+    // skim takes the definitions, the EOF and the rows, and split every way by `run`.
+    let mut b = B::new();
+    b.handshake(BASE_CAPS, "app", None);
+    b.cmd(stmt_cmd(0x17, 1, &[0, 1, 0, 0, 0]));
+    b.srv(vec![
+        vec![1, 0],
+        eof(2),
+        vec![0, 0, 1, b'x'],
+        vec![0, 0, 1, b'y'],
+        eof(0x22),
+    ]);
+    b.cmd(query("SELECT a, b FROM t"));
+    b.srv(resultset(
+        &["a", "b"],
+        &[&["1", "2"], &["3", "4"], &["5", "6"]],
+        false,
+        2,
+    ));
+    b.cmd(query("SELECT a FROM t WHERE 0"));
+    b.srv(resultset(&["a"], &[], false, 2));
+    let r = run(&b, true);
+    assert_eq!(cmds(&r.events), ["execute", "query", "query"]);
+    let rows: Vec<u64> = r.events.iter().map(|e| e.rows_sent).collect();
+    assert_eq!(rows, [2, 3, 0]);
+    assert!(r.events.iter().all(|e| e.outcome == Outcome::Ok));
+    assert!(r.events[0].index.no_index_used);
+    let bytes: Vec<u64> =
+        b.t.iter()
+            .filter(|s| s.0 == S)
+            .map(|s| s.1.len() as u64)
+            .collect();
+    let out: Vec<u64> = r.events.iter().map(|e| e.bytes_out).collect();
+    assert_eq!(out, bytes[2..]);
+    assert_eq!(r.health, Default::default());
+}
+
+#[test]
 fn session_track_schema_change() {
     let c = BASE_CAPS | caps::CLIENT_DEPRECATE_EOF | caps::CLIENT_SESSION_TRACK;
     let mut b = B::new();
