@@ -31,6 +31,11 @@ pub(super) struct ParamTypes {
 
 impl ParamTypes {
     fn set(&mut self, name: u64, oids: Option<Arc<[u32]>>) {
+        // Nothing to forget and nothing to record (a driver that names no types, as most do):
+        // no hashing.
+        if oids.is_none() && self.by_stmt.is_empty() {
+            return;
+        }
         if let Some(old) = self.by_stmt.remove(&name) {
             self.oids = self.oids.saturating_sub(old.len());
         }

@@ -17,6 +17,7 @@ impl PgSession {
         dir.framing.lose(health);
     }
 
+    #[inline]
     fn apply(&mut self, act: Act, sink: &mut dyn Sink) {
         if act.stop {
             self.stopped = true;
