@@ -136,13 +136,14 @@ impl RedisSession {
     /// A whole command found in one pass: the builder gets its arguments (each cut as it
     /// asks), then the conversation gets the request, exactly as the events would have done.
     fn on_whole(&mut self, cmd: &WholeCommand, data: &[u8], ts: u64, sink: &mut dyn Sink) {
-        self.builder.begin(cmd.argc as u64);
-        for (i, s) in (0u64..).zip(cmd.spans()) {
-            let keep = self.builder.keep(i).min(s.len);
-            let head = data.get(s.start..s.start + keep).unwrap_or(&[]);
-            self.builder.arg(i, head, s.len as u64);
-        }
-        let r = self.builder.finish(self.conn.cfg.max_text);
+        let spans = cmd.spans();
+        let arg = |i: usize| {
+            spans
+                .get(i)
+                .and_then(|s| data.get(s.start..s.start + s.len))
+                .unwrap_or(&[])
+        };
+        let r = self.builder.whole(cmd.argc, arg, self.conn.cfg.max_text);
         let wire = cmd.wire as u64 + std::mem::take(&mut self.credit);
         let act = self.conn.on_request(r, wire, ts, false, sink);
         self.apply(act);
