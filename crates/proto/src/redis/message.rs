@@ -414,19 +414,34 @@ impl Builder {
 
     /// A whole command whose arguments all lie in memory, `args(i)` being argument `i`'s
     /// bytes: the request `begin`, then `keep` and `arg` for each argument, then `finish` give.
-    /// A repeat of a simple command (see [`Self::simple_repeat`]) skips the steps per argument.
+    /// A repeat of a simple command (see [`Self::simple_repeat`]) skips the steps per argument,
+    /// and with the same key as the last text built, the key's copy and `finish` too.
     pub fn whole<'a>(
         &mut self,
         argc: usize,
         args: impl Fn(usize) -> &'a [u8],
         max_text: usize,
     ) -> Request {
-        if !self.simple_repeat(argc, &args) {
-            self.begin(argc as u64);
-            for i in 0..argc {
-                let a = args(i);
-                let keep = self.keep(i as u64).min(a.len());
-                self.arg(i as u64, a.get(..keep).unwrap_or(a), a.len() as u64);
+        match self.simple_repeat(argc, &args) {
+            Some(key) => {
+                if let Some(r) = self.repeat_key(key, max_text) {
+                    return r;
+                }
+                match key {
+                    Some(k) => self.set_key(k.get(..KEY_KEEP).unwrap_or(k), k.len() as u64),
+                    None => {
+                        self.has_key = false;
+                        self.key_truncated = false;
+                    }
+                }
+            }
+            None => {
+                self.begin(argc as u64);
+                for i in 0..argc {
+                    let a = args(i);
+                    let keep = self.keep(i as u64).min(a.len());
+                    self.arg(i as u64, a.get(..keep).unwrap_or(a), a.len() as u64);
+                }
             }
         }
         self.finish(max_text)
@@ -434,23 +449,26 @@ impl Builder {
 
     /// When argument 0 is the name looked up last and its table entry is simple (no
     /// subcommands, no options read, nothing special, the key at a fixed place or none), sets
-    /// at once what `begin` and the arguments would, and returns true; false, with nothing
-    /// changed, otherwise. Left as they were: `name`, `arg1` and `arg2`, read only for a name
-    /// not in the table or a special command.
-    fn simple_repeat<'a>(&mut self, argc: usize, args: &impl Fn(usize) -> &'a [u8]) -> bool {
-        let Some(info) = self.last_info else {
-            return false;
-        };
+    /// at once what `begin` and the arguments would but the key, and returns the key argument
+    /// (`Some(None)` when there is none); `None`, with nothing changed, otherwise. Left as they
+    /// were: `name`, `arg1` and `arg2`, read only for a name not in the table or a special
+    /// command.
+    fn simple_repeat<'a>(
+        &mut self,
+        argc: usize,
+        args: &impl Fn(usize) -> &'a [u8],
+    ) -> Option<Option<&'a [u8]>> {
+        let info = self.last_info?;
         if self.last_special || self.last_kind != Kind::Other || info.container || argc == 0 {
-            return false;
+            return None;
         }
         let key = match info.key {
             KeyRule::None => None,
             KeyRule::At(at) => usize::try_from(at).ok().filter(|&at| at < argc).map(args),
-            KeyRule::Numkeys { .. } | KeyRule::After { .. } => return false,
+            KeyRule::Numkeys { .. } | KeyRule::After { .. } => return None,
         };
         if args(0) != self.last_name.as_slice() {
-            return false;
+            return None;
         }
         self.argc = argc as u64;
         self.info = Some(info);
@@ -463,14 +481,29 @@ impl Builder {
         self.keyword_at = None;
         self.hello_user_at = None;
         self.user = None;
-        match key {
-            Some(k) => self.set_key(k.get(..KEY_KEEP).unwrap_or(k), k.len() as u64),
-            None => {
-                self.has_key = false;
-                self.key_truncated = false;
-            }
-        }
-        true
+        Some(key)
+    }
+
+    /// After [`Self::simple_repeat`]: [`Self::repeat`] for the key argument `key`, compared
+    /// where it lies (the builder's key is left as it was: `finish` is not called).
+    fn repeat_key(&self, key: Option<&[u8]>, max_text: usize) -> Option<Request> {
+        let m = self.memo.as_ref()?;
+        let info = self.info?;
+        let kept = key.map(|k| k.get(..KEY_KEEP).unwrap_or(k));
+        let keyed = kept.is_some_and(|k| !k.is_empty());
+        let same = std::ptr::eq(info, m.info)
+            && m.max_text == max_text
+            && m.keyed == keyed
+            && (!keyed
+                || (key.is_some_and(|k| k.len() > KEY_KEEP) == m.key_truncated
+                    && kept == Some(self.memo_key.as_slice())));
+        same.then(|| Request {
+            command: info.name,
+            text: Arc::clone(&m.text),
+            text_truncated: m.truncated,
+            special: Special::None,
+            argc: self.argc,
+        })
     }
 
     fn set_key(&mut self, head: &[u8], len: u64) {
