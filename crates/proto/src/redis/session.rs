@@ -150,6 +150,7 @@ impl RedisSession {
     }
 
     fn feed_client(&mut self, mut data: &[u8], ts: u64, sink: &mut dyn Sink) {
+        let mut cmd = WholeCommand::default();
         loop {
             if self.stopped {
                 return;
@@ -161,7 +162,7 @@ impl RedisSession {
                 data = self.hunt(data, ts, sink);
                 continue;
             }
-            if let Some(cmd) = self.req.whole_command(data, ts) {
+            if self.req.whole_command(data, ts, &mut cmd) {
                 self.on_whole(&cmd, data, ts, sink);
                 data = data.get(cmd.wire..).unwrap_or(&[]);
                 continue;
