@@ -136,19 +136,21 @@ impl RedisSession {
     /// A whole command found in one pass: the builder gets its arguments (each cut as it
     /// asks), then the conversation gets the request, exactly as the events would have done.
     fn on_whole(&mut self, cmd: &WholeCommand, data: &[u8], ts: u64, sink: &mut dyn Sink) {
-        self.builder.begin(cmd.argc as u64);
-        for (i, s) in (0u64..).zip(cmd.spans()) {
-            let keep = self.builder.keep(i).min(s.len);
-            let head = data.get(s.start..s.start + keep).unwrap_or(&[]);
-            self.builder.arg(i, head, s.len as u64);
-        }
-        let r = self.builder.finish(self.conn.cfg.max_text);
+        let spans = cmd.spans();
+        let arg = |i: usize| {
+            spans
+                .get(i)
+                .and_then(|s| data.get(s.start..s.start + s.len))
+                .unwrap_or(&[])
+        };
+        let r = self.builder.whole(cmd.argc, arg, self.conn.cfg.max_text);
         let wire = cmd.wire as u64 + std::mem::take(&mut self.credit);
         let act = self.conn.on_request(r, wire, ts, false, sink);
         self.apply(act);
     }
 
     fn feed_client(&mut self, mut data: &[u8], ts: u64, sink: &mut dyn Sink) {
+        let mut cmd = WholeCommand::default();
         loop {
             if self.stopped {
                 return;
@@ -160,7 +162,7 @@ impl RedisSession {
                 data = self.hunt(data, ts, sink);
                 continue;
             }
-            if let Some(cmd) = self.req.whole_command(data, ts) {
+            if self.req.whole_command(data, ts, &mut cmd) {
                 self.on_whole(&cmd, data, ts, sink);
                 data = data.get(cmd.wire..).unwrap_or(&[]);
                 continue;

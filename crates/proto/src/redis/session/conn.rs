@@ -263,7 +263,7 @@ impl Conn {
             Special::Exec | Special::Discard => self.client_multi = false,
             _ => {}
         }
-        if p.special == Special::Sync {
+        if matches!(p.special, Special::Sync) {
             // A replication stream follows: no reply to pair, nothing else will be asked.
             self.emit(p, Outcome::NoReplyExpected, sink);
             act.stop = true;
@@ -409,7 +409,13 @@ impl Conn {
             // Only a RESP3 connection gets these types.
             self.resp3 = true;
         }
-        let conf = message::confirmation(v, firsts);
+        // Only an array or a push can be a confirmation or a published message.
+        let aggregate = matches!(v.ty, Type::Array | Type::Push);
+        let conf = if aggregate {
+            message::confirmation(v, firsts)
+        } else {
+            None
+        };
         let awaited = conf.filter(|c| self.head_awaits(c));
         if awaited.is_none() {
             self.finish_open_batch(sink);
@@ -418,7 +424,7 @@ impl Conn {
             self.confirm(&c, v, sink);
             return Act::default();
         }
-        let message = message::is_message(v, firsts);
+        let message = aggregate && message::is_message(v, firsts);
         let push = v.ty == Type::Push
             || (!self.resp3 && message && (self.subs.active() || self.inflight.is_empty()));
         if let Some(c) = conf.filter(|_| !push) {

@@ -37,6 +37,12 @@ impl WholeCommand {
 /// its value and the bytes it takes, CRLF included.
 #[inline]
 pub(super) fn number(rest: &[u8]) -> Option<(i64, usize)> {
+    // One digit, the usual argument count and length: no loop.
+    if let Some(&[d, b'\r', b'\n']) = rest.get(..3)
+        && d.is_ascii_digit()
+    {
+        return Some((i64::from(d - b'0'), 3));
+    }
     // The usual line, plain digits (at most 18: no overflow) then CRLF, in one pass.
     let mut v: i64 = 0;
     for (i, &b) in rest.iter().take(19).enumerate() {
@@ -67,10 +73,16 @@ fn number_slow(rest: &[u8]) -> Option<(i64, usize)> {
 
 impl RequestReader {
     /// The whole command at the start of `input`, if the reader is between commands and one
-    /// lies there; the reader then stands as after that command's end (started at `ts`, no
-    /// bytes lost). `None`, with nothing changed, otherwise.
+    /// lies there: written into `cmd` (filled in place, not returned: it is a few cache lines),
+    /// and the reader then stands as after that command's end (started at `ts`, no bytes
+    /// lost). False, with the reader unchanged (`cmd` may be overwritten), otherwise.
     #[inline]
-    pub fn whole_command(&mut self, input: &[u8], ts: u64) -> Option<WholeCommand> {
+    pub fn whole_command(&mut self, input: &[u8], ts: u64, cmd: &mut WholeCommand) -> bool {
+        self.locate(input, ts, cmd).is_some()
+    }
+
+    #[inline]
+    fn locate(&mut self, input: &[u8], ts: u64, cmd: &mut WholeCommand) -> Option<()> {
         if self.st != RSt::Start || self.active || self.end_pending || !self.line.is_empty() {
             return None;
         }
@@ -82,11 +94,7 @@ impl RequestReader {
             .ok()
             .filter(|&n| (1..=MAX_ARGS).contains(&n))?;
         let argc = usize::try_from(argc).ok().filter(|&n| n <= WHOLE_ARGS)?;
-        let mut cmd = WholeCommand {
-            wire: 0,
-            argc,
-            spans: [Span::default(); WHOLE_ARGS],
-        };
+        cmd.argc = 0;
         let mut at = 1 + used;
         for span in cmd.spans.iter_mut().take(argc) {
             if *input.get(at)? != b'$' {
@@ -104,13 +112,14 @@ impl RequestReader {
             at = end + 2;
         }
         cmd.wire = at;
+        cmd.argc = argc;
         // As after `finish` on the ordinary path.
         self.argc = argc as u64;
         self.index = argc as u64;
         self.wire = at as u64;
         self.start_ts = ts;
         self.lost = 0;
-        Some(cmd)
+        Some(())
     }
 }
 
