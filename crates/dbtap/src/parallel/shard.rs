@@ -261,9 +261,14 @@ impl Feed {
 
     /// Keeps `c`'s buffers for a later read if no worker holds it any more.
     fn keep(&mut self, c: Arc<Chunk>) {
-        if let Some(c) = Arc::into_inner(c)
-            && self.spare.len() <= QUEUE
-        {
+        if let Some(c) = Arc::into_inner(c) {
+            self.spare(c);
+        }
+    }
+
+    /// Keeps an emptied chunk's buffers for a later read (a few at most).
+    fn spare(&mut self, c: Chunk) {
+        if self.spare.len() <= QUEUE {
             self.spare.push(c);
         }
     }
@@ -534,7 +539,7 @@ fn worker(
             }
         }
         if let Some(c) = Arc::into_inner(chunk) {
-            lock(&shared.feed).keep(Arc::new(c));
+            lock(&shared.feed).spare(c);
         }
     }
     worker_end(w, engine, peak, flow)
