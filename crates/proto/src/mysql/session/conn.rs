@@ -84,7 +84,7 @@ impl Pending {
     }
 
     /// Gives back what the record holds (its text share, parameters, statements), so that its
-    /// box can wait empty for the next request ([`Pending::restart`] sets the rest).
+    /// box can wait empty for the next request ([`Pending::restart`] makes it new).
     fn clear(&mut self) {
         self.core = RequestCore::default();
         self.effect = Effect::None;
@@ -94,17 +94,9 @@ impl Pending {
         self.text_charge = Charge::default();
     }
 
-    /// A cleared record as [`Pending::new`] makes it, in place.
+    /// The record as [`Pending::new`] makes it, in place (in a reused box).
     fn restart(&mut self, command: Command, start_ns: u64, bytes_in: u64) {
-        self.command = command;
-        self.core.start_ns = start_ns;
-        self.core.bytes_in = bytes_in;
-        self.stmt = None;
-        self.resolve_stmt = false;
-        self.resp = Resp::Single;
-        self.prepared = None;
-        self.prepared_params = 0;
-        self.txn = None;
+        *self = Pending::new(command, start_ns, bytes_in);
     }
 
     /// Heap bytes held for the request's text (and a multi-statement query's).
