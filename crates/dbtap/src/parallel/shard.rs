@@ -259,6 +259,11 @@ impl Feed {
         any
     }
 
+    /// No worker is reading, the reading has not ended, and the queue has room.
+    fn may_read(&self) -> bool {
+        !self.reading && !self.done && self.chunks.len() < QUEUE
+    }
+
     /// Keeps `c`'s buffers for a later read if no worker holds it any more.
     fn keep(&mut self, c: Arc<Chunk>) {
         if let Some(c) = Arc::into_inner(c) {
@@ -275,40 +280,51 @@ impl Feed {
 }
 
 /// Worker `w`'s next chunk, read by `w` itself when no worker has read it yet; `None` at the
-/// end.
+/// end. A worker that takes the newest chunk read so far reads the one after it first, while
+/// there is room: the others then find their next chunk read rather than wait for its reading.
 fn next_for(shared: &Shared, w: usize) -> Option<Arc<Chunk>> {
     let mut f = lock(&shared.feed);
     loop {
         let n = f.next.get(w).copied().unwrap_or(u64::MAX);
         let at = n.checked_sub(f.base).and_then(|k| usize::try_from(k).ok());
         if let Some(c) = at.and_then(|k| f.chunks.get(k)).cloned() {
+            let newest = at == f.chunks.len().checked_sub(1);
             if let Some(x) = f.next.get_mut(w) {
                 *x += 1;
             }
             if f.trim() {
                 shared.ready.notify_all();
             }
+            if newest && f.may_read() {
+                drop(read_one(shared, f));
+            }
             return Some(c);
         }
         if f.done {
             return None;
         }
-        if !f.reading && f.chunks.len() < QUEUE {
-            f.reading = true;
-            let spare = f.spare.pop().unwrap_or_default();
-            drop(f);
-            let got = lock(&shared.read).next(spare);
-            f = lock(&shared.feed);
-            f.reading = false;
-            match got {
-                Some(c) => f.chunks.push_back(Arc::new(c)),
-                None => f.done = true,
-            }
-            shared.ready.notify_all();
+        if f.may_read() {
+            f = read_one(shared, f);
             continue;
         }
         f = shared.ready.wait(f).unwrap_or_else(|e| e.into_inner());
     }
+}
+
+/// Reads the next chunk into the queue, outside the queue's lock `f` (taken again after).
+fn read_one<'a>(shared: &'a Shared, mut f: MutexGuard<'a, Feed>) -> MutexGuard<'a, Feed> {
+    f.reading = true;
+    let spare = f.spare.pop().unwrap_or_default();
+    drop(f);
+    let got = lock(&shared.read).next(spare);
+    let mut f = lock(&shared.feed);
+    f.reading = false;
+    match got {
+        Some(c) => f.chunks.push_back(Arc::new(c)),
+        None => f.done = true,
+    }
+    shared.ready.notify_all();
+    f
 }
 
 /// The lock, also after a worker panicked holding it (what it guards stays consistent: every
