@@ -29,6 +29,13 @@ pub trait Consumer {
     fn event_ref(&mut self, ev: &QueryEvent) {
         self.event(ev.clone());
     }
+    /// The connection id the events of the engine's connection `conn` carry to this consumer,
+    /// asked for each event before it is handed over: `conn` by default (the parallel digest's
+    /// workers number connections as one thread would, without moving the event to do it).
+    #[inline]
+    fn conn_id(&mut self, conn: u64) -> u64 {
+        conn
+    }
     /// Every TCP segment decoded, before reassembly, with the length of the frame that carried
     /// it. For per-server packet and byte rates; nothing by default.
     fn segment(&mut self, _src: SocketAddr, _dst: SocketAddr, _frame_len: usize) {}
@@ -375,6 +382,7 @@ impl<C: Consumer> proto::Sink for SinkRef<'_, C> {
         }
         // The one place service time is computed: every protocol's events pass here.
         self.ledger.service.stamp(&mut ev);
+        ev.conn = self.consumer.conn_id(ev.conn);
         if C::BY_REF {
             self.consumer.event_ref(&ev);
         } else {

@@ -94,15 +94,25 @@ impl Shard {
 }
 
 impl Consumer for Shard {
-    fn event(&mut self, mut ev: QueryEvent) {
-        ev.conn = self.id(ev.conn);
+    /// An event whose connection id is already one thread's ([`Consumer::conn_id`]).
+    fn event(&mut self, ev: QueryEvent) {
+        self.event_ref(&ev);
+    }
+
+    const BY_REF: bool = true;
+
+    fn conn_id(&mut self, conn: u64) -> u64 {
+        self.id(conn)
+    }
+
+    fn event_ref(&mut self, ev: &QueryEvent) {
         let key = if self.finishing {
             (u64::MAX, ev.conn)
         } else {
             self.key
         };
         let before = self.inner.agg.unique_groups();
-        self.inner.event(ev);
+        self.inner.event_ref(ev);
         if self.inner.agg.unique_groups() > before
             && let Some(g) = self.inner.agg.groups().nth(before as usize)
         {
