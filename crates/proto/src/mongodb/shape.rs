@@ -53,15 +53,24 @@ fn is_field_path(s: &[u8]) -> bool {
 /// Appends `s` as a JSON string (invalid UTF-8 replaced, control characters escaped).
 pub fn push_json_str(out: &mut String, s: &[u8]) {
     out.push('"');
-    if s.iter()
-        .all(|&b| (b' '..0x7f).contains(&b) && b != b'"' && b != b'\\')
-        && let Ok(plain) = std::str::from_utf8(s)
-    {
-        // The usual key: printable ASCII, nothing to escape.
-        out.push_str(plain);
-        out.push('"');
-        return;
+    // The usual key: printable ASCII, nothing to escape, copied in the one pass that checks it
+    // (an ASCII byte is its own char); anything else starts over on the escaping path.
+    let start = out.len();
+    out.reserve(s.len() + 1);
+    for &b in s {
+        if (b' '..0x7f).contains(&b) && b != b'"' && b != b'\\' {
+            out.push(char::from(b));
+        } else {
+            out.truncate(start);
+            push_json_escaped(out, s);
+            return;
+        }
     }
+    out.push('"');
+}
+
+/// The rest of [`push_json_str`] for a string with bytes to escape (or not UTF-8).
+fn push_json_escaped(out: &mut String, s: &[u8]) {
     for c in String::from_utf8_lossy(s).chars() {
         match c {
             '"' => out.push_str("\\\""),

@@ -58,9 +58,10 @@ impl BodyParser {
 
     /// The identifier of a kind-1 sequence says what its documents are.
     pub(super) fn seq_ident(&mut self) -> Res<()> {
-        let ident = self.r.bytes().to_vec();
+        // Read where the field reader keeps it: no copy per sequence.
+        let ident = self.r.bytes();
         self.seq_role = match &self.out {
-            Parsed::Request(r) => r.sequence_role(&ident),
+            Parsed::Request(r) => r.sequence_role(ident),
             Parsed::Reply(_) => None,
         };
         self.seq_first = true;

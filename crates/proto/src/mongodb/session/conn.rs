@@ -133,13 +133,23 @@ pub(super) struct Conn {
 /// Writes a database or collection name into text: bytes that would confuse the text's
 /// format (space and control characters, `%`) are percent-escaped.
 fn push_name(out: &mut String, name: &[u8]) {
-    if name.iter().all(|&b| b > b' ' && b < 0x7f && b != b'%')
-        && let Ok(plain) = std::str::from_utf8(name)
-    {
-        // The usual name: printable ASCII, nothing to escape.
-        out.push_str(plain);
-        return;
+    // The usual name: printable ASCII, nothing to escape, copied in the one pass that checks
+    // it (an ASCII byte is its own char); anything else starts over on the escaping path.
+    let start = out.len();
+    out.reserve(name.len());
+    for &b in name {
+        if b > b' ' && b < 0x7f && b != b'%' {
+            out.push(char::from(b));
+        } else {
+            out.truncate(start);
+            push_name_escaped(out, name);
+            return;
+        }
     }
+}
+
+/// [`push_name`] for a name with bytes to escape (or not UTF-8).
+fn push_name_escaped(out: &mut String, name: &[u8]) {
     let s = String::from_utf8_lossy(name);
     for c in s.chars() {
         if c <= ' ' || c == '%' || c == '\u{7f}' {
@@ -228,6 +238,13 @@ impl Conn {
 
     fn database(&mut self, db: Option<&[u8]>) -> Option<Arc<str>> {
         let db = db?;
+        // The same database as last time (its bytes are then valid UTF-8, which the lossy
+        // reading keeps as they are): shared without reading the name again.
+        if let Some(a) = &self.last_db
+            && a.as_bytes() == db
+        {
+            return Some(a.clone());
+        }
         let s = String::from_utf8_lossy(db);
         match &self.last_db {
             Some(a) if **a == *s => Some(a.clone()),
