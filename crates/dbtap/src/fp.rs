@@ -533,3 +533,79 @@ fn unreachable_group(buf: &mut String) -> Group<'_> {
         command: "unknown",
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ev(command: &'static str, text: &Arc<str>) -> QueryEvent {
+        QueryEvent {
+            text: Some(Arc::clone(text)),
+            ..proto::testing::event(Protocol::Postgres, command, 0, Some(1))
+        }
+    }
+
+    /// A text a session holds comes back by address (as a Parse and as its execution, two
+    /// entries); every answer equals a fresh normalizer's, also for equal texts in other
+    /// allocations and after the address is freed and reused by another text.
+    #[test]
+    fn shared_texts_answer_as_their_bytes() {
+        let mut n = Normalizer::new(FingerprintMode::Dbtap, false, false);
+        let fresh = |e: &QueryEvent| {
+            let mut f = Normalizer::new(FingerprintMode::Dbtap, false, false);
+            let g = f.group(e);
+            (g.hash, g.text.to_string(), g.command)
+        };
+        let mut check = |e: &QueryEvent| {
+            let g = n.group(e);
+            assert_eq!((g.hash, g.text.to_string(), g.command), fresh(e));
+        };
+        let a: Arc<str> = Arc::from("select * from t where id = $1");
+        let b: Arc<str> = Arc::from("update t set v = $1 where id = $2");
+        for _ in 0..3 {
+            for t in [&a, &b] {
+                check(&ev("prepare", t));
+                check(&ev("execute", t));
+            }
+        }
+        let a2: Arc<str> = Arc::from(&*a);
+        check(&ev("execute", &a2));
+        drop((a, a2));
+        for i in 0..50 {
+            let t: Arc<str> = Arc::from(format!("select {i} from t where id = $1").as_str());
+            check(&ev("execute", &t));
+            check(&ev("execute", &t));
+        }
+        assert!(n.shared.iter().flatten().count() > 2);
+    }
+
+    /// MySQL in pt mode fingerprints a Prepare and an Execute of one text differently: the
+    /// table tells them apart by command.
+    #[test]
+    fn shared_texts_keep_their_command() {
+        let mut n = Normalizer::new(FingerprintMode::Pt, false, false);
+        let t: Arc<str> = Arc::from("select c from sbtest1 where id=?");
+        let mut seen = Vec::new();
+        for _ in 0..3 {
+            for command in ["prepare", "execute"] {
+                let e = QueryEvent {
+                    text: Some(Arc::clone(&t)),
+                    ..proto::testing::event(Protocol::Mysql, command, 0, Some(1))
+                };
+                let g = n.group(&e);
+                seen.push((command, g.text.to_string()));
+            }
+        }
+        assert_eq!(seen[0].1, "prepare select c from sbtest? where id=?");
+        assert_eq!(seen[1].1, "execute select c from sbtest? where id=?");
+        assert_eq!(
+            seen[..2]
+                .iter()
+                .cycle()
+                .take(6)
+                .cloned()
+                .collect::<Vec<_>>(),
+            seen
+        );
+    }
+}
