@@ -143,6 +143,9 @@ struct Open {
     idle_ns: u64,
     statements: u64,
     groups: Vec<GroupKey>,
+    /// One bit per key in `groups` ([`key_bit`]): a key whose bit is clear is not among them,
+    /// known without comparing it with each (most of a transaction's statements are).
+    group_bits: u64,
     more_groups: bool,
 }
 
@@ -162,6 +165,9 @@ pub struct Transactions {
     /// Connections seen in a transaction (looked up per event: a fast hash of the id).
     conns: HashMap<u64, ConnState, foldhash::fast::RandomState>,
     top_txns: Vec<Txn>,
+    /// The order key ([`txn_key`]) of the last of `top_txns` when they were last cut to the
+    /// top: a transaction ordered after it can never be among them, and is not built.
+    txn_cut: Option<(std::cmp::Reverse<u64>, u64, u64)>,
     top_conns: Vec<ConnIdle>,
     totals: TxnTotals,
 }
@@ -223,6 +229,7 @@ impl Transactions {
                     idle_ns: 0,
                     statements: u64::from(ev.timed),
                     groups: vec![key],
+                    group_bits: key_bit(&key),
                     more_groups: false,
                 });
             }
@@ -270,6 +277,24 @@ impl Transactions {
             idle += end_ns.saturating_sub(o.last_end_ns);
         }
         let end_ns = end_ns.max(o.start_ns);
+        let duration = end_ns.saturating_sub(o.start_ns);
+        st.idle_ns += idle;
+        st.in_txn_ns += duration;
+        let tt = &mut self.totals;
+        tt.transactions += 1;
+        match how {
+            TxnEnd::Commit => tt.committed += 1,
+            TxnEnd::Rollback => tt.rolled_back += 1,
+            TxnEnd::Other => tt.other_end += 1,
+            TxnEnd::Closed => tt.closed += 1,
+        }
+        tt.duration_ns += u128::from(duration);
+        tt.idle_ns += u128::from(idle);
+        tt.statements += o.statements;
+        let key = (std::cmp::Reverse(duration), o.start_ns, st.who.conn);
+        if self.txn_cut.is_some_and(|c| key > c) {
+            return; // the top list already holds k transactions ordered before this one
+        }
         let t = Txn {
             who: st.who.clone(),
             start_ns: o.start_ns,
@@ -280,20 +305,13 @@ impl Transactions {
             more_groups: o.more_groups,
             ended: how,
         };
-        st.idle_ns += idle;
-        st.in_txn_ns += t.duration_ns();
-        let tt = &mut self.totals;
-        tt.transactions += 1;
-        match how {
-            TxnEnd::Commit => tt.committed += 1,
-            TxnEnd::Rollback => tt.rolled_back += 1,
-            TxnEnd::Other => tt.other_end += 1,
-            TxnEnd::Closed => tt.closed += 1,
-        }
-        tt.duration_ns += u128::from(t.duration_ns());
-        tt.idle_ns += u128::from(idle);
-        tt.statements += t.statements;
+        let k = self.cfg.top.max(1);
+        // push_top sorts and cuts the list to k when it grows past 2k.
+        let cuts = self.top_txns.len() >= 2 * k;
         push_top(&mut self.top_txns, t, self.cfg.top, txn_order);
+        if cuts {
+            self.txn_cut = self.top_txns.last().map(txn_key);
+        }
     }
 
     fn push_conn(&mut self, c: ConnIdle) {
@@ -370,6 +388,9 @@ impl Transactions {
         for t in &mut self.top_txns {
             t.who.conn = f(t.who.conn);
         }
+        if let Some(c) = &mut self.txn_cut {
+            c.2 = f(c.2);
+        }
         for c in &mut self.top_conns {
             c.who.conn = f(c.who.conn);
         }
@@ -382,14 +403,22 @@ impl Transactions {
 }
 
 fn add_group(o: &mut Open, key: GroupKey) {
-    if o.groups.contains(&key) {
+    let bit = key_bit(&key);
+    if o.group_bits & bit != 0 && o.groups.contains(&key) {
         return;
     }
     if o.groups.len() < TXN_GROUPS {
         o.groups.push(key);
+        o.group_bits |= bit;
     } else {
         o.more_groups = true;
     }
+}
+
+/// The bit of [`Open::group_bits`] that `key` sets (equal keys have equal hashes).
+#[inline]
+fn key_bit(key: &GroupKey) -> u64 {
+    1 << (key.fingerprint_hash.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58)
 }
 
 /// How a statement that returned its connection to idle ended the transaction.
@@ -397,18 +426,27 @@ fn end_kind(text: Option<&str>) -> TxnEnd {
     let Some(t) = text else {
         return TxnEnd::Other;
     };
-    let word: String = t
-        .trim_start()
-        .chars()
-        .take_while(|c| c.is_ascii_alphabetic())
+    // The first word (its first 10 ASCII letters), compared without copying it.
+    let t = t.trim_start();
+    let n = t
+        .bytes()
+        .take_while(u8::is_ascii_alphabetic)
         .take(10)
-        .collect::<String>()
-        .to_ascii_lowercase();
-    match word.as_str() {
-        "commit" | "end" => TxnEnd::Commit,
-        "rollback" | "abort" => TxnEnd::Rollback,
-        _ => TxnEnd::Other,
+        .count();
+    let word = t.as_bytes().get(..n).unwrap_or_default();
+    let is = |w: &str| word.eq_ignore_ascii_case(w.as_bytes());
+    if is("commit") || is("end") {
+        TxnEnd::Commit
+    } else if is("rollback") || is("abort") {
+        TxnEnd::Rollback
+    } else {
+        TxnEnd::Other
     }
+}
+
+/// [`txn_order`] as a key: longest first, then earlier, then by connection.
+fn txn_key(t: &Txn) -> (std::cmp::Reverse<u64>, u64, u64) {
+    (std::cmp::Reverse(t.duration_ns()), t.start_ns, t.who.conn)
 }
 
 fn txn_order(a: &Txn, b: &Txn) -> std::cmp::Ordering {
@@ -580,6 +618,58 @@ mod tests {
         assert_eq!(t.top_transactions()[0].start_ns, 99);
     }
 
+    /// The top list skips transactions ordered after the k kept at its last cut: what it
+    /// reports is the top k of every transaction, ties and all.
+    #[test]
+    fn top_transactions_are_the_top_of_all() {
+        let k = 3;
+        let mut t = Transactions::new(TxnConfig {
+            top: k,
+            max_conns: 64,
+        });
+        let mut all = Vec::new();
+        let mut x = 7u64;
+        for i in 0..400u64 {
+            x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+            let (conn, start, dur) = (x >> 60, i * 100 * MS, (x >> 40) % 50 * MS);
+            t.record(&ev(conn, "begin", start, start + 1, Some(T)), key(1));
+            t.record(
+                &ev(conn, "commit", start + dur, start + dur, Some(Idle)),
+                key(2),
+            );
+            all.push((std::cmp::Reverse(dur), start, conn));
+        }
+        all.sort();
+        let want: Vec<_> = all.into_iter().take(k).collect();
+        let got: Vec<_> = t.top_transactions().into_iter().map(txn_key).collect();
+        assert_eq!(got, want);
+        assert!(t.txn_cut.is_some());
+    }
+
+    /// Keys past the first `TXN_GROUPS` set `more_groups`; a repeated key (its bit set) is
+    /// not added twice, and a key whose bit another set is still added.
+    #[test]
+    fn transaction_groups_bounded_and_distinct() {
+        let mut t = Transactions::new(TxnConfig::default());
+        t.record(&ev(1, "begin", 0, 1, Some(T)), key(0));
+        for h in (0..6).chain(0..6) {
+            t.record(&ev(1, "x", 2, 3, Some(T)), key(h));
+        }
+        t.record(&ev(1, "commit", 4, 5, Some(Idle)), key(6));
+        let top = t.top_transactions();
+        assert_eq!(top[0].groups, (0..7).map(key).collect::<Vec<_>>());
+        assert!(!top[0].more_groups);
+        t.record(&ev(1, "begin", 10, 11, Some(T)), key(0));
+        for h in 0..20 {
+            t.record(&ev(1, "x", 12, 13, Some(T)), key(h));
+        }
+        t.record(&ev(1, "commit", 14, 15, Some(Idle)), key(0));
+        let top = t.top_transactions();
+        let last = top.iter().find(|x| x.start_ns == 10).unwrap();
+        assert_eq!(last.groups, (0..8).map(key).collect::<Vec<_>>());
+        assert!(last.more_groups);
+    }
+
     #[test]
     fn end_words() {
         assert_eq!(end_kind(Some("  COMMIT")), TxnEnd::Commit);
@@ -587,6 +677,10 @@ mod tests {
         assert_eq!(end_kind(Some("ROLLBACK TO x")), TxnEnd::Rollback);
         assert_eq!(end_kind(Some("create table t (a int)")), TxnEnd::Other);
         assert_eq!(end_kind(None), TxnEnd::Other);
+        assert_eq!(end_kind(Some("Abort")), TxnEnd::Rollback);
+        assert_eq!(end_kind(Some("endless")), TxnEnd::Other);
+        assert_eq!(end_kind(Some("commitcommit")), TxnEnd::Other);
+        assert_eq!(end_kind(Some("comm\u{e9}")), TxnEnd::Other);
     }
 
     #[test]

@@ -218,6 +218,33 @@ struct Normalizer {
     /// so comparing the text with that entry's first skips the hash of the text and the
     /// lookup.
     last: Option<(usize, Command)>,
+    /// Texts the sessions share by allocation (a MySQL prepared statement's, a PostgreSQL
+    /// statement re-parsed from a connection's recent texts), found by address before any hash
+    /// of the bytes ([`Normalizer::shared_slot`]).
+    shared: Vec<Option<Shared>>,
+}
+
+/// A text known by its allocation: the `Arc` is held here, so no other text can take its
+/// address while it is, and an equal address is this very text (exact, no bytes compared).
+struct Shared {
+    text: Arc<str>,
+    command: Command,
+    /// Its entry in [`Normalizer::entries`].
+    slot: usize,
+}
+
+/// Slots of the table of shared texts (direct-mapped by address; a power of two).
+const SHARED_SLOTS: usize = 256;
+/// Longest text the table holds, so it keeps at most `SHARED_SLOTS` times this alive.
+const SHARED_MAX_LEN: usize = 16 << 10;
+
+/// The slot of the table of shared texts that `text`'s address and the command's map to (one
+/// text comes as a PostgreSQL Parse and then its execution: two entries, two slots).
+#[inline]
+fn shared_index(text: &Arc<str>, cmd: Command) -> usize {
+    let addr = Arc::as_ptr(text).cast::<u8>() as usize as u64;
+    let cmd = (cmd.0.as_ptr() as usize as u64).rotate_left(29);
+    ((addr ^ cmd).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56) as usize & (SHARED_SLOTS - 1)
 }
 
 /// A command name as a cache key: equal names are almost always the same `&'static str`, so
@@ -249,6 +276,36 @@ impl Normalizer {
             cache: HashMap::default(),
             entries: Vec::new(),
             last: None,
+            shared: Vec::new(),
+        }
+    }
+
+    /// The entry of `text` when the table of shared texts holds this very allocation.
+    #[inline]
+    fn shared_slot(&self, text: &Arc<str>, cmd: Command) -> Option<usize> {
+        self.shared
+            .get(shared_index(text, cmd))?
+            .as_ref()
+            .filter(|s| Arc::ptr_eq(&s.text, text) && s.command == cmd)
+            .map(|s| s.slot)
+    }
+
+    /// Remembers that `text` is filed in entry `slot`, when a session holds the text too (so
+    /// it may come again by the same allocation: a text only the event holds never does).
+    #[inline]
+    fn share(&mut self, text: &Arc<str>, cmd: Command, slot: usize) {
+        if Arc::strong_count(text) < 2 || text.len() > SHARED_MAX_LEN {
+            return;
+        }
+        if self.shared.is_empty() {
+            self.shared.resize_with(SHARED_SLOTS, || None);
+        }
+        if let Some(s) = self.shared.get_mut(shared_index(text, cmd)) {
+            *s = Some(Shared {
+                text: Arc::clone(text),
+                command: cmd,
+                slot,
+            });
         }
     }
 
@@ -280,6 +337,10 @@ impl Normalizer {
         }
         let holds = |c: &Cached| Arc::ptr_eq(&c.text, text) || c.text == *text;
         let cmd = Command(ev.command);
+        if let Some(slot) = self.shared_slot(text, cmd) {
+            self.last = Some((slot, cmd));
+            return self.cached_group(slot, command);
+        }
         let memo = self
             .last
             .filter(|&(i, c)| c == cmd && self.entries.get(i).is_some_and(holds))
@@ -311,6 +372,7 @@ impl Normalizer {
                     self.cache.clear();
                     self.entries.clear();
                     self.last = None;
+                    self.shared.clear();
                 }
                 self.cache.insert(key, self.entries.len());
                 self.entries.push(Cached {
@@ -322,6 +384,13 @@ impl Normalizer {
             }
         };
         self.last = Some((slot, cmd));
+        self.share(text, cmd, slot);
+        self.cached_group(slot, command)
+    }
+
+    /// The group of cache entry `slot`.
+    #[inline]
+    fn cached_group(&mut self, slot: usize, command: &'static str) -> Group<'_> {
         match self.entries.get(slot) {
             Some(c) => Group {
                 hash: c.hash,
@@ -462,5 +531,81 @@ fn unreachable_group(buf: &mut String) -> Group<'_> {
         hash: 0,
         text: buf,
         command: "unknown",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ev(command: &'static str, text: &Arc<str>) -> QueryEvent {
+        QueryEvent {
+            text: Some(Arc::clone(text)),
+            ..proto::testing::event(Protocol::Postgres, command, 0, Some(1))
+        }
+    }
+
+    /// A text a session holds comes back by address (as a Parse and as its execution, two
+    /// entries); every answer equals a fresh normalizer's, also for equal texts in other
+    /// allocations and after the address is freed and reused by another text.
+    #[test]
+    fn shared_texts_answer_as_their_bytes() {
+        let mut n = Normalizer::new(FingerprintMode::Dbtap, false, false);
+        let fresh = |e: &QueryEvent| {
+            let mut f = Normalizer::new(FingerprintMode::Dbtap, false, false);
+            let g = f.group(e);
+            (g.hash, g.text.to_string(), g.command)
+        };
+        let mut check = |e: &QueryEvent| {
+            let g = n.group(e);
+            assert_eq!((g.hash, g.text.to_string(), g.command), fresh(e));
+        };
+        let a: Arc<str> = Arc::from("select * from t where id = $1");
+        let b: Arc<str> = Arc::from("update t set v = $1 where id = $2");
+        for _ in 0..3 {
+            for t in [&a, &b] {
+                check(&ev("prepare", t));
+                check(&ev("execute", t));
+            }
+        }
+        let a2: Arc<str> = Arc::from(&*a);
+        check(&ev("execute", &a2));
+        drop((a, a2));
+        for i in 0..50 {
+            let t: Arc<str> = Arc::from(format!("select {i} from t where id = $1").as_str());
+            check(&ev("execute", &t));
+            check(&ev("execute", &t));
+        }
+        assert!(n.shared.iter().flatten().count() > 2);
+    }
+
+    /// MySQL in pt mode fingerprints a Prepare and an Execute of one text differently: the
+    /// table tells them apart by command.
+    #[test]
+    fn shared_texts_keep_their_command() {
+        let mut n = Normalizer::new(FingerprintMode::Pt, false, false);
+        let t: Arc<str> = Arc::from("select c from sbtest1 where id=?");
+        let mut seen = Vec::new();
+        for _ in 0..3 {
+            for command in ["prepare", "execute"] {
+                let e = QueryEvent {
+                    text: Some(Arc::clone(&t)),
+                    ..proto::testing::event(Protocol::Mysql, command, 0, Some(1))
+                };
+                let g = n.group(&e);
+                seen.push((command, g.text.to_string()));
+            }
+        }
+        assert_eq!(seen[0].1, "prepare select c from sbtest? where id=?");
+        assert_eq!(seen[1].1, "execute select c from sbtest? where id=?");
+        assert_eq!(
+            seen[..2]
+                .iter()
+                .cycle()
+                .take(6)
+                .cloned()
+                .collect::<Vec<_>>(),
+            seen
+        );
     }
 }
