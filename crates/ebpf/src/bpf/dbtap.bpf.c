@@ -369,37 +369,54 @@ __noinline int announce(u64 sock, u64 skp, u32 how)
 	return 0;
 }
 
-/* Since 6.16 user memory can be read straight into a ring reservation of any size: one copy
- * of the bytes instead of two (into the per-CPU scratch, then into the ring). Older kernels do
- * not have it; libbpf resolves the weak symbol to 0 and the verifier drops that branch. */
-extern int bpf_probe_read_user_dynptr(struct bpf_dynptr *dptr, u32 off, u32 size,
-				      const void *unsafe_ptr) __ksym __weak;
-#ifndef bpf_ksym_exists
-#define bpf_ksym_exists(sym) (!!(sym))
-#endif
-
 /* Writes the data record of header `h` with its `h->nbytes` bytes read from `ubuf` straight into
- * the ring; 0 when written, 1 when the bytes could not be read (nothing written), -1 when the
- * ring had no room. */
-static __always_inline int emit_direct(struct hdr *h, u64 ubuf)
+ * a ring reservation of `cap` bytes (a constant: bpf_ringbuf_reserve takes no other), the
+ * header stored in place: one copy of the bytes, and three helper calls where the dynptr path
+ * (bpf_ringbuf_reserve_dynptr, bpf_probe_read_user_dynptr, bpf_dynptr_write, submit) made
+ * four, each with its own checks. The bytes past `nbytes` are padding (user space reads
+ * `nbytes`). 0 when written, 1 when the bytes could not be read (nothing written), -1 when
+ * the ring had no room. */
+static __always_inline int emit_class(struct hdr *h, u64 ubuf, const u32 cap)
 {
-	struct bpf_dynptr p;
 	u32 n = h->nbytes;
-	if (bpf_ringbuf_reserve_dynptr(&ring, sizeof(*h) + n, 0, &p)) {
-		bpf_ringbuf_discard_dynptr(&p, 0);
+	struct data_rec *r = bpf_ringbuf_reserve(&ring, cap, 0);
+	if (!r)
 		return -1;
-	}
-	if (bpf_probe_read_user_dynptr(&p, sizeof(*h), n, (void *)ubuf) ||
-	    bpf_dynptr_write(&p, 0, h, sizeof(*h), 0)) {
-		bpf_ringbuf_discard_dynptr(&p, 0);
+	/* The caller checked n <= cap - sizeof(hdr); the verifier needs to see it here. */
+	asm volatile("" : "+r"(n));
+	if (n > cap - sizeof(struct hdr) || bpf_probe_read_user(r->data, n, (void *)ubuf)) {
+		bpf_ringbuf_discard(r, BPF_RB_NO_WAKEUP);
 		return 1;
 	}
-	bpf_ringbuf_submit_dynptr(&p, wake_flags(sizeof(*h) + n, 1));
+	r->h = *h;
+	bpf_ringbuf_submit(r, wake_flags(cap, 1));
 	return 0;
 }
 
-/* The same through the per-CPU scratch record (kernels before 6.16, and a read that failed:
- * then the record carries no bytes, an exact gap). */
+/* The size classes of the reservations: header plus bytes, rounded up to a power of two from
+ * 128 (at most half of a record is padding), the largest holding COPY_MAX bytes. */
+static __always_inline int emit_direct(struct hdr *h, u64 ubuf)
+{
+	u32 n = h->nbytes + sizeof(struct hdr);
+	if (n <= 128)
+		return emit_class(h, ubuf, 128);
+	if (n <= 256)
+		return emit_class(h, ubuf, 256);
+	if (n <= 512)
+		return emit_class(h, ubuf, 512);
+	if (n <= 1024)
+		return emit_class(h, ubuf, 1024);
+	if (n <= 2048)
+		return emit_class(h, ubuf, 2048);
+	if (n <= 4096)
+		return emit_class(h, ubuf, 4096);
+	if (n <= 8192)
+		return emit_class(h, ubuf, 8192);
+	return emit_class(h, ubuf, sizeof(struct data_rec));
+}
+
+/* The same through the per-CPU scratch record (a read that failed: then the record carries no
+ * bytes, an exact gap). */
 static __always_inline int emit_copied(struct hdr *h, u64 ubuf)
 {
 	u32 z = 0;
@@ -445,7 +462,7 @@ __noinline int emit_chunk(u64 sock, u64 ubuf, u64 off, u64 n_flags, u64 len)
 	int rc = 1;
 	u32 z = 0;
 	struct config *cf = bpf_map_lookup_elem(&cfg, &z);
-	if (n && cf && !cf->copy_twice && bpf_ksym_exists(bpf_probe_read_user_dynptr))
+	if (n && cf && !cf->copy_twice)
 		rc = emit_direct(&h, ubuf);
 	if (rc > 0)
 		rc = emit_copied(&h, ubuf);
