@@ -230,10 +230,16 @@ static __always_inline int tcp_plaintext(void)
 	return c && c->tcp_plaintext;
 }
 
-static __always_inline int is_traced(void)
+/* The current process id if it is traced, else 0. */
+static __always_inline u32 traced_pid(void)
 {
 	u32 tgid = bpf_get_current_pid_tgid() >> 32;
-	return bpf_map_lookup_elem(&traced, &tgid) != 0;
+	return bpf_map_lookup_elem(&traced, &tgid) ? tgid : 0;
+}
+
+static __always_inline int is_traced(void)
+{
+	return traced_pid() != 0;
 }
 
 /* A read-only typed view of a kernel pointer: its fields are then read by direct (BTF, CO-RE)
@@ -439,11 +445,15 @@ static __always_inline int emit_copied(struct hdr *h, u64 ubuf)
 	return bpf_ringbuf_output(&ring, r, size, wake_flags(size, 0)) ? -1 : 0;
 }
 
+/* `flags` and the process id `pid` as one argument (BPF functions take at most five). */
+#define FLAGS_PID(flags, pid) ((u64)(flags) | (u64)(pid) << 16)
+
 /* One data record: `n` bytes copied from user memory at `ubuf`, `len` >= n bytes of stream;
- * `n_flags` = n | flags << 32 (BPF functions take at most five arguments). */
-__noinline int emit_chunk(u64 sock, u64 ubuf, u64 off, u64 n_flags, u64 len)
+ * `n_fp` = n | FLAGS_PID(flags, pid) << 16, n <= COPY_MAX (the caller's pid, known since
+ * is_traced: one bpf_get_current_pid_tgid call per record less). */
+__noinline int emit_chunk(u64 sock, u64 ubuf, u64 off, u64 n_fp, u64 len)
 {
-	u32 n = n_flags;
+	u32 n = n_fp & 0xffff;
 	struct counters *c = ctrs();
 	if (!c)
 		return -1;
@@ -451,8 +461,8 @@ __noinline int emit_chunk(u64 sock, u64 ubuf, u64 off, u64 n_flags, u64 len)
 		n = COPY_MAX;
 	struct hdr h = {
 		.kind = DK_DATA,
-		.flags = n_flags >> 32,
-		.pid = bpf_get_current_pid_tgid() >> 32,
+		.flags = n_fp >> 16,
+		.pid = n_fp >> 32,
 		.ts = bpf_ktime_get_ns(),
 		.sock = sock,
 		.offset = off,
@@ -502,16 +512,16 @@ static __always_inline u64 reserve(u64 sock, u64 sk, u32 inbound, u64 len, int *
 	return __sync_fetch_and_add(&st->off[inbound ? 1 : 0], len);
 }
 
-static __always_inline void emit_buf(u64 sock, u64 sk, u32 flags, u64 ubuf, u64 len)
+static __always_inline void emit_buf(u64 sock, u64 sk, u64 fp, u64 ubuf, u64 len)
 {
 	int ok;
-	u64 off = reserve(sock, sk, flags & DF_INBOUND, len, &ok);
+	u64 off = reserve(sock, sk, fp & DF_INBOUND, len, &ok);
 	if (!ok)
 		return;
 	for (int i = 0; i < MAX_CHUNKS; i++) {
 		u64 n = len > COPY_MAX ? COPY_MAX : len;
 		u64 rec_len = (i == MAX_CHUNKS - 1) ? len : n;
-		emit_chunk(sock, ubuf, off, n | (u64)flags << 32, rec_len);
+		emit_chunk(sock, ubuf, off, n | fp << 16, rec_len);
 		len -= rec_len;
 		if (!len)
 			break;
@@ -520,10 +530,10 @@ static __always_inline void emit_buf(u64 sock, u64 sk, u32 flags, u64 ubuf, u64 
 	}
 }
 
-static __always_inline void emit_iov(u64 sock, u64 sk, u32 flags, u64 iovp, u32 vlen, u64 len)
+static __always_inline void emit_iov(u64 sock, u64 sk, u64 fp, u64 iovp, u32 vlen, u64 len)
 {
 	int ok;
-	u64 off = reserve(sock, sk, flags & DF_INBOUND, len, &ok);
+	u64 off = reserve(sock, sk, fp & DF_INBOUND, len, &ok);
 	if (!ok)
 		return;
 	for (int i = 0; i < MAX_IOV; i++) {
@@ -535,7 +545,7 @@ static __always_inline void emit_iov(u64 sock, u64 sk, u32 flags, u64 iovp, u32 
 		u64 seg = v.iov_len < len ? v.iov_len : len;
 		if (!seg)
 			continue;
-		emit_chunk(sock, (u64)v.iov_base, off, (seg > COPY_MAX ? COPY_MAX : seg) | (u64)flags << 32, seg);
+		emit_chunk(sock, (u64)v.iov_base, off, (seg > COPY_MAX ? COPY_MAX : seg) | fp << 16, seg);
 		off += seg;
 		len -= seg;
 	}
@@ -543,7 +553,7 @@ static __always_inline void emit_iov(u64 sock, u64 sk, u32 flags, u64 iovp, u32 
 		struct counters *c = ctrs();
 		if (c)
 			c->iov_gaps++;
-		emit_chunk(sock, 0, off, (u64)flags << 32, len);
+		emit_chunk(sock, 0, off, fp << 16, len);
 	}
 }
 
@@ -613,13 +623,13 @@ static __always_inline void on_close(u32 fd)
 }
 
 /* Inside an SSL call: the socket belongs to the SSL* of the call; ciphertext is not data. */
-static __always_inline int inside_ssl(struct ssl_ctx *x, u64 id, u64 sock, u64 sk)
+static __always_inline int inside_ssl(struct ssl_ctx *x, u32 pid, u64 sock, u64 sk)
 {
 	if (!x->depth)
 		return 0;
 	x->sock = sock;
 	x->sk = sk;
-	struct ssl_key k = {.ssl = x->ssl, .tgid = id >> 32};
+	struct ssl_key k = {.ssl = x->ssl, .tgid = pid};
 	struct sock_ref v = {.sock = sock, .sk = sk};
 	bpf_map_update_elem(&ssl_socks, &k, &v, BPF_ANY);
 	return 1;
@@ -697,8 +707,8 @@ static __always_inline void on_connected(u32 fd)
 		st->announced = 1;
 }
 
-/* The exit of a traced call `op` (not close) of a traced process, its arguments in `regs`. */
-static __always_inline int sys_exit(struct pt_regs *regs, int op, long ret)
+/* The exit of a traced call `op` (not close) of traced process `pid`, its arguments in `regs`. */
+static __always_inline int sys_exit(struct pt_regs *regs, int op, long ret, u32 pid)
 {
 	u32 fd = regs->di;
 	/* Accepts and connects need no entry record: one blocked since before start still counts. */
@@ -724,31 +734,31 @@ static __always_inline int sys_exit(struct pt_regs *regs, int op, long ret)
 	u64 sock = file_sock(fd_file(fd), &sk, &tcp);
 	if (!sock)
 		return 0;
-	if (in_ssl && inside_ssl(&ts->x, bpf_get_current_pid_tgid(), sock, sk))
+	if (in_ssl && inside_ssl(&ts->x, pid, sock, sk))
 		return 0;
 	if (ret <= 0 || (tcp && !tcp_plaintext()))
 		return 0;
 	u64 buf = regs->si;
 	switch (op) {
 	case DOP_READ:
-		emit_buf(sock, sk, DF_INBOUND, buf, ret);
+		emit_buf(sock, sk, FLAGS_PID(DF_INBOUND, pid), buf, ret);
 		break;
 	case DOP_WRITE:
-		emit_buf(sock, sk, 0, buf, ret);
+		emit_buf(sock, sk, FLAGS_PID(0, pid), buf, ret);
 		break;
 	case DOP_READV:
-		emit_iov(sock, sk, DF_INBOUND, buf, regs->dx, ret);
+		emit_iov(sock, sk, FLAGS_PID(DF_INBOUND, pid), buf, regs->dx, ret);
 		break;
 	case DOP_WRITEV:
-		emit_iov(sock, sk, 0, buf, regs->dx, ret);
+		emit_iov(sock, sk, FLAGS_PID(0, pid), buf, regs->dx, ret);
 		break;
 	case DOP_RECVMSG:
 	case DOP_SENDMSG: {
 		struct user_msghdr m = {};
 		if (bpf_probe_read_user(&m, sizeof(m), (void *)buf))
 			break;
-		emit_iov(sock, sk, op == DOP_RECVMSG ? DF_INBOUND : 0, (u64)m.msg_iov, m.msg_iovlen,
-			 ret);
+		emit_iov(sock, sk, FLAGS_PID(op == DOP_RECVMSG ? DF_INBOUND : 0, pid), (u64)m.msg_iov,
+			 m.msg_iovlen, ret);
 		break;
 	}
 	}
@@ -759,9 +769,10 @@ SEC("tp_btf/sys_exit")
 int BPF_PROG(on_sys_exit, struct pt_regs *regs, long ret)
 {
 	int op = op_of(regs->orig_ax);
-	if (!op || op == DOP_CLOSE || !is_traced())
+	u32 pid;
+	if (!op || op == DOP_CLOSE || !(pid = traced_pid()))
 		return 0;
-	return sys_exit(regs, op, ret);
+	return sys_exit(regs, op, ret, pid);
 }
 
 /* Attached to syscalls:sys_exit_{read,write,readv,writev,connect,accept,accept4,sendto,recvfrom,
@@ -770,12 +781,13 @@ SEC("tracepoint")
 int tp_sys_exit(struct sc_exit *ctx)
 {
 	int op = op_of(ctx->nr);
-	if (!op || op == DOP_CLOSE || !is_traced())
+	u32 pid;
+	if (!op || op == DOP_CLOSE || !(pid = traced_pid()))
 		return 0;
 	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
 	if (!regs)
 		return 0;
-	return sys_exit(regs, op, ctx->ret);
+	return sys_exit(regs, op, ctx->ret, pid);
 }
 
 SEC("tp_btf/sched_process_fork")
@@ -855,7 +867,8 @@ static __always_inline int ssl_exit(long ret)
 		sk = r->sk;
 	}
 	if (n)
-		emit_buf(sock, sk, DF_TLS | (op == DOP_READ ? DF_INBOUND : 0), x->buf, n);
+		emit_buf(sock, sk, FLAGS_PID(DF_TLS | (op == DOP_READ ? DF_INBOUND : 0), id >> 32), x->buf,
+			 n);
 	return 0;
 }
 
