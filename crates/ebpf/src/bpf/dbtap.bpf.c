@@ -190,6 +190,11 @@ struct {
 	__type(value, struct sock_ref);
 } ssl_socks SEC(".maps");
 
+/* 1 once a traced thread has entered an SSL call: before that no thread has SSL state, and a
+ * traced call skips the task-storage lookup (a helper call per run). Set and read by the same
+ * thread first (its ssl_enter, then its system calls), so no ordering is needed. */
+volatile u32 ssl_entered = 0;
+
 static __always_inline struct tstate *tstate(int create)
 {
 	return bpf_task_storage_get(&tstates, bpf_get_current_task_btf(), 0,
@@ -725,7 +730,7 @@ static __always_inline int sys_exit(struct pt_regs *regs, int op, long ret, u32 
 	/* Inside an SSL call (a thread that never made one has no state) the socket is bound to the
 	 * SSL* whatever the call returned, and its bytes are ciphertext, not data. Outside one, a
 	 * call that moved no bytes (EAGAIN before poll) costs no more than this. */
-	struct tstate *ts = tstate(0);
+	struct tstate *ts = ssl_entered ? tstate(0) : 0;
 	int in_ssl = ts && ts->x.depth;
 	if (ret <= 0 && !in_ssl)
 		return 0;
@@ -823,6 +828,8 @@ static __always_inline int ssl_enter(u64 ssl, u32 op, u64 buf, u64 exptr)
 {
 	if (!is_traced())
 		return 0;
+	if (!ssl_entered)
+		ssl_entered = 1;
 	struct tstate *ts = tstate(1);
 	if (!ts)
 		return 0;
