@@ -195,10 +195,14 @@ struct {
  * thread first (its ssl_enter, then its system calls), so no ordering is needed. */
 volatile u32 ssl_entered = 0;
 
+static __always_inline struct tstate *task_tstate(struct task_struct *t, int create)
+{
+	return bpf_task_storage_get(&tstates, t, 0, create ? BPF_LOCAL_STORAGE_GET_F_CREATE : 0);
+}
+
 static __always_inline struct tstate *tstate(int create)
 {
-	return bpf_task_storage_get(&tstates, bpf_get_current_task_btf(), 0,
-				    create ? BPF_LOCAL_STORAGE_GET_F_CREATE : 0);
+	return task_tstate(bpf_get_current_task_btf(), create);
 }
 
 static __always_inline struct counters *ctrs(void)
@@ -252,10 +256,9 @@ static __always_inline int is_traced(void)
 extern void *bpf_rdonly_cast(const void *obj, __u32 btf_id) __ksym;
 #define KCAST(type, p) ((type *)bpf_rdonly_cast((void *)(p), bpf_core_type_id_kernel(type)))
 
-/* The struct file behind `fd` of the current task, or 0. */
-static __always_inline struct file *fd_file(u32 fd)
+/* The struct file behind `fd` of task `t` (the current one), or 0. */
+static __always_inline struct file *task_fd_file(struct task_struct *t, u32 fd)
 {
-	struct task_struct *t = bpf_get_current_task_btf();
 	struct fdtable *fdt = t->files->fdt;
 	if (!fdt || fd >= fdt->max_fds)
 		return 0;
@@ -263,6 +266,12 @@ static __always_inline struct file *fd_file(u32 fd)
 	struct file *f = 0;
 	bpf_probe_read_kernel(&f, sizeof(f), &arr[fd]);
 	return f;
+}
+
+/* The same for the current task. */
+static __always_inline struct file *fd_file(u32 fd)
+{
+	return task_fd_file(bpf_get_current_task_btf(), fd);
 }
 
 /* A traced stream socket behind `fp` (AF_UNIX with an address, or TCP): returns its inode
@@ -712,8 +721,10 @@ static __always_inline void on_connected(u32 fd)
 		st->announced = 1;
 }
 
-/* The exit of a traced call `op` (not close) of traced process `pid`, its arguments in `regs`. */
-static __always_inline int sys_exit(struct pt_regs *regs, int op, long ret, u32 pid)
+/* The exit of a traced call `op` (not close) of traced process `pid`, its arguments in `regs`;
+ * `task` is the current task (one bpf_get_current_task_btf call per run). */
+static __always_inline int sys_exit(struct task_struct *task, struct pt_regs *regs, int op,
+				    long ret, u32 pid)
 {
 	u32 fd = regs->di;
 	/* Accepts and connects need no entry record: one blocked since before start still counts. */
@@ -730,13 +741,13 @@ static __always_inline int sys_exit(struct pt_regs *regs, int op, long ret, u32 
 	/* Inside an SSL call (a thread that never made one has no state) the socket is bound to the
 	 * SSL* whatever the call returned, and its bytes are ciphertext, not data. Outside one, a
 	 * call that moved no bytes (EAGAIN before poll) costs no more than this. */
-	struct tstate *ts = ssl_entered ? tstate(0) : 0;
+	struct tstate *ts = ssl_entered ? task_tstate(task, 0) : 0;
 	int in_ssl = ts && ts->x.depth;
 	if (ret <= 0 && !in_ssl)
 		return 0;
 	u64 sk = 0;
 	u16 tcp = 0;
-	u64 sock = file_sock(fd_file(fd), &sk, &tcp);
+	u64 sock = file_sock(task_fd_file(task, fd), &sk, &tcp);
 	if (!sock)
 		return 0;
 	if (in_ssl && inside_ssl(&ts->x, pid, sock, sk))
@@ -777,7 +788,7 @@ int BPF_PROG(on_sys_exit, struct pt_regs *regs, long ret)
 	u32 pid;
 	if (!op || op == DOP_CLOSE || !(pid = traced_pid()))
 		return 0;
-	return sys_exit(regs, op, ret, pid);
+	return sys_exit(bpf_get_current_task_btf(), regs, op, ret, pid);
 }
 
 /* Attached to syscalls:sys_exit_{read,write,readv,writev,connect,accept,accept4,sendto,recvfrom,
@@ -789,10 +800,11 @@ int tp_sys_exit(struct sc_exit *ctx)
 	u32 pid;
 	if (!op || op == DOP_CLOSE || !(pid = traced_pid()))
 		return 0;
-	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(task);
 	if (!regs)
 		return 0;
-	return sys_exit(regs, op, ctx->ret, pid);
+	return sys_exit(task, regs, op, ctx->ret, pid);
 }
 
 SEC("tp_btf/sched_process_fork")
