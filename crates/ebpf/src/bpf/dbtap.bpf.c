@@ -263,6 +263,11 @@ static __always_inline struct file *task_fd_file(struct task_struct *t, u32 fd)
 	if (!fdt || fd >= fdt->max_fds)
 		return 0;
 	struct file **arr = fdt->fd;
+	/* The slot by a direct load, not a helper call: the verifier allows no variable index into
+	 * a BTF pointer, but the slot's address may be cast to a struct whose first member is a
+	 * struct file * (struct kiocb; CO-RE checks that at load time, else the helper reads). */
+	if (bpf_core_field_offset(struct kiocb, ki_filp) == 0)
+		return KCAST(struct kiocb, &arr[fd])->ki_filp;
 	struct file *f = 0;
 	bpf_probe_read_kernel(&f, sizeof(f), &arr[fd]);
 	return f;
