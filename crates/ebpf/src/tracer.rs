@@ -202,7 +202,7 @@ impl Tracer {
         let mut obj = load(ring_bytes)?;
         let mut conf = Vec::with_capacity(16);
         conf.extend_from_slice(&u32::from(cfg.tcp_plaintext).to_le_bytes());
-        // copy_twice: 0, data goes straight into the ring where the kernel can (6.16+).
+        // copy_twice: 0, data goes straight into a ring reservation.
         conf.extend_from_slice(&0u32.to_le_bytes());
         let wake = u64::from(ring_bytes / 4).min(WAKE_BYTES);
         conf.extend_from_slice(&wake.to_le_bytes());

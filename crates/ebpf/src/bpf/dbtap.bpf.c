@@ -190,10 +190,19 @@ struct {
 	__type(value, struct sock_ref);
 } ssl_socks SEC(".maps");
 
+/* 1 once a traced thread has entered an SSL call: before that no thread has SSL state, and a
+ * traced call skips the task-storage lookup (a helper call per run). Set and read by the same
+ * thread first (its ssl_enter, then its system calls), so no ordering is needed. */
+volatile u32 ssl_entered = 0;
+
+static __always_inline struct tstate *task_tstate(struct task_struct *t, int create)
+{
+	return bpf_task_storage_get(&tstates, t, 0, create ? BPF_LOCAL_STORAGE_GET_F_CREATE : 0);
+}
+
 static __always_inline struct tstate *tstate(int create)
 {
-	return bpf_task_storage_get(&tstates, bpf_get_current_task_btf(), 0,
-				    create ? BPF_LOCAL_STORAGE_GET_F_CREATE : 0);
+	return task_tstate(bpf_get_current_task_btf(), create);
 }
 
 static __always_inline struct counters *ctrs(void)
@@ -230,10 +239,16 @@ static __always_inline int tcp_plaintext(void)
 	return c && c->tcp_plaintext;
 }
 
-static __always_inline int is_traced(void)
+/* The current process id if it is traced, else 0. */
+static __always_inline u32 traced_pid(void)
 {
 	u32 tgid = bpf_get_current_pid_tgid() >> 32;
-	return bpf_map_lookup_elem(&traced, &tgid) != 0;
+	return bpf_map_lookup_elem(&traced, &tgid) ? tgid : 0;
+}
+
+static __always_inline int is_traced(void)
+{
+	return traced_pid() != 0;
 }
 
 /* A read-only typed view of a kernel pointer: its fields are then read by direct (BTF, CO-RE)
@@ -241,17 +256,27 @@ static __always_inline int is_traced(void)
 extern void *bpf_rdonly_cast(const void *obj, __u32 btf_id) __ksym;
 #define KCAST(type, p) ((type *)bpf_rdonly_cast((void *)(p), bpf_core_type_id_kernel(type)))
 
-/* The struct file behind `fd` of the current task, or 0. */
-static __always_inline struct file *fd_file(u32 fd)
+/* The struct file behind `fd` of task `t` (the current one), or 0. */
+static __always_inline struct file *task_fd_file(struct task_struct *t, u32 fd)
 {
-	struct task_struct *t = bpf_get_current_task_btf();
 	struct fdtable *fdt = t->files->fdt;
 	if (!fdt || fd >= fdt->max_fds)
 		return 0;
 	struct file **arr = fdt->fd;
+	/* The slot by a direct load, not a helper call: the verifier allows no variable index into
+	 * a BTF pointer, but the slot's address may be cast to a struct whose first member is a
+	 * struct file * (struct kiocb; CO-RE checks that at load time, else the helper reads). */
+	if (bpf_core_field_offset(struct kiocb, ki_filp) == 0)
+		return KCAST(struct kiocb, &arr[fd])->ki_filp;
 	struct file *f = 0;
 	bpf_probe_read_kernel(&f, sizeof(f), &arr[fd]);
 	return f;
+}
+
+/* The same for the current task. */
+static __always_inline struct file *fd_file(u32 fd)
+{
+	return task_fd_file(bpf_get_current_task_btf(), fd);
 }
 
 /* A traced stream socket behind `fp` (AF_UNIX with an address, or TCP): returns its inode
@@ -270,9 +295,9 @@ static __always_inline u64 file_sock(struct file *fp, u64 *sk_out, u16 *tcp)
 		return 0;
 	if (so->type != SOCK_STREAM)
 		return 0;
-	/* Read as a plain number: it goes to the announce() subprogram as a scalar. */
-	u64 skv = 0;
-	bpf_probe_read_kernel(&skv, sizeof(skv), &so->sk);
+	/* A direct load (no helper call); announce() is a static subprogram, verified with the
+	 * caller's register types, so it may take the pointer as it is. */
+	u64 skv = (u64)so->sk;
 	if (!skv)
 		return 0;
 	struct sock *sk = KCAST(struct sock, skv);
@@ -328,7 +353,7 @@ static __always_inline void fill_ip(struct sock *sk, struct open_rec *r)
 }
 
 /* Emits an Open record for socket `sock` (struct sock at `skp`); 0 when written. */
-__noinline int announce(u64 sock, u64 skp, u32 how)
+static __noinline int announce(u64 sock, u64 skp, u32 how)
 {
 	u32 z = 0;
 	struct open_rec *r = bpf_map_lookup_elem(&open_scratch, &z);
@@ -369,37 +394,54 @@ __noinline int announce(u64 sock, u64 skp, u32 how)
 	return 0;
 }
 
-/* Since 6.16 user memory can be read straight into a ring reservation of any size: one copy
- * of the bytes instead of two (into the per-CPU scratch, then into the ring). Older kernels do
- * not have it; libbpf resolves the weak symbol to 0 and the verifier drops that branch. */
-extern int bpf_probe_read_user_dynptr(struct bpf_dynptr *dptr, u32 off, u32 size,
-				      const void *unsafe_ptr) __ksym __weak;
-#ifndef bpf_ksym_exists
-#define bpf_ksym_exists(sym) (!!(sym))
-#endif
-
 /* Writes the data record of header `h` with its `h->nbytes` bytes read from `ubuf` straight into
- * the ring; 0 when written, 1 when the bytes could not be read (nothing written), -1 when the
- * ring had no room. */
-static __always_inline int emit_direct(struct hdr *h, u64 ubuf)
+ * a ring reservation of `cap` bytes (a constant: bpf_ringbuf_reserve takes no other), the
+ * header stored in place: one copy of the bytes, and three helper calls where the dynptr path
+ * (bpf_ringbuf_reserve_dynptr, bpf_probe_read_user_dynptr, bpf_dynptr_write, submit) made
+ * four, each with its own checks. The bytes past `nbytes` are padding (user space reads
+ * `nbytes`). 0 when written, 1 when the bytes could not be read (nothing written), -1 when
+ * the ring had no room. */
+static __always_inline int emit_class(struct hdr *h, u64 ubuf, const u32 cap)
 {
-	struct bpf_dynptr p;
 	u32 n = h->nbytes;
-	if (bpf_ringbuf_reserve_dynptr(&ring, sizeof(*h) + n, 0, &p)) {
-		bpf_ringbuf_discard_dynptr(&p, 0);
+	struct data_rec *r = bpf_ringbuf_reserve(&ring, cap, 0);
+	if (!r)
 		return -1;
-	}
-	if (bpf_probe_read_user_dynptr(&p, sizeof(*h), n, (void *)ubuf) ||
-	    bpf_dynptr_write(&p, 0, h, sizeof(*h), 0)) {
-		bpf_ringbuf_discard_dynptr(&p, 0);
+	/* The caller checked n <= cap - sizeof(hdr); the verifier needs to see it here. */
+	asm volatile("" : "+r"(n));
+	if (n > cap - sizeof(struct hdr) || bpf_probe_read_user(r->data, n, (void *)ubuf)) {
+		bpf_ringbuf_discard(r, BPF_RB_NO_WAKEUP);
 		return 1;
 	}
-	bpf_ringbuf_submit_dynptr(&p, wake_flags(sizeof(*h) + n, 1));
+	r->h = *h;
+	bpf_ringbuf_submit(r, wake_flags(cap, 1));
 	return 0;
 }
 
-/* The same through the per-CPU scratch record (kernels before 6.16, and a read that failed:
- * then the record carries no bytes, an exact gap). */
+/* The size classes of the reservations: header plus bytes, rounded up to a power of two from
+ * 128 (at most half of a record is padding), the largest holding COPY_MAX bytes. */
+static __always_inline int emit_direct(struct hdr *h, u64 ubuf)
+{
+	u32 n = h->nbytes + sizeof(struct hdr);
+	if (n <= 128)
+		return emit_class(h, ubuf, 128);
+	if (n <= 256)
+		return emit_class(h, ubuf, 256);
+	if (n <= 512)
+		return emit_class(h, ubuf, 512);
+	if (n <= 1024)
+		return emit_class(h, ubuf, 1024);
+	if (n <= 2048)
+		return emit_class(h, ubuf, 2048);
+	if (n <= 4096)
+		return emit_class(h, ubuf, 4096);
+	if (n <= 8192)
+		return emit_class(h, ubuf, 8192);
+	return emit_class(h, ubuf, sizeof(struct data_rec));
+}
+
+/* The same through the per-CPU scratch record (a read that failed: then the record carries no
+ * bytes, an exact gap). */
 static __always_inline int emit_copied(struct hdr *h, u64 ubuf)
 {
 	u32 z = 0;
@@ -422,11 +464,15 @@ static __always_inline int emit_copied(struct hdr *h, u64 ubuf)
 	return bpf_ringbuf_output(&ring, r, size, wake_flags(size, 0)) ? -1 : 0;
 }
 
+/* `flags` and the process id `pid` as one argument (BPF functions take at most five). */
+#define FLAGS_PID(flags, pid) ((u64)(flags) | (u64)(pid) << 16)
+
 /* One data record: `n` bytes copied from user memory at `ubuf`, `len` >= n bytes of stream;
- * `n_flags` = n | flags << 32 (BPF functions take at most five arguments). */
-__noinline int emit_chunk(u64 sock, u64 ubuf, u64 off, u64 n_flags, u64 len)
+ * `n_fp` = n | FLAGS_PID(flags, pid) << 16, n <= COPY_MAX (the caller's pid, known since
+ * is_traced: one bpf_get_current_pid_tgid call per record less). */
+__noinline int emit_chunk(u64 sock, u64 ubuf, u64 off, u64 n_fp, u64 len)
 {
-	u32 n = n_flags;
+	u32 n = n_fp & 0xffff;
 	struct counters *c = ctrs();
 	if (!c)
 		return -1;
@@ -434,8 +480,8 @@ __noinline int emit_chunk(u64 sock, u64 ubuf, u64 off, u64 n_flags, u64 len)
 		n = COPY_MAX;
 	struct hdr h = {
 		.kind = DK_DATA,
-		.flags = n_flags >> 32,
-		.pid = bpf_get_current_pid_tgid() >> 32,
+		.flags = n_fp >> 16,
+		.pid = n_fp >> 32,
 		.ts = bpf_ktime_get_ns(),
 		.sock = sock,
 		.offset = off,
@@ -445,7 +491,7 @@ __noinline int emit_chunk(u64 sock, u64 ubuf, u64 off, u64 n_flags, u64 len)
 	int rc = 1;
 	u32 z = 0;
 	struct config *cf = bpf_map_lookup_elem(&cfg, &z);
-	if (n && cf && !cf->copy_twice && bpf_ksym_exists(bpf_probe_read_user_dynptr))
+	if (n && cf && !cf->copy_twice)
 		rc = emit_direct(&h, ubuf);
 	if (rc > 0)
 		rc = emit_copied(&h, ubuf);
@@ -485,16 +531,16 @@ static __always_inline u64 reserve(u64 sock, u64 sk, u32 inbound, u64 len, int *
 	return __sync_fetch_and_add(&st->off[inbound ? 1 : 0], len);
 }
 
-static __always_inline void emit_buf(u64 sock, u64 sk, u32 flags, u64 ubuf, u64 len)
+static __always_inline void emit_buf(u64 sock, u64 sk, u64 fp, u64 ubuf, u64 len)
 {
 	int ok;
-	u64 off = reserve(sock, sk, flags & DF_INBOUND, len, &ok);
+	u64 off = reserve(sock, sk, fp & DF_INBOUND, len, &ok);
 	if (!ok)
 		return;
 	for (int i = 0; i < MAX_CHUNKS; i++) {
 		u64 n = len > COPY_MAX ? COPY_MAX : len;
 		u64 rec_len = (i == MAX_CHUNKS - 1) ? len : n;
-		emit_chunk(sock, ubuf, off, n | (u64)flags << 32, rec_len);
+		emit_chunk(sock, ubuf, off, n | fp << 16, rec_len);
 		len -= rec_len;
 		if (!len)
 			break;
@@ -503,10 +549,10 @@ static __always_inline void emit_buf(u64 sock, u64 sk, u32 flags, u64 ubuf, u64 
 	}
 }
 
-static __always_inline void emit_iov(u64 sock, u64 sk, u32 flags, u64 iovp, u32 vlen, u64 len)
+static __always_inline void emit_iov(u64 sock, u64 sk, u64 fp, u64 iovp, u32 vlen, u64 len)
 {
 	int ok;
-	u64 off = reserve(sock, sk, flags & DF_INBOUND, len, &ok);
+	u64 off = reserve(sock, sk, fp & DF_INBOUND, len, &ok);
 	if (!ok)
 		return;
 	for (int i = 0; i < MAX_IOV; i++) {
@@ -518,7 +564,7 @@ static __always_inline void emit_iov(u64 sock, u64 sk, u32 flags, u64 iovp, u32 
 		u64 seg = v.iov_len < len ? v.iov_len : len;
 		if (!seg)
 			continue;
-		emit_chunk(sock, (u64)v.iov_base, off, (seg > COPY_MAX ? COPY_MAX : seg) | (u64)flags << 32, seg);
+		emit_chunk(sock, (u64)v.iov_base, off, (seg > COPY_MAX ? COPY_MAX : seg) | fp << 16, seg);
 		off += seg;
 		len -= seg;
 	}
@@ -526,7 +572,7 @@ static __always_inline void emit_iov(u64 sock, u64 sk, u32 flags, u64 iovp, u32 
 		struct counters *c = ctrs();
 		if (c)
 			c->iov_gaps++;
-		emit_chunk(sock, 0, off, (u64)flags << 32, len);
+		emit_chunk(sock, 0, off, fp << 16, len);
 	}
 }
 
@@ -596,13 +642,13 @@ static __always_inline void on_close(u32 fd)
 }
 
 /* Inside an SSL call: the socket belongs to the SSL* of the call; ciphertext is not data. */
-static __always_inline int inside_ssl(struct ssl_ctx *x, u64 id, u64 sock, u64 sk)
+static __always_inline int inside_ssl(struct ssl_ctx *x, u32 pid, u64 sock, u64 sk)
 {
 	if (!x->depth)
 		return 0;
 	x->sock = sock;
 	x->sk = sk;
-	struct ssl_key k = {.ssl = x->ssl, .tgid = id >> 32};
+	struct ssl_key k = {.ssl = x->ssl, .tgid = pid};
 	struct sock_ref v = {.sock = sock, .sk = sk};
 	bpf_map_update_elem(&ssl_socks, &k, &v, BPF_ANY);
 	return 1;
@@ -680,8 +726,10 @@ static __always_inline void on_connected(u32 fd)
 		st->announced = 1;
 }
 
-/* The exit of a traced call `op` (not close) of a traced process, its arguments in `regs`. */
-static __always_inline int sys_exit(struct pt_regs *regs, int op, long ret)
+/* The exit of a traced call `op` (not close) of traced process `pid`, its arguments in `regs`;
+ * `task` is the current task (one bpf_get_current_task_btf call per run). */
+static __always_inline int sys_exit(struct task_struct *task, struct pt_regs *regs, int op,
+				    long ret, u32 pid)
 {
 	u32 fd = regs->di;
 	/* Accepts and connects need no entry record: one blocked since before start still counts. */
@@ -698,40 +746,40 @@ static __always_inline int sys_exit(struct pt_regs *regs, int op, long ret)
 	/* Inside an SSL call (a thread that never made one has no state) the socket is bound to the
 	 * SSL* whatever the call returned, and its bytes are ciphertext, not data. Outside one, a
 	 * call that moved no bytes (EAGAIN before poll) costs no more than this. */
-	struct tstate *ts = tstate(0);
+	struct tstate *ts = ssl_entered ? task_tstate(task, 0) : 0;
 	int in_ssl = ts && ts->x.depth;
 	if (ret <= 0 && !in_ssl)
 		return 0;
 	u64 sk = 0;
 	u16 tcp = 0;
-	u64 sock = file_sock(fd_file(fd), &sk, &tcp);
+	u64 sock = file_sock(task_fd_file(task, fd), &sk, &tcp);
 	if (!sock)
 		return 0;
-	if (in_ssl && inside_ssl(&ts->x, bpf_get_current_pid_tgid(), sock, sk))
+	if (in_ssl && inside_ssl(&ts->x, pid, sock, sk))
 		return 0;
 	if (ret <= 0 || (tcp && !tcp_plaintext()))
 		return 0;
 	u64 buf = regs->si;
 	switch (op) {
 	case DOP_READ:
-		emit_buf(sock, sk, DF_INBOUND, buf, ret);
+		emit_buf(sock, sk, FLAGS_PID(DF_INBOUND, pid), buf, ret);
 		break;
 	case DOP_WRITE:
-		emit_buf(sock, sk, 0, buf, ret);
+		emit_buf(sock, sk, FLAGS_PID(0, pid), buf, ret);
 		break;
 	case DOP_READV:
-		emit_iov(sock, sk, DF_INBOUND, buf, regs->dx, ret);
+		emit_iov(sock, sk, FLAGS_PID(DF_INBOUND, pid), buf, regs->dx, ret);
 		break;
 	case DOP_WRITEV:
-		emit_iov(sock, sk, 0, buf, regs->dx, ret);
+		emit_iov(sock, sk, FLAGS_PID(0, pid), buf, regs->dx, ret);
 		break;
 	case DOP_RECVMSG:
 	case DOP_SENDMSG: {
 		struct user_msghdr m = {};
 		if (bpf_probe_read_user(&m, sizeof(m), (void *)buf))
 			break;
-		emit_iov(sock, sk, op == DOP_RECVMSG ? DF_INBOUND : 0, (u64)m.msg_iov, m.msg_iovlen,
-			 ret);
+		emit_iov(sock, sk, FLAGS_PID(op == DOP_RECVMSG ? DF_INBOUND : 0, pid), (u64)m.msg_iov,
+			 m.msg_iovlen, ret);
 		break;
 	}
 	}
@@ -742,9 +790,10 @@ SEC("tp_btf/sys_exit")
 int BPF_PROG(on_sys_exit, struct pt_regs *regs, long ret)
 {
 	int op = op_of(regs->orig_ax);
-	if (!op || op == DOP_CLOSE || !is_traced())
+	u32 pid;
+	if (!op || op == DOP_CLOSE || !(pid = traced_pid()))
 		return 0;
-	return sys_exit(regs, op, ret);
+	return sys_exit(bpf_get_current_task_btf(), regs, op, ret, pid);
 }
 
 /* Attached to syscalls:sys_exit_{read,write,readv,writev,connect,accept,accept4,sendto,recvfrom,
@@ -753,12 +802,14 @@ SEC("tracepoint")
 int tp_sys_exit(struct sc_exit *ctx)
 {
 	int op = op_of(ctx->nr);
-	if (!op || op == DOP_CLOSE || !is_traced())
+	u32 pid;
+	if (!op || op == DOP_CLOSE || !(pid = traced_pid()))
 		return 0;
-	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(task);
 	if (!regs)
 		return 0;
-	return sys_exit(regs, op, ctx->ret);
+	return sys_exit(task, regs, op, ctx->ret, pid);
 }
 
 SEC("tp_btf/sched_process_fork")
@@ -794,6 +845,8 @@ static __always_inline int ssl_enter(u64 ssl, u32 op, u64 buf, u64 exptr)
 {
 	if (!is_traced())
 		return 0;
+	if (!ssl_entered)
+		ssl_entered = 1;
 	struct tstate *ts = tstate(1);
 	if (!ts)
 		return 0;
@@ -838,7 +891,8 @@ static __always_inline int ssl_exit(long ret)
 		sk = r->sk;
 	}
 	if (n)
-		emit_buf(sock, sk, DF_TLS | (op == DOP_READ ? DF_INBOUND : 0), x->buf, n);
+		emit_buf(sock, sk, FLAGS_PID(DF_TLS | (op == DOP_READ ? DF_INBOUND : 0), id >> 32), x->buf,
+			 n);
 	return 0;
 }
 

@@ -1,0 +1,142 @@
+#!/usr/bin/env python3
+"""The eBPF source's BPF run time per traced call, from the kernel's own counters.
+
+A fixed workload (bench/ebpf_percall.c): a server on a Unix socket answers each request of
+REQ bytes with RESP bytes (one read(2), one write(2)), traced by `--pid`; the client's calls
+are sendmmsg/recvmmsg, which the tracer does not attach to. With kernel.bpf_stats_enabled=1,
+each program's run_time_ns and run_cnt (/proc/PID/fdinfo of the tracer's program fds) before
+and after N round trips give ns per run and per round trip. Runs beyond the server's two per
+round trip are other processes' calls (the machine's background), shown as runs per round
+trip. Tracers given as several binaries are alternated, one tracer process per (round, binary).
+
+  cargo build --release -p dbtap-ebpf --example trace && cp target/release/examples/trace /tmp/trace-new
+  sudo python3 bench/ebpf_percall.py [--rounds R] [--reps K] [--n N] [--req B] [--resp B] \
+      /tmp/trace-old /tmp/trace-new
+
+TRACER: a `trace` example binary (it embeds the BPF object it was built with). Each tracer
+process is measured --reps times (N round trips each; the reps of one process agree within
+about 1 %), and the rounds alternate the binaries (between processes and minutes the level
+moves by up to 10 % on the loaded machine, so compare medians over rounds). EBPF_PERCALL_RW=1
+makes the client use read/write: two runs per round trip more, of a process that is not
+traced (the cost every other process's calls pay).
+"""
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+STATS = Path("/proc/sys/kernel/bpf_stats_enabled")
+
+
+def prog_stats(pid: int) -> dict[int, tuple[int, int]]:
+    """{prog id: (run_time_ns, run_cnt)} of the programs whose fds process `pid` holds."""
+    out = {}
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            if os.readlink(fd) != "anon_inode:bpf-prog":
+                continue
+            info = dict(line.split(":", 1) for line in
+                        Path(f"/proc/{pid}/fdinfo/{fd.name}").read_text().splitlines()
+                        if ":" in line)
+        except OSError:
+            continue
+        out[int(info["prog_id"])] = (int(info.get("run_time_ns", "0")), int(info.get("run_cnt", "0")))
+    return out
+
+
+def prog_names(ids) -> dict[int, str]:
+    names = {}
+    for i in ids:
+        r = subprocess.run(["bpftool", "prog", "show", "id", str(i)], capture_output=True, text=True)
+        words = r.stdout.split()
+        names[i] = words[words.index("name") + 1] if "name" in words else str(i)
+    return names
+
+
+def build(tmp: Path) -> Path:
+    exe = tmp / "ebpf_percall"
+    subprocess.run(["cc", "-O2", "-o", str(exe), str(HERE / "ebpf_percall.c")], check=True)
+    return exe
+
+
+def one_tracer(exe, tracer, sock, srv_pid, a):
+    """Starts `tracer` on the server, runs a.reps measurements of a.n round trips; returns a
+    list of {name: (ns, runs)} deltas."""
+    tr = subprocess.Popen([tracer, "--pid", str(srv_pid), "--quiet", "--seconds", "100000"],
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        line = tr.stderr.readline()
+        if not line.startswith("tracing"):
+            sys.exit(f"tracer did not start: {line}{tr.stderr.read()}")
+        time.sleep(0.3)
+        names = prog_names(prog_stats(tr.pid))
+        client = [str(exe), "client", sock, str(a.n), str(a.req), str(a.resp)]
+        subprocess.run([str(exe), "client", sock, "2000", str(a.req), str(a.resp)], check=True)
+        reps = []
+        for _ in range(a.reps):
+            before = prog_stats(tr.pid)
+            subprocess.run(client, check=True)
+            after = prog_stats(tr.pid)
+            d = {}
+            for i, (ns, cnt) in after.items():
+                b = before.get(i, (0, 0))
+                d[names[i]] = (ns - b[0], cnt - b[1])
+            reps.append(d)
+        return reps
+    finally:
+        tr.terminate()
+        tr.wait()
+
+
+def report(label, reps, n):
+    per_rt = [sum(ns for ns, _ in d.values()) / n for d in reps]
+    runs = [sum(c for _, c in d.values()) / n for d in reps]
+    ex = [d["tp_sys_exit"][0] / max(1, d["tp_sys_exit"][1]) for d in reps]
+    print(f"{label}: ns per round trip median {statistics.median(per_rt):7.1f} "
+          f"(reps {min(per_rt):.1f}..{max(per_rt):.1f}); tp_sys_exit ns/run median "
+          f"{statistics.median(ex):6.1f} ({min(ex):.1f}..{max(ex):.1f}); runs per round trip "
+          f"{statistics.median(runs):.3f} ({min(runs):.3f}..{max(runs):.3f})", flush=True)
+    return statistics.median(per_rt), statistics.median(ex)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--n", type=int, default=50000)
+    ap.add_argument("--req", type=int, default=100)
+    ap.add_argument("--resp", type=int, default=300)
+    ap.add_argument("tracers", nargs="+")
+    a = ap.parse_args()
+    old = STATS.read_text().strip()
+    tmp = Path(tempfile.mkdtemp(prefix="ebpf-percall-"))
+    exe = build(tmp)
+    sock = str(tmp / "s.sock")
+    srv = subprocess.Popen([str(exe), "serve", sock, str(a.resp)])
+    STATS.write_text("1")
+    summary = {t: [] for t in a.tracers}
+    try:
+        while not Path(sock).exists():
+            time.sleep(0.05)
+        for r in range(a.rounds):
+            order = a.tracers if r % 2 == 0 else list(reversed(a.tracers))
+            for t in order:
+                reps = one_tracer(exe, t, sock, srv.pid, a)
+                summary[t].append(report(f"round {r} {t}", reps, a.n))
+    finally:
+        STATS.write_text(old)
+        srv.terminate()
+        srv.wait()
+    for t, v in summary.items():
+        print(f"ALL {t}: ns per round trip median {statistics.median(x for x, _ in v):.1f} "
+              f"(rounds {', '.join(f'{x:.1f}' for x, _ in v)}); tp_sys_exit ns/run "
+              f"{statistics.median(y for _, y in v):.1f}")
+
+
+if __name__ == "__main__":
+    main()
