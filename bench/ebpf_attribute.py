@@ -11,6 +11,7 @@ is a floor of the tracing's cost in mysqld, not a bound on second-order effects 
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import subprocess
@@ -134,6 +135,27 @@ def _selftest() -> None:
     assert cats["BPF helpers and maps"] == 8, cats
     assert cats["syscall slow path"] == 3, cats
     assert cats["reader wake-ups (IRQ work interrupt, epoll callback)"] == 3, cats
+
+
+def bpf_prog_stats(pid: int) -> dict[int, tuple[int, int]]:
+    """{prog id: (run_time_ns, run_cnt)} of the BPF programs whose file descriptors process
+    `pid` holds (/proc/PID/fdinfo of its `anon_inode:bpf-prog` fds); the kernel counts them
+    while kernel.bpf_stats_enabled is 1. (Debian's bpftool 7.1 does not list the owning pids.)"""
+    out: dict[int, tuple[int, int]] = {}
+    fds = Path(f"/proc/{pid}/fd")
+    for fd in fds.iterdir():
+        try:
+            if os.readlink(fd) != "anon_inode:bpf-prog":
+                continue
+            info = dict(line.split(":", 1) for line in
+                        Path(f"/proc/{pid}/fdinfo/{fd.name}").read_text().splitlines()
+                        if ":" in line)
+        except OSError:
+            continue
+        pid_ = int(info.get("prog_id", "0").strip())
+        out[pid_] = (int(info.get("run_time_ns", "0").strip()),
+                     int(info.get("run_cnt", "0").strip()))
+    return out
 
 
 if __name__ == "__main__":

@@ -85,25 +85,7 @@ def split_cpu(t0: dict[int, int], t1: dict[int, int], conn_tids: list[int]) -> d
 
 # -- BPF program run time, from the kernel (/proc/PID/fdinfo), not from dbtap ---------------------
 
-def bpf_prog_stats(pid: int) -> dict[int, tuple[int, int]]:
-    """{prog id: (run_time_ns, run_cnt)} of the BPF programs whose file descriptors process
-    `pid` holds (/proc/PID/fdinfo of its `anon_inode:bpf-prog` fds); the kernel counts them
-    while kernel.bpf_stats_enabled is 1. (Debian's bpftool 7.1 does not list the owning pids.)"""
-    out: dict[int, tuple[int, int]] = {}
-    fds = Path(f"/proc/{pid}/fd")
-    for fd in fds.iterdir():
-        try:
-            if os.readlink(fd) != "anon_inode:bpf-prog":
-                continue
-            info = dict(line.split(":", 1) for line in
-                        Path(f"/proc/{pid}/fdinfo/{fd.name}").read_text().splitlines()
-                        if ":" in line)
-        except OSError:
-            continue
-        pid_ = int(info.get("prog_id", "0").strip())
-        out[pid_] = (int(info.get("run_time_ns", "0").strip()),
-                     int(info.get("run_cnt", "0").strip()))
-    return out
+# bpf_prog_stats is in ebpf_attribute (ea), shared with ebpf_percall.py.
 
 
 # -- one run -------------------------------------------------------------------------------------
@@ -196,7 +178,7 @@ def run_one(a, srv: eh.Maria, cond: str, work: Path, rnd: int) -> dict:
     if cond in ("packet", *EBPF):
         cap, out = start_dbtap(a, srv, cond, work)
         if cond == "ebpf-stats":
-            prog0 = bpf_prog_stats(cap.proc.pid)
+            prog0 = ea.bpf_prog_stats(cap.proc.pid)
     elif cond == "slowlog":
         slow = work / "slow.log"
         slow.unlink(missing_ok=True)
@@ -238,7 +220,7 @@ def run_one(a, srv: eh.Maria, cond: str, work: Path, rnd: int) -> dict:
             res["cap_cpu_s"] = sum(ns - ct0.get(t, 0) for t, ns in ct1.items()) / 1e9
             res["cap_rss_mb"] = peak_rss_mb(cap.proc.pid)
             if cond == "ebpf-stats":
-                prog1 = bpf_prog_stats(cap.proc.pid)
+                prog1 = ea.bpf_prog_stats(cap.proc.pid)
                 res["bpf_run_ns"] = sum(t - prog0.get(i, (0, 0))[0] for i, (t, _) in prog1.items())
                 res["bpf_run_cnt"] = sum(n - prog0.get(i, (0, 0))[1] for i, (_, n) in prog1.items())
                 res["bpf_progs"] = len(prog1)

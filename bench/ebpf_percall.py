@@ -31,22 +31,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 STATS = Path("/proc/sys/kernel/bpf_stats_enabled")
-
-
-def prog_stats(pid: int) -> dict[int, tuple[int, int]]:
-    """{prog id: (run_time_ns, run_cnt)} of the programs whose fds process `pid` holds."""
-    out = {}
-    for fd in Path(f"/proc/{pid}/fd").iterdir():
-        try:
-            if os.readlink(fd) != "anon_inode:bpf-prog":
-                continue
-            info = dict(line.split(":", 1) for line in
-                        Path(f"/proc/{pid}/fdinfo/{fd.name}").read_text().splitlines()
-                        if ":" in line)
-        except OSError:
-            continue
-        out[int(info["prog_id"])] = (int(info.get("run_time_ns", "0")), int(info.get("run_cnt", "0")))
-    return out
+sys.path.insert(0, str(HERE))
+from ebpf_attribute import bpf_prog_stats as prog_stats  # noqa: E402
 
 
 def prog_names(ids) -> dict[int, str]:
