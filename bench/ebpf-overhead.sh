@@ -8,6 +8,7 @@
 #   bash bench/ebpf-overhead.sh --all --rate 0 --seconds 10 --rounds 2 --order rotate
 #                                               # the old default: every condition, unpaced
 #   bash bench/ebpf-overhead.sh --only ebpf --rounds 3 --seconds 8 --attribute   # + perf attribution
+#   bash bench/ebpf-overhead.sh --only ebpf,tracepoints --no-aa   # + the tracepoints' own cost
 #   options: --seconds N  --rounds N  --threads N  --table-size N  --rate TPS (0: unpaced)
 #            --only COND,...  --all  --attribute  --order shuffle|rotate  --seed N  --no-aa
 #   environment: EBPF_BENCH_PORT (default 38250), DBTAP_BIN (default target/release/dbtap)
@@ -38,6 +39,10 @@
 #                 server's Com_stmt_* deltas, and the lost records / gap bytes
 #   ebpf-stats    the same with kernel.bpf_stats_enabled=1, for the BPF programs' own run time
 #                 (the statistics cost two clock reads per program run: "ebpf" runs without them)
+#   tracepoints   the same with only dbtap's syscall tracepoints attached, through bpftrace,
+#                 with programs that test the process id (never true) and return: what tracing
+#                 those calls costs mysqld before any program logic (needs bpftrace, installed
+#                 here when this condition runs)
 #   slowlog       the same with the slow log at long_query_time=0 (file beside the datadir)
 #   baseline-tcp  sysbench over TCP 127.0.0.1:P, nothing else
 #   packet        the same with dbtap live --source packet -i lo --port P
@@ -113,7 +118,12 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 bash tests/setup.sh
-for b in sysbench mariadbd mariadb-install-db openssl ${ATTRIBUTE:+perf}; do
+BPFTRACE=
+if [ -z "$ONLY" ] || [[ ",$ONLY," == *,tracepoints,* ]]; then
+  BPFTRACE=bpftrace
+  command -v bpftrace >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -q bpftrace >/dev/null
+fi
+for b in sysbench mariadbd mariadb-install-db openssl ${ATTRIBUTE:+perf} $BPFTRACE; do
   command -v "$b" >/dev/null || { echo "$b not found: run tests/setup.sh first" >&2; exit 1; }
 done
 [ "$(id -u)" = 0 ] || { echo "needs root: dbtap live --source ebpf loads BPF programs" >&2; exit 1; }

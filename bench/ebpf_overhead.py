@@ -15,6 +15,7 @@ import os
 import math
 import platform
 import random
+import signal
 import statistics
 import subprocess
 import sys
@@ -30,20 +31,24 @@ import harness  # noqa: E402
 from harness import delta, die  # noqa: E402
 from live_overhead import Proc, cpu_seconds, med, pct, peak_rss_mb  # noqa: E402
 
-CONDITIONS = ["baseline", "aa", "ebpf", "ebpf-stats", "slowlog", "baseline-tcp", "packet", "ebpf-perf"]
+CONDITIONS = ["baseline", "aa", "ebpf", "ebpf-stats", "tracepoints", "slowlog", "baseline-tcp", "packet",
+              "ebpf-perf"]
 LABELS = {
     "baseline": "Unix socket, nothing else (baseline)",
     "aa": "Unix socket, nothing else again (A/A check)",
     "ebpf": "Unix socket, dbtap live --source ebpf",
     "ebpf-stats": "the same, with the kernel's BPF statistics on",
+    "tracepoints": "Unix socket, dbtap's syscall tracepoints with programs that only test the pid",
     "slowlog": "Unix socket, slow log long_query_time=0",
     "baseline-tcp": "TCP, nothing else (baseline-tcp)",
     "packet": "TCP, dbtap live --source packet",
     "ebpf-perf": "Unix socket, --source ebpf, perf record on mysqld (--attribute)",
 }
-BASE = {"baseline": "baseline", "aa": "baseline", "ebpf": "baseline", "ebpf-stats": "baseline", "slowlog": "baseline",
+BASE = {"baseline": "baseline", "aa": "baseline", "ebpf": "baseline", "ebpf-stats": "baseline",
+        "tracepoints": "baseline", "slowlog": "baseline",
         "baseline-tcp": "baseline-tcp", "packet": "baseline-tcp", "ebpf-perf": "baseline"}
-VIA = {"baseline": "unix", "aa": "unix", "ebpf": "unix", "ebpf-stats": "unix", "slowlog": "unix",
+VIA = {"baseline": "unix", "aa": "unix", "ebpf": "unix", "ebpf-stats": "unix", "tracepoints": "unix",
+       "slowlog": "unix",
        "baseline-tcp": "tcp", "packet": "tcp", "ebpf-perf": "unix"}
 # The runs whose dbtap traces with eBPF; only "ebpf-stats" turns the kernel's BPF statistics
 # on (kernel.bpf_stats_enabled: two clock reads per program run, which "ebpf" does not pay).
@@ -161,6 +166,31 @@ def read_dbtap(cap: Proc, work: Path, rnd: int, cond: str) -> dict:
             "stderr": [l.rstrip() for l in cap.stderr]}
 
 
+# The system calls dbtap's eBPF source attaches to (crates/ebpf/src/tracer.rs): their exits, and
+# close's entry.
+TRACED_EXITS = ("read", "write", "readv", "writev", "connect", "accept", "accept4", "sendto",
+                "recvfrom", "sendmsg", "recvmsg")
+
+
+def start_tracepoints() -> subprocess.Popen:
+    """The "tracepoints" condition: bpftrace attaches, to the same per-syscall tracepoints as
+    dbtap's eBPF source, programs that test the process id (never true: pid 1) and return, so
+    mysqld pays what tracing those calls costs before any program logic (the tracepoint, the
+    system call's slow path, one helper call). tracefs is mounted in a private mount namespace
+    of bpftrace's own, as dbtap does where the host has none."""
+    probes = ",".join(f"tracepoint:syscalls:sys_exit_{c}" for c in TRACED_EXITS)
+    prog = (f"{probes} /pid == 1/ {{ @exits = count(); }} "
+            "tracepoint:syscalls:sys_enter_close /pid == 1/ { @closes = count(); }")
+    bt = subprocess.Popen(["unshare", "-m", "--propagation", "private", "sh", "-c",
+                           "mount -t tracefs nodev /sys/kernel/tracing && exec bpftrace -e \"$0\"",
+                           prog], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    line = bt.stdout.readline()  # "Attaching 12 probes..." once attached
+    if not line.startswith("Attaching"):
+        bt.kill()
+        die(f"bpftrace did not attach: {line}{bt.stderr.read()[-2000:]}")
+    return bt
+
+
 def irq_work_interrupts() -> int:
     """The machine's IRQ-work interrupts so far (/proc/interrupts IWI, every CPU): a BPF ring
     wakes its reader with one on the producing CPU."""
@@ -173,12 +203,14 @@ def irq_work_interrupts() -> int:
 
 def run_one(a, srv: eh.Maria, cond: str, work: Path, rnd: int) -> dict:
     res: dict = {"condition": cond, "round": rnd}
-    cap = out = None
+    cap = out = bt = None
     prog0: dict = {}
     if cond in ("packet", *EBPF):
         cap, out = start_dbtap(a, srv, cond, work)
         if cond == "ebpf-stats":
             prog0 = ea.bpf_prog_stats(cap.proc.pid)
+    elif cond == "tracepoints":
+        bt = start_tracepoints()
     elif cond == "slowlog":
         slow = work / "slow.log"
         slow.unlink(missing_ok=True)
@@ -231,6 +263,9 @@ def run_one(a, srv: eh.Maria, cond: str, work: Path, rnd: int) -> dict:
         if cap is not None:
             res["cap_exit"] = cap.stop()
             out.close()
+        if bt is not None:
+            bt.send_signal(signal.SIGINT)
+            bt.communicate(timeout=30)
         if cond == "slowlog":
             with srv.root() as c, c.cursor() as cur:
                 cur.execute("SET GLOBAL slow_query_log=0, long_query_time=10")
@@ -458,6 +493,10 @@ def report(a, runs: list[dict], meta: dict) -> tuple[str, bool]:
           f"published eBPF agent: 0.2 in mysqld + 0.22 in the agent = 0.42.")
         P(f"- lost records at this rate with the default ring (summed over the rounds): {e['lost']} "
           f"({'none' if not e['lost'] else 'NOT zero'}).")
+    t = summary.get("tracepoints")
+    if t:
+        P(f"- the tracepoints alone (programs that test the pid and return): {t['extra_m']:+.4f} "
+          "core per 10k QPS of extra mysqld CPU, a floor under any program logic attached there.")
     iwi = [f"{LABELS[c]} {statistics.median(r['irq_work'] / r['queries'] for r in by[c]):.4f}"
            for c in CONDITIONS if by[c] and all("irq_work" in r for r in by[c])]
     if iwi:
