@@ -111,12 +111,6 @@ struct {
 	__uint(max_entries, 8 << 20);
 } ring SEC(".maps");
 
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 16384);
-	__type(key, u32);
-	__type(value, u32);
-} traced SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -190,6 +184,44 @@ struct {
 	__type(value, struct sock_ref);
 } ssl_socks SEC(".maps");
 
+/* The traced processes: one bit per process id (pid_max is at most 4,194,304 on 64-bit
+ * kernels: 512 KiB), so the check on every run is one load, where a hash map keyed by the
+ * process id cost a lookup (a call) per run, also for every other process's runs of the same
+ * tracepoints. Written only with atomic operations: by on_fork and on_exit, and by user space
+ * through the set_traced program (run with BPF_PROG_RUN), never by a read-modify-write of a
+ * whole word from user space, which could undo a concurrent fork's or exit's bit. */
+#define PID_LIMIT (4 << 20)
+u64 traced_bits[PID_LIMIT / 64] = {};
+
+/* The word of `tgid` (< PID_LIMIT) in traced_bits: masked where the verifier sees it (the
+ * compiler would otherwise index with a copy of the id that the bound check did not cover). */
+static __always_inline u32 traced_word(u32 tgid)
+{
+	asm volatile("" : "+r"(tgid));
+	return (tgid >> 6) & (PID_LIMIT / 64 - 1);
+}
+
+static __always_inline int tgid_traced(u32 tgid)
+{
+	if (tgid >= PID_LIMIT)
+		return 0;
+	return (traced_bits[traced_word(tgid)] >> (tgid & 63)) & 1;
+}
+
+/* Sets (`set`) or clears the bit of `tgid`; 0 when done, 1 when the id is out of range. */
+static __always_inline int mark_traced(u32 tgid, int set)
+{
+	if (tgid >= PID_LIMIT)
+		return 1;
+	u32 w = traced_word(tgid);
+	u64 bit = 1ULL << (tgid & 63);
+	if (set)
+		__sync_fetch_and_or(&traced_bits[w], bit);
+	else
+		__sync_fetch_and_and(&traced_bits[w], ~bit);
+	return 0;
+}
+
 /* 1 once a traced thread has entered an SSL call: before that no thread has SSL state, and a
  * traced call skips the task-storage lookup (a helper call per run). Set and read by the same
  * thread first (its ssl_enter, then its system calls), so no ordering is needed. */
@@ -243,7 +275,7 @@ static __always_inline int tcp_plaintext(void)
 static __always_inline u32 traced_pid(void)
 {
 	u32 tgid = bpf_get_current_pid_tgid() >> 32;
-	return bpf_map_lookup_elem(&traced, &tgid) ? tgid : 0;
+	return tgid_traced(tgid) ? tgid : 0;
 }
 
 static __always_inline int is_traced(void)
@@ -817,10 +849,9 @@ int BPF_PROG(on_fork, struct task_struct *parent, struct task_struct *child)
 {
 	u32 ptgid = parent->tgid;
 	u32 ctgid = child->tgid;
-	if (ptgid == ctgid || !bpf_map_lookup_elem(&traced, &ptgid))
+	if (ptgid == ctgid || !tgid_traced(ptgid))
 		return 0;
-	u32 why = 0xffffffff; /* inherited */
-	bpf_map_update_elem(&traced, &ctgid, &why, BPF_ANY);
+	mark_traced(ctgid, 1);
 	return 0;
 }
 
@@ -828,15 +859,28 @@ SEC("tp_btf/sched_process_exit")
 int BPF_PROG(on_exit, struct task_struct *p, bool group_dead)
 {
 	u32 tgid = p->tgid;
-	if (!group_dead || !bpf_map_lookup_elem(&traced, &tgid))
+	if (!group_dead || !tgid_traced(tgid))
 		return 0;
-	bpf_map_delete_elem(&traced, &tgid);
+	mark_traced(tgid, 0);
 	struct hdr h = {};
 	h.kind = DK_EXIT;
 	h.pid = tgid;
 	h.ts = bpf_ktime_get_ns();
 	bpf_ringbuf_output(&ring, &h, sizeof(h), wake_flags(sizeof(h), 0));
 	return 0;
+}
+
+/* User space's way to add (or remove) a traced process: BPF_PROG_RUN with {tgid, set} as
+ * the context; returns 0 when done. */
+struct traced_arg {
+	u32 tgid;
+	u32 set;
+};
+
+SEC("syscall")
+int set_traced(struct traced_arg *a)
+{
+	return mark_traced(a->tgid, a->set);
 }
 
 /* ---- OpenSSL uprobes ---- */
