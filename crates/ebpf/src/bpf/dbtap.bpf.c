@@ -822,10 +822,13 @@ SEC("tp_btf/sys_exit")
 int BPF_PROG(on_sys_exit, struct pt_regs *regs, long ret)
 {
 	int op = op_of(regs->orig_ax);
-	u32 pid;
-	if (!op || op == DOP_CLOSE || !(pid = traced_pid()))
+	if (!op || op == DOP_CLOSE)
 		return 0;
-	return sys_exit(bpf_get_current_task_btf(), regs, op, ret, pid);
+	struct task_struct *task = bpf_get_current_task_btf();
+	u32 pid = task->tgid;
+	if (!tgid_traced(pid))
+		return 0;
+	return sys_exit(task, regs, op, ret, pid);
 }
 
 /* Attached to syscalls:sys_exit_{read,write,readv,writev,connect,accept,accept4,sendto,recvfrom,
@@ -834,10 +837,14 @@ SEC("tracepoint")
 int tp_sys_exit(struct sc_exit *ctx)
 {
 	int op = op_of(ctx->nr);
-	u32 pid;
-	if (!op || op == DOP_CLOSE || !(pid = traced_pid()))
+	if (!op || op == DOP_CLOSE)
 		return 0;
+	/* The process id by a direct load from the task the registers need anyway: one helper
+	 * call (bpf_get_current_pid_tgid) less per run. */
 	struct task_struct *task = bpf_get_current_task_btf();
+	u32 pid = task->tgid;
+	if (!tgid_traced(pid))
+		return 0;
 	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(task);
 	if (!regs)
 		return 0;
