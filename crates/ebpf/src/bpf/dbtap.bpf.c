@@ -846,6 +846,31 @@ int BPF_PROG(on_sys_exit, struct pt_regs *regs, long ret)
 	return sys_exit(task, regs, op, ret, pid);
 }
 
+/* Where a task's user registers sit above its kernel stack's base (task->stack): the same for
+ * every task of a kernel (THREAD_SIZE, the padding, sizeof(struct pt_regs)), learnt from the
+ * first bpf_task_pt_regs answer; 0 until then. */
+u64 regs_off = 0;
+
+/* The user registers of `task` (the current one) at the exit of system call `nr`: found from the
+ * stack base and regs_off by direct loads, a helper call per run less; checked by the syscall
+ * number they hold (orig_ax), and asked of bpf_task_pt_regs when that does not match. */
+static __always_inline struct pt_regs *user_regs(struct task_struct *task, long nr)
+{
+	u64 off = regs_off;
+	if (off) {
+		struct pt_regs *r = KCAST(struct pt_regs, (u64)task->stack + off);
+		if (r->orig_ax == nr)
+			return r;
+	}
+	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(task);
+	if (!regs)
+		return 0;
+	u64 base = (u64)task->stack;
+	if (base && (u64)regs > base && regs->orig_ax == nr)
+		regs_off = (u64)regs - base;
+	return regs;
+}
+
 /* Attached to syscalls:sys_exit_{read,write,readv,writev,connect,accept,accept4,sendto,recvfrom,
  * sendmsg,recvmsg}: the arguments come from the task's user registers. */
 SEC("tracepoint")
@@ -860,7 +885,7 @@ int tp_sys_exit(struct sc_exit *ctx)
 	u32 pid = task->tgid;
 	if (!tgid_traced(pid))
 		return 0;
-	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(task);
+	struct pt_regs *regs = user_regs(task, ctx->nr);
 	if (!regs)
 		return 0;
 	return sys_exit(task, regs, op, ctx->ret, pid);
