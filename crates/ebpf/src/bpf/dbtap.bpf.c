@@ -243,26 +243,6 @@ static __always_inline struct counters *ctrs(void)
 	return bpf_map_lookup_elem(&counters, &z);
 }
 
-/* A read-only typed view of a kernel pointer: its fields are then read by direct (BTF, CO-RE)
- * loads, much cheaper than one bpf_probe_read_kernel per field. */
-extern void *bpf_rdonly_cast(const void *obj, __u32 btf_id) __ksym;
-#define KCAST(type, p) ((type *)bpf_rdonly_cast((void *)(p), bpf_core_type_id_kernel(type)))
-
-/* The bytes pending in the ring: what bpf_ringbuf_query(BPF_RB_AVAIL_DATA) returns (producer
- * minus consumer position), read by direct loads of the ring's own fields instead of a helper
- * call per record; the call where this kernel's BTF lacks those types or fields (CO-RE). */
-static __always_inline u64 ring_pending(void)
-{
-	if (!bpf_core_field_exists(struct bpf_ringbuf_map, rb) ||
-	    !bpf_core_field_exists(struct bpf_ringbuf, producer_pos) ||
-	    !bpf_core_field_exists(struct bpf_ringbuf, consumer_pos))
-		return bpf_ringbuf_query(&ring, BPF_RB_AVAIL_DATA);
-	struct bpf_ringbuf *rb = KCAST(struct bpf_ringbuf_map, &ring)->rb;
-	if (!rb)
-		return 0;
-	return rb->producer_pos - rb->consumer_pos;
-}
-
 /* The wake-up flag of a record of `size` bytes, `reserved` when the ring already counts it.
  * User space is woken once per `wake_bytes` that become pending: by the record that takes the
  * pending bytes across a multiple of it, not by every record while that much is pending. Each
@@ -277,7 +257,7 @@ static __always_inline u64 wake_flags(u64 size, int reserved)
 	u64 wake = c ? c->wake_bytes : 0;
 	if (!wake)
 		return BPF_RB_FORCE_WAKEUP;
-	u64 avail = ring_pending();
+	u64 avail = bpf_ringbuf_query(&ring, BPF_RB_AVAIL_DATA);
 	/* The ring's own 8-byte record header and the rounding to 8 bytes. */
 	size += 16;
 	u64 before = reserved ? (avail > size ? avail - size : 0) : avail;
@@ -302,6 +282,11 @@ static __always_inline int is_traced(void)
 {
 	return traced_pid() != 0;
 }
+
+/* A read-only typed view of a kernel pointer: its fields are then read by direct (BTF, CO-RE)
+ * loads, much cheaper than one bpf_probe_read_kernel per field. */
+extern void *bpf_rdonly_cast(const void *obj, __u32 btf_id) __ksym;
+#define KCAST(type, p) ((type *)bpf_rdonly_cast((void *)(p), bpf_core_type_id_kernel(type)))
 
 /* The struct file behind `fd` of task `t` (the current one), or 0. */
 static __always_inline struct file *task_fd_file(struct task_struct *t, u32 fd)
