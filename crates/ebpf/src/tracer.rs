@@ -179,6 +179,29 @@ fn map<'o>(obj: &'o Object, name: &str) -> Result<libbpf_rs::Map<'o>, Error> {
         .ok_or_else(|| Error(format!("the BPF object has no map {name}")))
 }
 
+/// Marks process `pid` traced: its bit in the programs' bitmap, set by the `set_traced` program
+/// (BPF_PROG_RUN) with an atomic OR, since the programs set and clear bits of the same words
+/// at forks and exits while this runs.
+fn set_traced(obj: &mut Object, pid: u32) -> Result<(), Error> {
+    let prog = obj
+        .progs_mut()
+        .find(|p| p.name() == "set_traced")
+        .ok_or_else(|| Error("the BPF object has no program set_traced".into()))?;
+    let mut arg = [0u8; 8];
+    arg[..4].copy_from_slice(&pid.to_le_bytes());
+    arg[4..].copy_from_slice(&1u32.to_le_bytes());
+    let out = prog
+        .test_run(libbpf_rs::ProgramInput {
+            context_in: Some(&mut arg),
+            ..Default::default()
+        })
+        .map_err(|e| err("adding a traced pid", e))?;
+    if out.return_value != 0 {
+        return Err(Error(format!("adding a traced pid: {pid} is out of range")));
+    }
+    Ok(())
+}
+
 impl Tracer {
     /// Finds the server processes, loads and attaches the programs; `poll` hands the events
     /// to its callback (the records copied out of the ring first).
@@ -209,11 +232,8 @@ impl Tracer {
         map(&obj, "cfg")?
             .update(&0u32.to_le_bytes(), &conf, MapFlags::ANY)
             .map_err(|e| err("configuring", e))?;
-        let traced = map(&obj, "traced")?;
         for t in &targets {
-            traced
-                .update(&t.pid.to_le_bytes(), &1u32.to_le_bytes(), MapFlags::ANY)
-                .map_err(|e| err("adding a traced pid", e))?;
+            set_traced(&mut obj, t.pid)?;
         }
         let queue = Rc::new(RefCell::new(Vec::new()));
         let q = Rc::clone(&queue);
@@ -350,11 +370,8 @@ impl Tracer {
         if fresh.is_empty() {
             return Ok(0);
         }
-        let traced = map(&self.obj, "traced")?;
         for t in &fresh {
-            traced
-                .update(&t.pid.to_le_bytes(), &1u32.to_le_bytes(), MapFlags::ANY)
-                .map_err(|e| err("adding a traced pid", e))?;
+            set_traced(&mut self.obj, t.pid)?;
         }
         let n = fresh.len();
         self.targets.extend(fresh);

@@ -111,12 +111,6 @@ struct {
 	__uint(max_entries, 8 << 20);
 } ring SEC(".maps");
 
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 16384);
-	__type(key, u32);
-	__type(value, u32);
-} traced SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -190,6 +184,44 @@ struct {
 	__type(value, struct sock_ref);
 } ssl_socks SEC(".maps");
 
+/* The traced processes: one bit per process id (pid_max is at most 4,194,304 on 64-bit
+ * kernels: 512 KiB), so the check on every run is one load, where a hash map keyed by the
+ * process id cost a lookup (a call) per run, also for every other process's runs of the same
+ * tracepoints. Written only with atomic operations: by on_fork and on_exit, and by user space
+ * through the set_traced program (run with BPF_PROG_RUN), never by a read-modify-write of a
+ * whole word from user space, which could undo a concurrent fork's or exit's bit. */
+#define PID_LIMIT (4 << 20)
+u64 traced_bits[PID_LIMIT / 64] = {};
+
+/* The word of `tgid` (< PID_LIMIT) in traced_bits: masked where the verifier sees it (the
+ * compiler would otherwise index with a copy of the id that the bound check did not cover). */
+static __always_inline u32 traced_word(u32 tgid)
+{
+	asm volatile("" : "+r"(tgid));
+	return (tgid >> 6) & (PID_LIMIT / 64 - 1);
+}
+
+static __always_inline int tgid_traced(u32 tgid)
+{
+	if (tgid >= PID_LIMIT)
+		return 0;
+	return (traced_bits[traced_word(tgid)] >> (tgid & 63)) & 1;
+}
+
+/* Sets (`set`) or clears the bit of `tgid`; 0 when done, 1 when the id is out of range. */
+static __always_inline int mark_traced(u32 tgid, int set)
+{
+	if (tgid >= PID_LIMIT)
+		return 1;
+	u32 w = traced_word(tgid);
+	u64 bit = 1ULL << (tgid & 63);
+	if (set)
+		__sync_fetch_and_or(&traced_bits[w], bit);
+	else
+		__sync_fetch_and_and(&traced_bits[w], ~bit);
+	return 0;
+}
+
 /* 1 once a traced thread has entered an SSL call: before that no thread has SSL state, and a
  * traced call skips the task-storage lookup (a helper call per run). Set and read by the same
  * thread first (its ssl_enter, then its system calls), so no ordering is needed. */
@@ -243,7 +275,7 @@ static __always_inline int tcp_plaintext(void)
 static __always_inline u32 traced_pid(void)
 {
 	u32 tgid = bpf_get_current_pid_tgid() >> 32;
-	return bpf_map_lookup_elem(&traced, &tgid) ? tgid : 0;
+	return tgid_traced(tgid) ? tgid : 0;
 }
 
 static __always_inline int is_traced(void)
@@ -790,10 +822,38 @@ SEC("tp_btf/sys_exit")
 int BPF_PROG(on_sys_exit, struct pt_regs *regs, long ret)
 {
 	int op = op_of(regs->orig_ax);
-	u32 pid;
-	if (!op || op == DOP_CLOSE || !(pid = traced_pid()))
+	if (!op || op == DOP_CLOSE)
 		return 0;
-	return sys_exit(bpf_get_current_task_btf(), regs, op, ret, pid);
+	struct task_struct *task = bpf_get_current_task_btf();
+	u32 pid = task->tgid;
+	if (!tgid_traced(pid))
+		return 0;
+	return sys_exit(task, regs, op, ret, pid);
+}
+
+/* Where a task's user registers sit above its kernel stack's base (task->stack): the same for
+ * every task of a kernel (THREAD_SIZE, the padding, sizeof(struct pt_regs)), learnt from the
+ * first bpf_task_pt_regs answer; 0 until then. */
+u64 regs_off = 0;
+
+/* The user registers of `task` (the current one) at the exit of system call `nr`: found from the
+ * stack base and regs_off by direct loads, a helper call per run less; checked by the syscall
+ * number they hold (orig_ax), and asked of bpf_task_pt_regs when that does not match. */
+static __always_inline struct pt_regs *user_regs(struct task_struct *task, long nr)
+{
+	u64 off = regs_off;
+	if (off) {
+		struct pt_regs *r = KCAST(struct pt_regs, (u64)task->stack + off);
+		if (r->orig_ax == nr)
+			return r;
+	}
+	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(task);
+	if (!regs)
+		return 0;
+	u64 base = (u64)task->stack;
+	if (base && (u64)regs > base && regs->orig_ax == nr)
+		regs_off = (u64)regs - base;
+	return regs;
 }
 
 /* Attached to syscalls:sys_exit_{read,write,readv,writev,connect,accept,accept4,sendto,recvfrom,
@@ -802,11 +862,15 @@ SEC("tracepoint")
 int tp_sys_exit(struct sc_exit *ctx)
 {
 	int op = op_of(ctx->nr);
-	u32 pid;
-	if (!op || op == DOP_CLOSE || !(pid = traced_pid()))
+	if (!op || op == DOP_CLOSE)
 		return 0;
+	/* The process id by a direct load from the task the registers need anyway: one helper
+	 * call (bpf_get_current_pid_tgid) less per run. */
 	struct task_struct *task = bpf_get_current_task_btf();
-	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(task);
+	u32 pid = task->tgid;
+	if (!tgid_traced(pid))
+		return 0;
+	struct pt_regs *regs = user_regs(task, ctx->nr);
 	if (!regs)
 		return 0;
 	return sys_exit(task, regs, op, ctx->ret, pid);
@@ -817,10 +881,9 @@ int BPF_PROG(on_fork, struct task_struct *parent, struct task_struct *child)
 {
 	u32 ptgid = parent->tgid;
 	u32 ctgid = child->tgid;
-	if (ptgid == ctgid || !bpf_map_lookup_elem(&traced, &ptgid))
+	if (ptgid == ctgid || !tgid_traced(ptgid))
 		return 0;
-	u32 why = 0xffffffff; /* inherited */
-	bpf_map_update_elem(&traced, &ctgid, &why, BPF_ANY);
+	mark_traced(ctgid, 1);
 	return 0;
 }
 
@@ -828,15 +891,28 @@ SEC("tp_btf/sched_process_exit")
 int BPF_PROG(on_exit, struct task_struct *p, bool group_dead)
 {
 	u32 tgid = p->tgid;
-	if (!group_dead || !bpf_map_lookup_elem(&traced, &tgid))
+	if (!group_dead || !tgid_traced(tgid))
 		return 0;
-	bpf_map_delete_elem(&traced, &tgid);
+	mark_traced(tgid, 0);
 	struct hdr h = {};
 	h.kind = DK_EXIT;
 	h.pid = tgid;
 	h.ts = bpf_ktime_get_ns();
 	bpf_ringbuf_output(&ring, &h, sizeof(h), wake_flags(sizeof(h), 0));
 	return 0;
+}
+
+/* User space's way to add (or remove) a traced process: BPF_PROG_RUN with {tgid, set} as
+ * the context; returns 0 when done. */
+struct traced_arg {
+	u32 tgid;
+	u32 set;
+};
+
+SEC("syscall")
+int set_traced(struct traced_arg *a)
+{
+	return mark_traced(a->tgid, a->set);
 }
 
 /* ---- OpenSSL uprobes ---- */
