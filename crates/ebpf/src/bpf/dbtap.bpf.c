@@ -818,15 +818,26 @@ static __always_inline int sys_exit(struct task_struct *task, struct pt_regs *re
 	return 0;
 }
 
+/* The current task when the exit of system call `nr` is one to trace (not close) in a traced
+ * process, with its operation and process id; 0 otherwise. The process id is a direct load
+ * from the task the exit needs anyway: one helper call (bpf_get_current_pid_tgid) less. */
+static __always_inline struct task_struct *traced_exit(long nr, int *op, u32 *pid)
+{
+	*op = op_of(nr);
+	if (!*op || *op == DOP_CLOSE)
+		return 0;
+	struct task_struct *task = bpf_get_current_task_btf();
+	*pid = task->tgid;
+	return tgid_traced(*pid) ? task : 0;
+}
+
 SEC("tp_btf/sys_exit")
 int BPF_PROG(on_sys_exit, struct pt_regs *regs, long ret)
 {
-	int op = op_of(regs->orig_ax);
-	if (!op || op == DOP_CLOSE)
-		return 0;
-	struct task_struct *task = bpf_get_current_task_btf();
-	u32 pid = task->tgid;
-	if (!tgid_traced(pid))
+	int op;
+	u32 pid;
+	struct task_struct *task = traced_exit(regs->orig_ax, &op, &pid);
+	if (!task)
 		return 0;
 	return sys_exit(task, regs, op, ret, pid);
 }
@@ -861,14 +872,10 @@ static __always_inline struct pt_regs *user_regs(struct task_struct *task, long 
 SEC("tracepoint")
 int tp_sys_exit(struct sc_exit *ctx)
 {
-	int op = op_of(ctx->nr);
-	if (!op || op == DOP_CLOSE)
-		return 0;
-	/* The process id by a direct load from the task the registers need anyway: one helper
-	 * call (bpf_get_current_pid_tgid) less per run. */
-	struct task_struct *task = bpf_get_current_task_btf();
-	u32 pid = task->tgid;
-	if (!tgid_traced(pid))
+	int op;
+	u32 pid;
+	struct task_struct *task = traced_exit(ctx->nr, &op, &pid);
+	if (!task)
 		return 0;
 	struct pt_regs *regs = user_regs(task, ctx->nr);
 	if (!regs)
