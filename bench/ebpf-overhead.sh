@@ -108,6 +108,8 @@ cleanup() {
     fi
     rm -f "$f"
   fi
+  # the tracepoints condition's bpftrace, if interrupted during its run (its program's own map)
+  pkill -INT -f 'bpftrace -e tracepoint:syscalls:sys_exit_read.*@exits = count' 2>/dev/null || true
   bash "$ROOT/tests/stop-leftovers.sh" "$W"   # mariadbd (its command line names $W)
   rm -f "$W"/slow.log
   rm -rf "$W/server"
