@@ -111,7 +111,6 @@ struct {
 	__uint(max_entries, 8 << 20);
 } ring SEC(".maps");
 
-
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 1);
