@@ -496,7 +496,8 @@ def report(a, runs: list[dict], meta: dict) -> tuple[str, bool]:
     t = summary.get("tracepoints")
     if t:
         P(f"- the tracepoints alone (programs that test the pid and return): {t['extra_m']:+.4f} "
-          "core per 10k QPS of extra mysqld CPU, a floor under any program logic attached there.")
+          "core per 10k QPS of extra mysqld CPU (difference of medians; the paired estimate with "
+          "its interval is below), a floor under any program logic attached there.")
     iwi = [f"{LABELS[c]} {statistics.median(r['irq_work'] / r['queries'] for r in by[c]):.4f}"
            for c in CONDITIONS if by[c] and all("irq_work" in r for r in by[c])]
     if iwi:
