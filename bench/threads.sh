@@ -8,9 +8,8 @@
 # other in time (editcap -t, mergecap -a; each copy starts 30 s after the previous ends, so its
 # connections open anew), written under bench/out/ and deleted at the end. --drop-cache first
 # drops the capture's pages from the page cache and reads it once, so that it is cached as a
-# file read from disk is (in large folios on Linux 6.18/ext4: a mapped --threads run takes
-# 9 times fewer page faults) rather than as a file just written (small folios), as mergecap
-# leaves it.
+# file read from disk is (in large folios on Linux 6.18/ext4) rather than as a file just
+# written (small folios), as mergecap leaves it.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

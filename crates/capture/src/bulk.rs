@@ -9,13 +9,7 @@
 //! per buffer and a look at each record header; gzip and standard input go the same way
 //! (decompression stays in the reading thread).
 
-use std::fs::File;
-use std::io;
-use std::path::Path;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-
-use crate::{BUF_SIZE, Buf, CaptureError, Format, Mapping, Reader, ReaderStats, State};
+use crate::{CaptureError, Reader, State};
 
 /// Where one frame is in a bulk buffer, and what its record said.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -122,7 +116,7 @@ impl Reader {
         if frames.is_empty() {
             return None;
         }
-        Some(spent.unwrap_or_else(|| std::mem::take(&mut self.buf).into_vec()))
+        Some(spent.unwrap_or_else(|| std::mem::take(&mut self.buf)))
     }
 
     fn set_spare(&mut self, v: Vec<u8>) {
@@ -162,123 +156,10 @@ impl Reader {
         if let (Some(dst), Some(src)) = (next.get_mut(..tail), self.buf.get(self.start..self.end)) {
             dst.copy_from_slice(src);
         }
-        b.spent = Some(std::mem::replace(&mut self.buf, Buf::Owned(next)).into_vec());
+        b.spent = Some(std::mem::replace(&mut self.buf, next));
         self.base += self.start as u64;
         self.start = 0;
         self.end = tail;
         true
-    }
-}
-
-impl Reader {
-    /// Opens `path` as [`Reader::open`] does, but a regular file of at least `min_len` bytes
-    /// (and at least one) that is not gzip is mapped into memory instead of read: then
-    /// [`Reader::mapping`] is the whole file and [`Reader::next_mapped`] gives where frames are
-    /// in it. Anything else (or a map that fails) is read as by [`Reader::open`]. Checks and
-    /// errors are [`Reader::open`]'s. See [`Mapping`] for the risk of a file changed while
-    /// mapped.
-    pub fn open_mapped(path: &Path, min_len: u64) -> Result<Reader, CaptureError> {
-        let Ok(file) = File::open(path) else {
-            return Reader::open(path);
-        };
-        let Ok(meta) = file.metadata() else {
-            return Reader::open(path);
-        };
-        if !meta.is_file() || meta.len() < min_len.max(1) {
-            return Reader::open(path);
-        }
-        let Ok(map) = Mapping::map(&file, &path.display().to_string()) else {
-            return Reader::open(path);
-        };
-        if map.starts_with(&[0x1f, 0x8b]) || map.is_empty() {
-            return Reader::open(path);
-        }
-        let end = map.len();
-        let mut r = Reader {
-            name: path.display().to_string(),
-            src: Box::new(io::empty()),
-            consumed: Arc::new(AtomicU64::new(0)),
-            input_len: Some(end as u64),
-            gzip: false,
-            format: Format::Pcap,
-            buf: Buf::Mapped(map),
-            buf_size: BUF_SIZE,
-            start: 0,
-            end,
-            base: 0,
-            eof: true,
-            state: State::Done,
-            stats: ReaderStats::default(),
-            bulk: None,
-        };
-        r.detect()?;
-        Ok(r)
-    }
-
-    /// The mapping of the whole file, for a reader opened mapped.
-    pub fn mapping(&self) -> Option<&Mapping> {
-        match &self.buf {
-            Buf::Mapped(m) => Some(m),
-            Buf::Owned(_) => None,
-        }
-    }
-
-    /// On a mapped reader, the next run of frames: `Ok(true)` with `frames` (cleared first)
-    /// holding where each frame is in [`Reader::mapping`], records of at least `bytes` bytes
-    /// but at the end; `Ok(false)` at a clean end (and on a reader that is not mapped).
-    /// Records are walked as by [`Reader::next_frame`] (same checks, errors and counters);
-    /// an error is returned after the frames before it, once; then `Ok(false)`.
-    pub fn next_mapped(
-        &mut self,
-        bytes: usize,
-        frames: &mut Vec<FrameAt>,
-    ) -> Result<bool, CaptureError> {
-        frames.clear();
-        if self.mapping().is_none() {
-            return Ok(false);
-        }
-        let b = self.bulk.get_or_insert_with(Box::default);
-        if let Some(e) = b.pending.take() {
-            return Err(e);
-        }
-        let until = self.start.saturating_add(bytes);
-        loop {
-            let r = match self.state {
-                State::Pcap(h) => self.next_pcap(h),
-                State::PcapNg { .. } => self.next_pcapng(),
-                State::Done => Ok(None),
-            };
-            match r {
-                Ok(Some((ts_ns, linktype, start, end, orig_len))) => {
-                    self.count(end - start, orig_len);
-                    frames.push(FrameAt {
-                        ts_ns,
-                        linktype,
-                        orig_len,
-                        start,
-                        end,
-                    });
-                    if self.start >= until {
-                        break;
-                    }
-                }
-                Ok(None) => {
-                    self.state = State::Done;
-                    break;
-                }
-                Err(e) => {
-                    self.state = State::Done;
-                    if frames.is_empty() {
-                        return Err(e);
-                    }
-                    if let Some(b) = self.bulk.as_mut() {
-                        b.pending = Some(e);
-                    }
-                    break;
-                }
-            }
-        }
-        self.consumed.store(self.start as u64, Ordering::Relaxed);
-        Ok(!frames.is_empty())
     }
 }

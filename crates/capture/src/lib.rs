@@ -12,15 +12,13 @@
 //! faster (see `examples/readbench.rs`, which runs both on the same file), and they give exact
 //! error offsets and frames that borrow the reader without a second parse.
 
-#![deny(unsafe_code)]
+#![forbid(unsafe_code)]
 
 mod bulk;
 mod error;
 mod gz;
-mod mmap;
 mod pcap;
 mod pcapng;
-mod sigbus;
 
 use std::fmt;
 use std::fs::File;
@@ -32,9 +30,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 pub use bulk::FrameAt;
 pub use error::CaptureError;
-pub use mmap::Mapping;
 
-use mmap::Buf;
 use pcapng::Iface;
 
 /// Read buffer size: large reads keep syscalls and decompressor calls rare.
@@ -115,8 +111,8 @@ pub struct Reader {
     input_len: Option<u64>,
     gzip: bool,
     format: Format,
-    /// The read buffer, or the whole file when mapped ([`Input::open_mapped`]).
-    buf: Buf,
+    /// The read buffer.
+    buf: Vec<u8>,
     /// The size `buf` returns to after a larger record ([`BUF_SIZE`], or less for a probe).
     buf_size: usize,
     /// Unread bytes are `buf[start..end]`.
@@ -250,7 +246,7 @@ impl Reader {
             input_len,
             gzip,
             format: Format::Pcap,
-            buf: Buf::Owned(vec![0; buf_size]),
+            buf: vec![0; buf_size],
             buf_size,
             start: 0,
             end: 0,
@@ -367,11 +363,7 @@ impl Reader {
     #[cold]
     #[inline(never)]
     fn refill(&mut self, n: usize) -> Result<Fill, CaptureError> {
-        let Buf::Owned(buf) = &self.buf else {
-            // A mapping holds the whole file: what is not there is past its end.
-            return Ok(Fill::Eof(self.end - self.start));
-        };
-        if self.start + n > buf.len() && !self.hand_over(n) {
+        if self.start + n > self.buf.len() && !self.hand_over(n) {
             self.move_tail(n);
         }
         self.read_more(n)
@@ -380,9 +372,7 @@ impl Reader {
     /// Moves the unread tail to the front of the read buffer, growing (or shrinking back) the
     /// buffer to fit `n` bytes.
     fn move_tail(&mut self, n: usize) {
-        let Buf::Owned(buf) = &mut self.buf else {
-            return;
-        };
+        let buf = &mut self.buf;
         buf.copy_within(self.start..self.end, 0);
         self.base += self.start as u64;
         self.end -= self.start;
@@ -403,10 +393,7 @@ impl Reader {
             if self.eof {
                 return Ok(Fill::Eof(self.end - self.start));
             }
-            let Buf::Owned(buf) = &mut self.buf else {
-                return Ok(Fill::Eof(self.end - self.start));
-            };
-            let Some(room) = buf.get_mut(self.end..) else {
+            let Some(room) = self.buf.get_mut(self.end..) else {
                 return Ok(Fill::Eof(self.end - self.start));
             };
             let room_len = room.len();
@@ -835,15 +822,6 @@ impl Input {
         match self {
             Input::Later { len, .. } => *len,
             Input::Open(r) => r.input_len(),
-        }
-    }
-
-    /// As [`Input::open`], but a regular file of at least `min_len` bytes that is not gzip is
-    /// mapped into memory ([`Reader::open_mapped`]).
-    pub fn open_mapped(self, min_len: u64) -> Result<Reader, CaptureError> {
-        match self {
-            Input::Later { path, .. } => Reader::open_mapped(&path, min_len),
-            Input::Open(r) => Ok(*r),
         }
     }
 

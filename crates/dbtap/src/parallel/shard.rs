@@ -22,7 +22,8 @@ use crate::pipeline::{self, Consumer, Engine, Settings};
 /// Bytes per chunk: the reader reads this much at a time (a chunk is grown only for a record
 /// larger than that). 1 MiB rather than 4: what the kernel copies in is still in the cache when
 /// the workers read it (on a 1.27 GB MySQL capture, 2 threads took 15 % less CPU than with
-/// 4 MiB, `perf stat` interleaved).
+/// 4 MiB, `perf stat` interleaved; 512 KiB about the same, 256 KiB and 2 MiB dearer). Read, not
+/// mapped: the copy costs less than the parsers' cache misses on mapped pages (ARCHITECTURE).
 const CHUNK_BYTES: usize = 1 << 20;
 /// Chunks read and not yet taken by every worker, at most: with [`CHUNK_BYTES`], what bounds
 /// memory besides the engines' own caps (every chunk is shared by all workers: about `QUEUE +
@@ -31,11 +32,6 @@ const QUEUE: usize = 4;
 /// How often one thread's engine closes idle connections, in packet time
 /// (`pipeline::EXPIRE_EVERY_NS`).
 const EXPIRE_EVERY_NS: u64 = 1_000_000_000;
-/// Files of at least this size (not gzip, regular) are mapped into memory rather than read:
-/// the workers read the frames in the page cache, nothing is copied. Smaller files are read
-/// (a map costs more than it saves there). `DBTAP_MMAP_MIN_BYTES` sets it (tests),
-/// `DBTAP_NO_MMAP=1` reads every file.
-const MAP_MIN_BYTES: u64 = 64 << 20;
 
 /// Frames read in a row, shared by every worker: the buffer the reader read them into (whole
 /// records as in the file, or as decompressed), where each frame is in it, and its worker.
@@ -44,21 +40,9 @@ struct Chunk {
     name: Arc<str>,
     /// Sequence number of the first frame (frames are numbered from 0 over all files).
     first_seq: u64,
-    /// The mapped file the frames are in; else they are in `data`.
-    map: Option<capture::Mapping>,
     data: Vec<u8>,
     frames: Vec<capture::FrameAt>,
     owners: Vec<u32>,
-}
-
-impl Chunk {
-    /// The bytes the frames' positions are in.
-    fn bytes(&self) -> &[u8] {
-        match &self.map {
-            Some(m) => m,
-            None => &self.data,
-        }
-    }
 }
 
 /// Where an event stands in one thread's order: (frame, 0) for the events of a frame, (frame,
@@ -162,7 +146,6 @@ pub(super) fn run(
         cur: None,
         router: Router::new(threads, per.1.idle_timeout_ns),
         bar: pipeline::progress_bar(settings.progress, total_len),
-        map_min: map_min_bytes(),
         seq: 0,
         done_len: 0,
         end: ReadEnd::default(),
@@ -364,11 +347,10 @@ impl Drop for Leave<'_> {
 /// worker (`router`'s).
 struct ReadSide {
     inputs: VecDeque<Input>,
-    /// The file being read, its name, and its pages to give back.
-    cur: Option<(capture::Reader, Arc<str>, Release)>,
+    /// The file being read, and its name.
+    cur: Option<(capture::Reader, Arc<str>)>,
     router: Router,
     bar: Option<indicatif::ProgressBar>,
-    map_min: u64,
     seq: u64,
     done_len: u64,
     end: ReadEnd,
@@ -382,7 +364,7 @@ impl ReadSide {
             if self.end.fallback.is_some() {
                 return None;
             }
-            let Some((reader, name, release)) = self.cur.as_mut() else {
+            let Some((reader, name)) = self.cur.as_mut() else {
                 let input = self.inputs.pop_front()?;
                 self.open(input);
                 continue;
@@ -410,27 +392,22 @@ impl ReadSide {
             if let Some(b) = &self.bar {
                 b.set_position(self.done_len + reader.input_position());
             }
-            // Every worker has taken the chunks more than `QUEUE` before this one.
-            release.sent(reader);
             return Some(c);
         }
     }
 
     fn open(&mut self, input: Input) {
-        match input.open_mapped(self.map_min) {
+        match input.open() {
             Ok(r) => {
                 let name: Arc<str> = r.name().into();
-                if self.map_min != MAP_MIN_BYTES && r.mapping().is_some() {
-                    eprintln!("debug: {name} is mapped");
-                }
-                self.cur = Some((r, name, Release::default()));
+                self.cur = Some((r, name));
             }
             Err(e) => self.end.fallback = Some(format!("{e}")),
         }
     }
 
     fn close_file(&mut self) {
-        if let Some((reader, name, _)) = self.cur.take() {
+        if let Some((reader, name)) = self.cur.take() {
             self.end.truncated_frames += reader.stats().truncated_frames;
             self.end.names.push(name.to_string());
             self.done_len += reader.input_len().unwrap_or(0);
@@ -438,52 +415,9 @@ impl ReadSide {
     }
 }
 
-/// Where the chunks of a mapped file end, to give back the pages every worker is done with:
-/// a chunk is read only while fewer than [`QUEUE`] are not yet taken by every worker, so when
-/// it is read every worker has taken the chunks more than `QUEUE` before it and finished those
-/// before them (a worker takes the next chunk only after the last one), so the resident set of
-/// a mapped file stays at a few chunks rather than growing to the file's size.
-#[derive(Default)]
-struct Release {
-    ends: VecDeque<usize>,
-    done: usize,
-}
-
-impl Release {
-    /// A chunk of `reader`'s was read.
-    fn sent(&mut self, reader: &capture::Reader) {
-        let Some(map) = reader.mapping() else {
-            return;
-        };
-        self.ends
-            .push_back(usize::try_from(reader.stream_position()).unwrap_or(usize::MAX));
-        if self.ends.len() > QUEUE + 1
-            && let Some(e) = self.ends.pop_front()
-        {
-            self.done = map.release(self.done, e);
-        }
-    }
-}
-
-/// `MAP_MIN_BYTES`, or what the environment says.
-fn map_min_bytes() -> u64 {
-    if std::env::var_os("DBTAP_NO_MMAP").is_some_and(|v| v == "1") {
-        return u64::MAX;
-    }
-    std::env::var("DBTAP_MMAP_MIN_BYTES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(MAP_MIN_BYTES)
-}
-
-/// The next run of frames into `c`: where they are in the mapped file, or the read buffer
-/// they were read into; false at the end.
+/// The next run of frames into `c`: the read buffer they were read into, and where each is in
+/// it; false at the end.
 fn next_chunk(reader: &mut capture::Reader, c: &mut Chunk) -> Result<bool, capture::CaptureError> {
-    if let Some(m) = reader.mapping() {
-        c.map = Some(m.clone());
-        return reader.next_mapped(CHUNK_BYTES, &mut c.frames);
-    }
-    c.map = None;
     // A buffer grown for a larger record goes back to the usual size.
     if c.data.len() != CHUNK_BYTES {
         c.data.resize(CHUNK_BYTES, 0);
@@ -508,7 +442,7 @@ fn place(c: &mut Chunk, router: &mut Router, end: &mut ReadEnd) -> Result<(), &'
         if lt == stream::LINKTYPE {
             return Err("a socket-stream capture");
         }
-        let data = c.bytes().get(f.start..f.end).unwrap_or_default();
+        let data = c.data.get(f.start..f.end).unwrap_or_default();
         let Some(w) = router.route(lt, data, ts) else {
             return Err("IP fragments");
         };
@@ -553,7 +487,7 @@ fn worker(
             let (lt, ts) = (f.linktype, f.ts_ns);
             let seq = chunk.first_seq + i as u64;
             if o as usize == w {
-                let data = chunk.bytes().get(f.start..f.end).unwrap_or_default();
+                let data = chunk.data.get(f.start..f.end).unwrap_or_default();
                 engine.consumer_mut().key = (seq, 0);
                 engine.frame(lt, data, ts, &chunk.name);
                 peak = peak.max(engine.parts().table_len);
