@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import collections
 import datetime
-import os
 import subprocess
 import sys
 from pathlib import Path
