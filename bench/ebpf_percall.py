@@ -58,7 +58,7 @@ def build(tmp: Path) -> Path:
 
 def one_tracer(exe, tracer, sock, srv_pid, a):
     """Starts `tracer` on the server, runs a.reps measurements of a.n round trips; returns a
-    list of {name: (ns, runs)} deltas."""
+    list of ({name: (ns, runs)} deltas, the idle second's tp_sys_exit (ns, runs))."""
     tr = subprocess.Popen([tracer, "--pid", str(srv_pid), "--quiet", "--seconds", "100000"],
                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
@@ -83,33 +83,36 @@ def one_tracer(exe, tracer, sock, srv_pid, a):
             i0 = prog_stats(tr.pid)
             time.sleep(1.0)
             i1 = prog_stats(tr.pid)
-            bg = [0, 0]
+            bg = (0, 0)
             for i, (ns, cnt) in i1.items():
                 if names[i] == "tp_sys_exit":
                     b = i0.get(i, (0, 0))
-                    bg = [ns - b[0], cnt - b[1]]
-            d["_bg"] = tuple(bg)
-            reps.append(d)
+                    bg = (ns - b[0], cnt - b[1])
+            reps.append((d, bg))
         return reps
     finally:
         tr.terminate()
         tr.wait()
 
 
-def traced_ns(d, n):
+def runs_of(d):
+    """Every program's runs in one rep."""
+    return sum(c for _, c in d.values())
+
+
+def traced_ns(rep, n):
     """ns of the server's 2n traced runs: every run minus the background's runs (beyond 2n) at
     the idle second's cost per background run."""
-    bg_ns, bg_runs = d["_bg"]
+    d, (bg_ns, bg_runs) = rep
     per_bg = bg_ns / bg_runs if bg_runs else 0.0
-    total = sum(ns for k, (ns, _) in d.items() if k != "_bg")
-    runs = sum(c for k, (_, c) in d.items() if k != "_bg")
-    return total - max(0, runs - 2 * n) * per_bg
+    total = sum(ns for ns, _ in d.values())
+    return total - max(0, runs_of(d) - 2 * n) * per_bg
 
 
 def report(label, reps, n):
-    per_rt = [traced_ns(d, n) / n for d in reps]
-    runs = [sum(c for k, (_, c) in d.items() if k != "_bg") / n for d in reps]
-    ex = [traced_ns(d, n) / (2 * n) for d in reps]
+    per_rt = [traced_ns(rep, n) / n for rep in reps]
+    runs = [runs_of(d) / n for d, _ in reps]
+    ex = [x / 2 for x in per_rt]  # two traced runs per round trip
     print(f"{label}: ns per round trip median {statistics.median(per_rt):7.1f} "
           f"(reps {min(per_rt):.1f}..{max(per_rt):.1f}); traced ns/run median "
           f"{statistics.median(ex):6.1f} ({min(ex):.1f}..{max(ex):.1f}); runs per round trip "

@@ -83,7 +83,7 @@ for r in $(seq 1 "$ROUNDS"); do
     esac
   done
   cmp -s "$W/one.$r.out" "$W/many.$r.out" || same=NO
-  [ -z "$AB" ] || cmp -s "$W/one.$r.out" "$W/abmany.$r.out" || same=NO
+  [ -z "$AB" ] || cmp -s "$W/abone.$r.out" "$W/abmany.$r.out" || same=NO
 done
 grep -h "note: --threads" "$W"/many.*.err | sort -u || true
 requests=$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["totals"]["queries"])' "$W/one.1.out")

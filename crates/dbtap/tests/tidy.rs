@@ -1,5 +1,5 @@
 //! Invariants of the tree that the compiler does not check by itself: no crate may use `unsafe`
-//! except the live-capture crates, which keep it in audited modules (one each).
+//! except `live` and `metrics`, which keep it in one audited module each.
 
 use std::path::{Path, PathBuf};
 
