@@ -11,6 +11,7 @@
 #   bash bench/ebpf-overhead.sh --only ebpf,tracepoints --no-aa   # + the tracepoints' own cost
 #   options: --seconds N  --rounds N  --threads N  --table-size N  --rate TPS (0: unpaced)
 #            --only COND,...  --all  --attribute  --order shuffle|rotate  --seed N  --no-aa
+#            --ab OTHER_DBTAP (condition ebpf-ab: the other binary's --source ebpf in the same rounds)
 #   environment: EBPF_BENCH_PORT (default 38250), DBTAP_BIN (default target/release/dbtap)
 #
 # The estimate (the default method): per round, every condition minus the same round's baseline
@@ -39,10 +40,13 @@
 #                 server's Com_stmt_* deltas, and the lost records / gap bytes
 #   ebpf-stats    the same with kernel.bpf_stats_enabled=1, for the BPF programs' own run time
 #                 (the statistics cost two clock reads per program run: "ebpf" runs without them)
-#   tracepoints   the same with only dbtap's syscall tracepoints attached, through bpftrace,
-#                 with programs that test the process id (never true) and return: what tracing
-#                 those calls costs mysqld before any program logic (needs bpftrace, installed
-#                 here when this condition runs)
+#   ebpf-ab       (only with --ab) "ebpf" with the other binary, in the same rounds; the report
+#                 adds the two binaries' difference, paired per round
+#   tracepoints   the same with only the syscall tracepoints attached that dbtap uses on kernels
+#                 without socket tracepoints (before Linux 6.3), through bpftrace, with programs
+#                 that test the process id (never true) and return: what tracing those calls
+#                 costs mysqld before any program logic (needs bpftrace, installed here when this
+#                 condition runs)
 #   slowlog       the same with the slow log at long_query_time=0 (file beside the datadir)
 #   baseline-tcp  sysbench over TCP 127.0.0.1:P, nothing else
 #   packet        the same with dbtap live --source packet -i lo --port P
@@ -83,6 +87,8 @@ while [ "$#" -gt 0 ]; do
     --order) [ "$#" -ge 2 ] || { echo "--order needs shuffle or rotate" >&2; exit 2; }; EXTRA+=(--order "$2"); shift 2 ;;
     --seed) need "$@"; EXTRA+=(--seed "$2"); shift 2 ;;
     --no-aa) EXTRA+=(--no-aa); shift ;;
+    --ab) [ "$#" -ge 2 ] && [ -x "$2" ] || { echo "--ab needs an executable dbtap" >&2; exit 2; }
+      EXTRA+=(--dbtap-ab "$(realpath "$2")"); shift 2 ;;
     --attribute) ATTRIBUTE=--attribute; shift ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 0 ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;

@@ -31,28 +31,30 @@ import harness  # noqa: E402
 from harness import delta, die  # noqa: E402
 from live_overhead import Proc, cpu_seconds, med, pct, peak_rss_mb  # noqa: E402
 
-CONDITIONS = ["baseline", "aa", "ebpf", "ebpf-stats", "tracepoints", "slowlog", "baseline-tcp", "packet",
+CONDITIONS = ["baseline", "aa", "ebpf", "ebpf-ab", "ebpf-stats", "tracepoints", "slowlog", "baseline-tcp", "packet",
               "ebpf-perf"]
 LABELS = {
     "baseline": "Unix socket, nothing else (baseline)",
     "aa": "Unix socket, nothing else again (A/A check)",
     "ebpf": "Unix socket, dbtap live --source ebpf",
+    "ebpf-ab": "the same with the other binary (--ab)",
     "ebpf-stats": "the same, with the kernel's BPF statistics on",
-    "tracepoints": "Unix socket, dbtap's syscall tracepoints with programs that only test the pid",
+    "tracepoints": "Unix socket, the syscall tracepoints dbtap uses on kernels without socket "
+                   "tracepoints, with programs that only test the pid",
     "slowlog": "Unix socket, slow log long_query_time=0",
     "baseline-tcp": "TCP, nothing else (baseline-tcp)",
     "packet": "TCP, dbtap live --source packet",
     "ebpf-perf": "Unix socket, --source ebpf, perf record on mysqld (--attribute)",
 }
-BASE = {"baseline": "baseline", "aa": "baseline", "ebpf": "baseline", "ebpf-stats": "baseline",
+BASE = {"baseline": "baseline", "aa": "baseline", "ebpf": "baseline", "ebpf-ab": "baseline", "ebpf-stats": "baseline",
         "tracepoints": "baseline", "slowlog": "baseline",
         "baseline-tcp": "baseline-tcp", "packet": "baseline-tcp", "ebpf-perf": "baseline"}
-VIA = {"baseline": "unix", "aa": "unix", "ebpf": "unix", "ebpf-stats": "unix", "tracepoints": "unix",
+VIA = {"baseline": "unix", "aa": "unix", "ebpf": "unix", "ebpf-ab": "unix", "ebpf-stats": "unix", "tracepoints": "unix",
        "slowlog": "unix",
        "baseline-tcp": "tcp", "packet": "tcp", "ebpf-perf": "unix"}
 # The runs whose dbtap traces with eBPF; only "ebpf-stats" turns the kernel's BPF statistics
 # on (kernel.bpf_stats_enabled: two clock reads per program run, which "ebpf" does not pay).
-EBPF = ("ebpf", "ebpf-stats", "ebpf-perf")
+EBPF = ("ebpf", "ebpf-ab", "ebpf-stats", "ebpf-perf")
 GOAL_TOTAL_CPU_PER_10K = 0.05
 BPF_STATS = Path("/proc/sys/kernel/bpf_stats_enabled")
 
@@ -133,7 +135,7 @@ def start_dbtap(a, srv: eh.Maria, cond: str, work: Path):
     else:
         args = ["--source", "packet", "-i", "lo", "--port", str(srv.port)]
     out = open(work / "dbtap.json", "w")
-    cap = Proc([str(a.dbtap), "live", *args, "--interval", "0", "--format", "json", "--limit",
+    cap = Proc([str(a.dbtap_ab if cond == "ebpf-ab" else a.dbtap), "live", *args, "--interval", "0", "--format", "json", "--limit",
                 "0"], work / "dbtap.pid", out)
     deadline = time.monotonic() + 60
     while not any(l.startswith("dbtap: ") and ("capturing" in l or "tracing" in l)
@@ -331,11 +333,11 @@ METRICS = {"threads": ("conn_cpu_s", "cap_cpu_s"), "process": ("mysqld_cpu_s", "
            "others": ("bg_cpu_s", "")}
 
 
-def paired_diffs(by: dict, c: str, metric: str) -> list[float]:
+def paired_by_round(by: dict, c: str, metric: str) -> dict[int, float]:
     """Per round, condition c's CPU per 10k queries minus its baseline's of the same round."""
     mk, ck = METRICS[metric]
     base = {r["round"]: r for r in by[BASE[c]]}
-    out = []
+    out = {}
     for r in by[c]:
         b = base.get(r["round"])
         if b is None or mk not in r or mk not in b:
@@ -343,8 +345,12 @@ def paired_diffs(by: dict, c: str, metric: str) -> list[float]:
         d = per10k(r, mk) - per10k(b, mk)
         if ck and ck in r:
             d += per10k(r, ck)
-        out.append(d)
+        out[r["round"]] = d
     return out
+
+
+def paired_diffs(by: dict, c: str, metric: str) -> list[float]:
+    return list(paired_by_round(by, c, metric).values())
 
 
 def spread_lines(by: dict, P) -> None:
@@ -371,6 +377,20 @@ def spread_lines(by: dict, P) -> None:
             P(f"| {LABELS[c]} | {metric} | {len(d)} | {statistics.median(d):+.4f} | "
               f"[{lo:+.4f}, {hi:+.4f}] | {(hi - lo) / 2:.4f} | {q[2] - q[0]:.4f} | "
               f"{statistics.stdev(d):.4f} | {min(d):+.4f} .. {max(d):+.4f} |")
+    if by.get("ebpf") and by.get("ebpf-ab"):
+        # The two binaries against each other, round by round (each minus the same baseline, so
+        # the baseline cancels): negative when this binary costs less.
+        P("")
+        for metric in ("threads", "process"):
+            x = paired_by_round(by, "ebpf", metric)
+            y = paired_by_round(by, "ebpf-ab", metric)
+            d = [x[k] - y[k] for k in x if k in y]
+            if len(d) >= 2:
+                lo, hi = median_ci(d)
+                below = sum(v < 0 for v in d)
+                P(f"- this binary minus the other (--ab), {metric}, paired per round: "
+                  f"{statistics.median(d):+.4f} [{lo:+.4f}, {hi:+.4f}] core per 10k QPS; "
+                  f"lower in {below} of {len(d)} rounds.")
     P("")
     P("threads: the mysqld threads that served sysbench's connections (performance_schema."
       "threads; the thread cache keeps them between runs) + dbtap's threads, both from "
@@ -542,6 +562,8 @@ def main() -> int:
     p.add_argument("--out", required=True)
     p.add_argument("--dbtap", required=True)
     p.add_argument("--command", default="bash bench/ebpf-overhead.sh")
+    p.add_argument("--dbtap-ab", default="", help="another dbtap binary: its ebpf-ab runs join "
+                   "the same rounds (a paired comparison of two binaries)")
     p.add_argument("--attribute", action="store_true", help="add the ebpf-perf condition: "
                    "perf record on mysqld, the tracing's share of its samples")
     p.add_argument("--no-aa", action="store_true", help="leave out the A/A check (a second "
@@ -560,6 +582,11 @@ def main() -> int:
         CONDITIONS.remove("ebpf-perf")
     if a.no_aa:
         CONDITIONS.remove("aa")
+    if a.dbtap_ab:
+        if a.only and "ebpf-ab" not in a.only.split(","):
+            a.only += ",ebpf-ab"
+    else:
+        CONDITIONS.remove("ebpf-ab")
     if a.only:
         want = [c.strip() for c in a.only.split(",") if c.strip()]
         bad = [c for c in want if c not in CONDITIONS]
