@@ -1,8 +1,8 @@
 //! Turning decoded ring records into `Event`s: the user-space state of the traced sockets (who
 //! used each last, where its data ended), shared by the tracer and its ring callback.
 
-use std::collections::HashMap;
 use std::collections::hash_map::Entry;
+use std::collections::{HashMap, HashSet};
 
 use libbpf_rs::{MapCore, MapFlags, MapHandle};
 
@@ -27,6 +27,8 @@ struct SockSeen {
     tls: bool,
     /// The traced process is the client: its reads are server->client.
     outgoing: bool,
+    /// Missing from its process's descriptors at the last sweep (closed at the next miss).
+    missing: bool,
 }
 
 /// The dispatch state.
@@ -42,6 +44,10 @@ pub(crate) struct Core {
     sink: Option<Sink>,
     /// Events handed to the sink since the last `take_delivered`.
     delivered: usize,
+    /// With the socket tracepoints (no accept(2) or connect(2) seen): the sockets the traced
+    /// processes held when tracing began. Any other socket was opened since, so its stream is
+    /// seen from its start.
+    pub(crate) preexisting: Option<HashSet<u64>>,
 }
 
 impl Core {
@@ -60,7 +66,15 @@ impl Core {
             socks_map,
             sink,
             delivered: 0,
+            preexisting: None,
         }
+    }
+
+    /// More server ports for telling a TCP connection's direction.
+    pub(crate) fn add_ports(&mut self, ports: Vec<u16>) {
+        self.ports.extend(ports);
+        self.ports.sort_unstable();
+        self.ports.dedup();
     }
 
     pub(crate) fn has_sink(&self) -> bool {
@@ -124,8 +138,18 @@ impl Core {
                     self.stats.late_opens += 1;
                     return 0;
                 }
-                let outgoing =
-                    outgoing || (!accepted && connected_to_server(&self.ports, &local, &peer));
+                let accepted = accepted
+                    || self
+                        .preexisting
+                        .as_ref()
+                        .is_some_and(|p| !p.contains(&sock));
+                let outgoing = outgoing
+                    || match self.preexisting {
+                        // No connect(2) is seen with the socket tracepoints: a TCP connection
+                        // whose local port nothing listens on was connected out.
+                        Some(_) => local_port_not_listening(&self.ports, &local),
+                        None => !accepted && connected_to_server(&self.ports, &local, &peer),
+                    };
                 let s = self.seen(sock);
                 s.pid = pid;
                 s.outgoing = outgoing;
@@ -278,6 +302,44 @@ impl Core {
             .filter(|(_, s)| s.pid == pid)
             .map(|(&k, _)| k)
             .collect();
+        self.stats.exit_closes += gone.len() as u64;
+        self.close_all(gone, ts, f)
+    }
+
+    /// The processes that used the open sockets last, each once.
+    pub(crate) fn socket_users(&self) -> Vec<u32> {
+        let mut v: Vec<u32> = self.socks.values().map(|s| s.pid).collect();
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
+
+    /// A sweep of the descriptors of process `pid` (its socket inodes: `held`): a socket it used
+    /// last that it no longer holds in two sweeps in a row is closed (the first miss may be a
+    /// socket whose last records are still on their way through the ring).
+    pub(crate) fn sweep(
+        &mut self,
+        pid: u32,
+        held: &HashSet<u64>,
+        ts: u64,
+        f: &mut dyn FnMut(Event<'_>),
+    ) -> usize {
+        let mut gone = Vec::new();
+        for (&k, s) in self.socks.iter_mut().filter(|(_, s)| s.pid == pid) {
+            if held.contains(&k) {
+                s.missing = false;
+            } else if s.missing {
+                gone.push(k);
+            } else {
+                s.missing = true;
+            }
+        }
+        self.stats.swept_closes += gone.len() as u64;
+        self.close_all(gone, ts, f)
+    }
+
+    /// Closes `gone`, their final offsets taken from the kernel's socket table.
+    fn close_all(&mut self, gone: Vec<u64>, ts: u64, f: &mut dyn FnMut(Event<'_>)) -> usize {
         let ends: Vec<(u64, Option<[u64; 2]>)> = match &self.socks_map {
             None => gone.iter().map(|&s| (s, None)).collect(),
             Some(m) => gone
@@ -296,7 +358,6 @@ impl Core {
         };
         let mut n = 0;
         for (sock, ends) in ends {
-            self.stats.exit_closes += 1;
             n += self.close(sock, ts, ends, f);
         }
         n
@@ -310,6 +371,13 @@ fn connected_to_server(ports: &[u16], local: &Addr, peer: &Addr) -> bool {
         (Addr::Ip(l), Addr::Ip(p)) => !ports.contains(&l.port()) && ports.contains(&p.port()),
         _ => false,
     }
+}
+
+/// A TCP connection whose local port is none of `ports` (the server ports and the ports
+/// listening on the host): the traced process connected out (an accepted connection has its
+/// listener's port).
+fn local_port_not_listening(ports: &[u16], local: &Addr) -> bool {
+    matches!(local, Addr::Ip(l) if !ports.contains(&l.port()))
 }
 
 #[cfg(test)]
@@ -327,5 +395,17 @@ mod tests {
         assert!(!out("127.0.0.1:40000", "127.0.0.1:5432"));
         let unix = Addr::Unix("/run/redis.sock".into());
         assert!(!connected_to_server(&ports, &unix, &ip("127.0.0.1:6379")));
+    }
+
+    #[test]
+    fn a_tcp_connection_from_a_port_nothing_listens_on_is_outgoing() {
+        let ip = |s: &str| Addr::Ip(s.parse().unwrap());
+        let listening = [22, 6379];
+        assert!(local_port_not_listening(&listening, &ip("10.0.0.5:40000")));
+        assert!(!local_port_not_listening(&listening, &ip("127.0.0.1:6379")));
+        assert!(!local_port_not_listening(
+            &listening,
+            &Addr::Unix("/run/redis.sock".into())
+        ));
     }
 }

@@ -132,6 +132,9 @@ pub struct Stats {
     pub late_opens: u64,
     /// Closes made in user space for sockets of a traced process that exited.
     pub exit_closes: u64,
+    /// Closes made in user space for sockets their process no longer held in two sweeps of its
+    /// descriptors a second apart (the socket tracepoints: Unix sockets' closes are not traced).
+    pub swept_closes: u64,
     /// Close records the ring had no room for (delivered from a kernel map instead).
     pub lost_closes: u64,
     /// Closes of sockets not open in user space (closed at their process's exit already, or

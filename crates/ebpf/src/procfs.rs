@@ -171,6 +171,25 @@ fn holder_of(pid: u32, want: &HashMap<u64, Why>) -> Option<Why> {
     })
 }
 
+/// The socket inodes among the descriptors of process `pid`; `None` when they cannot be read (the
+/// process is gone).
+pub fn socket_inodes(pid: u32) -> Option<std::collections::HashSet<u64>> {
+    let dir = std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?;
+    Some(
+        dir.flatten()
+            .filter_map(|e| socket_inode(std::fs::read_link(e.path()).ok()?.to_str()?))
+            .collect(),
+    )
+}
+
+/// The ports of this network namespace's listening TCP sockets.
+pub fn listening_ports() -> Vec<u16> {
+    let mut v: Vec<u16> = all_tcp_listeners().into_iter().map(|(p, _)| p).collect();
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
 /// The processes to trace: holders of a listening socket on a configured port or Unix path,
 /// `--pid`s, `--process` names, and children with their parent's command (PostgreSQL backends).
 pub fn discover(cfg: &Config) -> Vec<Target> {

@@ -42,6 +42,10 @@ const WAKE_BYTES: u64 = 1 << 20;
 /// How often `poll` looks for new server processes and libssl files.
 const RESCAN: Duration = Duration::from_secs(10);
 
+/// How often `poll` sweeps the traced processes' descriptors for closed sockets (with the socket
+/// tracepoints, which see no close(2)).
+const SWEEP: Duration = Duration::from_secs(1);
+
 /// A running tracer. Not `Send`: build it on the thread that polls it.
 pub struct Tracer {
     // Field order is drop order: the ring and the links go before the object owning the fds.
@@ -60,6 +64,9 @@ pub struct Tracer {
     next_scan: Instant,
     /// The syscall programs sit on the classic per-syscall tracepoints (not the raw pair).
     per_syscall: bool,
+    /// The data comes from the socket tracepoints; no system call is traced.
+    sock_tps: bool,
+    next_sweep: Instant,
 }
 
 fn err(what: &str, e: impl std::fmt::Display) -> Error {
@@ -84,7 +91,23 @@ fn mono_to_real() -> i128 {
     r - (m1 + m2) / 2
 }
 
-fn load(ring_bytes: u32) -> Result<Object, Error> {
+/// The programs on the socket tracepoints (sock:sock_recv_length and sock:sock_send_length,
+/// Linux 6.3 and later), which take the data where the kernel has them.
+const SOCK_PROGS: &[&str] = &["on_sock_recv", "on_sock_send", "on_tcp_state"];
+
+/// Whether the running kernel has the socket tracepoints (their BTF types, which a tp_btf
+/// program needs to load).
+fn kernel_has_sock_tracepoints() -> bool {
+    use libbpf_rs::btf::{Btf, types::Typedef};
+    Btf::from_vmlinux().is_ok_and(|b| {
+        ["btf_trace_sock_recv_length", "btf_trace_sock_send_length"]
+            .iter()
+            .all(|n| b.type_by_name::<Typedef<'_>>(n).is_some())
+    })
+}
+
+/// Loads the object; `sock_tps`: with the socket tracepoints' programs (else they are left out).
+fn load(ring_bytes: u32, sock_tps: bool) -> Result<Object, Error> {
     // libbpf would print its logs (verifier output) on stderr; errors come back as one line.
     libbpf_rs::set_print(None);
     let mut open = ObjectBuilder::default()
@@ -96,10 +119,18 @@ fn load(ring_bytes: u32) -> Result<Object, Error> {
                 .map_err(|e| err("sizing the ring", e))?;
         }
     }
+    if !sock_tps {
+        for mut p in open.progs_mut() {
+            if SOCK_PROGS.iter().any(|n| p.name() == *n) {
+                p.set_autoload(false);
+            }
+        }
+    }
     open.load().map_err(|e| err("loading the BPF programs", e))
 }
 
-/// System calls traced at their exit (classic tracepoints syscalls:sys_exit_NAME).
+/// System calls traced at their exit (classic tracepoints syscalls:sys_exit_NAME) where the
+/// kernel has no socket tracepoints.
 const EXIT_CALLS: &[&str] = &[
     "read", "write", "readv", "writev", "connect", "accept", "accept4", "sendto", "recvfrom",
     "sendmsg", "recvmsg",
@@ -132,9 +163,14 @@ fn attach_syscall_tracepoints(obj: &mut Object) -> Option<Vec<Link>> {
 
 /// Attaches the kernel-side programs: the syscall ones (classic tracepoints, else the raw
 /// sys_enter/sys_exit ones) and the process fork/exit ones; whether the classic ones are used.
-fn attach_tracepoints(obj: &mut Object) -> Result<(Vec<Link>, bool), Error> {
-    let mut links =
-        crate::tracefs::with_tracefs(|| attach_syscall_tracepoints(obj)).unwrap_or_default();
+fn attach_tracepoints(obj: &mut Object, sock_tps: bool) -> Result<(Vec<Link>, bool), Error> {
+    // With the socket tracepoints no system call is traced (each syscall tracepoint puts every
+    // call of every process on the kernel's tracing slow path), so tracefs is not needed either.
+    let mut links = if sock_tps {
+        Vec::new()
+    } else {
+        crate::tracefs::with_tracefs(|| attach_syscall_tracepoints(obj)).unwrap_or_default()
+    };
     let classic = !links.is_empty();
     for p in obj.progs_mut() {
         let name = p.name().to_string_lossy().into_owned();
@@ -142,7 +178,10 @@ fn attach_tracepoints(obj: &mut Object) -> Result<(Vec<Link>, bool), Error> {
             .section()
             .to_str()
             .is_some_and(|s| s.starts_with("tp_btf/"));
-        if !tp_btf || (classic && RAW_SYSCALL_PROGS.contains(&name.as_str())) {
+        if !tp_btf
+            || ((classic || sock_tps) && RAW_SYSCALL_PROGS.contains(&name.as_str()))
+            || (!sock_tps && SOCK_PROGS.contains(&name.as_str()))
+        {
             continue;
         }
         links.push(
@@ -222,7 +261,8 @@ impl Tracer {
             return Err(Error("no server process found to trace (none listens on the given ports or sockets; try --pid or --process)".into()));
         }
         let ring_bytes = ring_size(cfg.ring_bytes);
-        let mut obj = load(ring_bytes)?;
+        let sock_tps = kernel_has_sock_tracepoints();
+        let mut obj = load(ring_bytes, sock_tps)?;
         let mut conf = Vec::with_capacity(16);
         conf.extend_from_slice(&u32::from(cfg.tcp_plaintext).to_le_bytes());
         // copy_twice: 0, data goes straight into a ring reservation.
@@ -263,12 +303,25 @@ impl Tracer {
         .map_err(|e| err("the ring buffer", e))?;
         let ring = rb.build().map_err(|e| err("the ring buffer", e))?;
         let waiter = ring_waiter(&ring_map)?;
-        let (links, per_syscall) = attach_tracepoints(&mut obj)?;
+        let (links, per_syscall) = attach_tracepoints(&mut obj, sock_tps)?;
+        if sock_tps {
+            // Attached first, then read: a socket opened in between counts as one that was
+            // there before (seen mid-stream), never the other way round.
+            let mut held = HashSet::new();
+            for t in &targets {
+                held.extend(procfs::socket_inodes(t.pid).unwrap_or_default());
+            }
+            let mut c = core.borrow_mut();
+            c.preexisting = Some(held);
+            c.add_ports(procfs::listening_ports());
+        }
         let mut t = Tracer {
             ring,
             waiter,
             links,
             per_syscall,
+            sock_tps,
+            next_sweep: Instant::now() + SWEEP,
             obj,
             queue,
             core,
@@ -338,10 +391,17 @@ impl Tracer {
         self.targets.clone()
     }
 
-    /// Whether the syscall programs are on the classic per-syscall tracepoints (false: on the
-    /// raw `sys_enter`/`sys_exit` pair, which runs them for every system call on the host).
+    /// Whether no program runs for every system call on the host: the data comes from the
+    /// socket tracepoints, or the syscall programs are on the classic per-syscall tracepoints
+    /// (false: on the raw `sys_enter`/`sys_exit` pair, which runs them for every call).
     pub fn per_syscall_tracepoints(&self) -> bool {
-        self.per_syscall
+        self.per_syscall || self.sock_tps
+    }
+
+    /// Whether the data comes from the socket tracepoints (sock:sock_recv_length and
+    /// sock:sock_send_length), no system call being traced.
+    pub fn socket_tracepoints(&self) -> bool {
+        self.sock_tps
     }
 
     /// The libssl files probed.
@@ -356,6 +416,10 @@ impl Tracer {
     /// probes the libssl files they map; `poll` calls it every 10 s. Returns how many were added.
     pub fn rescan(&mut self) -> Result<usize, Error> {
         self.next_scan = Instant::now() + RESCAN;
+        if self.sock_tps {
+            // Listeners opened since: the direction of TCP connections (see dispatch.rs).
+            self.core.borrow_mut().add_ports(procfs::listening_ports());
+        }
         self.targets
             .retain(|t| std::path::Path::new(&format!("/proc/{}", t.pid)).exists());
         let fresh: Vec<Target> = procfs::discover(&self.cfg)
@@ -372,6 +436,22 @@ impl Tracer {
         }
         for t in &fresh {
             set_traced(&mut self.obj, t.pid)?;
+        }
+        if self.sock_tps {
+            // A server found now (a restart, a new `--process`) and its children: their
+            // connections began before they were traced. Children of processes traced before
+            // were traced from their fork.
+            let new_pids: HashSet<u32> = fresh.iter().map(|t| t.pid).collect();
+            let untraced_before = |t: &&Target| match t.why {
+                crate::Why::Child(ppid) => new_pids.contains(&ppid),
+                _ => true,
+            };
+            let mut core = self.core.borrow_mut();
+            if let Some(pre) = core.preexisting.as_mut() {
+                for t in fresh.iter().filter(untraced_before) {
+                    pre.extend(procfs::socket_inodes(t.pid).unwrap_or_default());
+                }
+            }
         }
         let n = fresh.len();
         self.targets.extend(fresh);
@@ -413,7 +493,32 @@ impl Tracer {
             n += self.dispatch_queue(f);
         }
         n += self.drain_lost_closes(f);
+        if self.sock_tps && Instant::now() >= self.next_sweep {
+            n += self.sweep(f);
+        }
         Ok(n)
+    }
+
+    /// Closes the sockets their processes no longer hold (see `Core::sweep`): with the socket
+    /// tracepoints the kernel side sees TCP closes but not Unix sockets' (no tracepoint there).
+    fn sweep(&mut self, f: &mut dyn FnMut(Event<'_>)) -> usize {
+        self.next_sweep = Instant::now() + SWEEP;
+        let users = self.core.borrow().socket_users();
+        let now = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+        let ts = u64::try_from(now.tv_sec).unwrap_or(0) * 1_000_000_000
+            + u64::try_from(now.tv_nsec).unwrap_or(0);
+        let mut n = 0;
+        for pid in users {
+            // A process gone is closed by its exit record.
+            let Some(held) = procfs::socket_inodes(pid) else {
+                continue;
+            };
+            n += self
+                .core
+                .borrow_mut()
+                .with_out(f, |core, f| core.sweep(pid, &held, ts, f));
+        }
+        n
     }
 
     /// The records copied out of the ring, to `f`.

@@ -168,6 +168,13 @@ fn kernel_has_tracefs() -> bool {
     std::fs::read_to_string("/proc/filesystems").is_ok_and(|f| f.contains("\ttracefs"))
 }
 
+/// Whether the kernel's BTF names the socket tracepoints (sock:sock_recv_length, 6.3+).
+fn kernel_has_sock_tracepoints() -> bool {
+    let btf = std::fs::read("/sys/kernel/btf/vmlinux").unwrap_or_default();
+    let name = b"btf_trace_sock_recv_length\0";
+    btf.windows(name.len()).any(|w| w == name)
+}
+
 /// The tracefs mounts this thread sees.
 fn tracefs_mounts() -> Vec<String> {
     std::fs::read_to_string("/proc/thread-self/mountinfo")
@@ -198,8 +205,10 @@ fn unix_socket_stream(sink: bool) {
         Tracer::start(&cfg)
     }
     .unwrap_or_else(|e| panic!("start: {e}"));
-    // The per-syscall tracepoints wherever the kernel has tracefs, mounted or not; a tracefs
-    // mounted for the attach is not left in this thread's mounts.
+    // The socket tracepoints wherever the kernel has them, else the per-syscall tracepoints
+    // wherever it has tracefs, mounted or not; a tracefs mounted for the attach is not left in
+    // this thread's mounts.
+    assert_eq!(t.socket_tracepoints(), kernel_has_sock_tracepoints());
     assert!(t.per_syscall_tracepoints() || !kernel_has_tracefs());
     assert_eq!(tracefs_mounts(), mounts);
     let mut c = UnixStream::connect(&path).unwrap_or_else(|e| panic!("connect: {e}"));
@@ -486,4 +495,124 @@ fn lost_records_are_exact_gaps() {
     );
     assert_eq!(missing, st.lost_bytes + st.truncated_bytes, "{st:?}");
     assert_eq!(seen.closes, vec![sock]);
+}
+
+const CLOSING_SERVER: &str = r#"
+import socket, sys, threading
+u = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+u.bind(sys.argv[1]); u.listen(4)
+t = socket.socket(); t.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+t.bind(("127.0.0.1", 0)); t.listen(4)
+open(sys.argv[2], "w").write(str(t.getsockname()[1]))
+def serve(c):
+    while True:
+        d = c.recv(100)
+        if not d:
+            break
+        c.sendall(b"re:" + d)
+        if d == b"bye":
+            break  # the server closes first
+    c.close()
+def accept(l):
+    while True:
+        threading.Thread(target=serve, args=(l.accept()[0],), daemon=True).start()
+threading.Thread(target=accept, args=(t,), daemon=True).start()
+print("ready", flush=True)
+accept(u)
+"#;
+
+/// Sends `msg` and reads the server's "re:" answer.
+fn round_trip(s: &mut (impl Read + Write), msg: &[u8]) {
+    s.write_all(msg).unwrap_or_else(|e| panic!("{e}"));
+    let mut back = vec![0u8; msg.len() + 3];
+    s.read_exact(&mut back).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(&back[3..], msg);
+}
+
+/// Closes come while the server runs on: one the server makes, one its client makes (Unix
+/// sockets), and a TCP one; a connection open before tracing began is seen mid-stream, the
+/// ones opened after from their start.
+#[test]
+fn closes_while_the_server_runs_and_older_connections_mid_stream() {
+    if !can_run() {
+        return;
+    }
+    let dir = out_dir("closes");
+    let path = dir.join("srv.sock");
+    let port_file = dir.join("port");
+    let mut server = python(
+        CLOSING_SERVER,
+        &[
+            path.to_str().unwrap_or(""),
+            port_file.to_str().unwrap_or(""),
+        ],
+    );
+    let port: u16 = std::fs::read_to_string(&port_file)
+        .ok()
+        .and_then(|p| p.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no port in {}", port_file.display()));
+    let mut older = UnixStream::connect(&path).unwrap_or_else(|e| panic!("connect: {e}"));
+    round_trip(&mut older, b"hello");
+    let cfg = Config {
+        pids: vec![server.id()],
+        tcp_plaintext: true,
+        ..Config::default()
+    };
+    let mut t = Tracer::start(&cfg).unwrap_or_else(|e| panic!("start: {e}"));
+    let mut newer = UnixStream::connect(&path).unwrap_or_else(|e| panic!("connect: {e}"));
+    let mut tcp = std::net::TcpStream::connect(("127.0.0.1", port))
+        .unwrap_or_else(|e| panic!("connect: {e}"));
+    round_trip(&mut older, b"bye");
+    round_trip(&mut newer, b"hi");
+    round_trip(&mut tcp, b"tcp");
+    drop(newer);
+    drop(tcp);
+    let mut seen = Seen::default();
+    collect(&mut t, &mut seen, |s| s.closes.len() >= 3);
+    assert!(
+        server.try_wait().ok().flatten().is_none(),
+        "the server runs on"
+    );
+    let _ = server.kill();
+    let _ = server.wait();
+    drop(older);
+    // Each socket by what its client sent first after tracing began.
+    let first_in = |sock: u64| {
+        seen.data
+            .iter()
+            .find(|d| d.0 == sock && d.1)
+            .map(|d| d.4.clone())
+            .unwrap_or_default()
+    };
+    let mut by_msg = std::collections::BTreeMap::new();
+    for (sock, local, _, _, accepted) in &seen.opens {
+        by_msg.insert(first_in(*sock), (*sock, local.clone(), *accepted));
+    }
+    let get = |m: &[u8]| {
+        by_msg
+            .get(m)
+            .cloned()
+            .unwrap_or_else(|| panic!("no stream for {m:?}: {seen:?}"))
+    };
+    let (old_sock, _, old_accepted) = get(b"bye");
+    let (new_sock, new_local, new_accepted) = get(b"hi");
+    let (tcp_sock, tcp_local, tcp_accepted) = get(b"tcp");
+    assert!(!old_accepted, "open before tracing began: mid-stream");
+    assert!(new_accepted && tcp_accepted, "opened since: from the start");
+    assert_eq!(new_local, Addr::Unix(path.display().to_string()));
+    assert_eq!(
+        tcp_local,
+        Addr::Ip(std::net::SocketAddr::from(([127, 0, 0, 1], port)))
+    );
+    let mut closes = seen.closes.clone();
+    closes.sort_unstable();
+    let mut want = vec![old_sock, new_sock, tcp_sock];
+    want.sort_unstable();
+    assert_eq!(closes, want, "{seen:?}");
+    let st = t.stats();
+    assert_eq!(st.exit_closes, 0, "{st:?}");
+    if t.socket_tracepoints() {
+        // The two Unix sockets' closes by the descriptor sweep, TCP's by the kernel.
+        assert_eq!(st.swept_closes, 2, "{st:?}");
+    }
 }

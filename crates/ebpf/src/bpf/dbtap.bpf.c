@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: (Apache-2.0 OR GPL-2.0-only)
-// dbtap's kernel side: socket data of traced database server processes (syscall tracepoints)
-// and TLS plaintext (OpenSSL uprobes), as records in one BPF ring buffer.
+// dbtap's kernel side: socket data of traced database server processes (the socket tracepoints,
+// or syscall tracepoints where the kernel has none) and TLS plaintext (OpenSSL uprobes), as
+// records in one BPF ring buffer.
 // Record layouts are mirrored in crates/ebpf/src/record.rs; keep both in step.
 // x86_64 only (syscall numbers and pt_regs argument registers).
 #include "vmlinux.h"
@@ -22,6 +23,7 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #define S_IFSOCK 0140000
 #define SOCK_STREAM 1
 #define IPPROTO_TCP 6
+#define MSG_PEEK 2
 
 enum { DK_DATA = 1, DK_OPEN = 2, DK_CLOSE = 3, DK_EXIT = 4 };
 enum { DF_INBOUND = 1, DF_TLS = 2, DF_ACCEPTED = 4, DF_PEER_PID = 8, DF_OUTGOING = 16 };
@@ -313,6 +315,8 @@ static __always_inline struct file *fd_file(u32 fd)
 /* A traced stream socket behind `fp` (AF_UNIX with an address, or TCP): returns its inode
  * number (the stream key), 0 if none.
  * `*sk_out` gets the struct sock, `*tcp` whether it is TCP (else AF_UNIX). */
+static __always_inline u64 socket_key(struct socket *so, u64 ino, u64 *sk_out, u16 *tcp);
+
 static __always_inline u64 file_sock(struct file *fp, u64 *sk_out, u16 *tcp)
 {
 	if (!fp)
@@ -324,6 +328,24 @@ static __always_inline u64 file_sock(struct file *fp, u64 *sk_out, u16 *tcp)
 	struct socket *so = KCAST(struct socket, f->private_data);
 	if (!so)
 		return 0;
+	return socket_key(so, ino->i_ino, sk_out, tcp);
+}
+
+/* The same for the struct sock of a socket tracepoint: its socket's inode (struct socket_alloc
+ * holds both) is the key, as the file's inode is above. */
+static __always_inline u64 sk_sock(struct sock *skp, u64 *sk_out, u16 *tcp)
+{
+	struct socket *sop = skp->sk_socket;
+	if (!sop)
+		return 0;
+	u64 base = (u64)sop - bpf_core_field_offset(struct socket_alloc, socket);
+	u64 ino = KCAST(struct socket_alloc, base)->vfs_inode.i_ino;
+	return socket_key(KCAST(struct socket, sop), ino, sk_out, tcp);
+}
+
+/* The key (`ino`) of socket `so` if it is a traced stream socket, else 0; see file_sock. */
+static __always_inline u64 socket_key(struct socket *so, u64 ino, u64 *sk_out, u16 *tcp)
+{
 	if (so->type != SOCK_STREAM)
 		return 0;
 	/* A direct load (no helper call); announce() is a static subprogram, verified with the
@@ -350,7 +372,7 @@ static __always_inline u64 file_sock(struct file *fp, u64 *sk_out, u16 *tcp)
 		return 0;
 	}
 	*sk_out = skv;
-	return ino->i_ino;
+	return ino;
 }
 
 static __always_inline void read_unix_path(struct sock *sk, u16 *len, char *path)
@@ -638,6 +660,8 @@ static __always_inline int last_ref(struct file *f)
 	return BPF_CORE_READ((struct file___old *)f, f_count.counter) == 1;
 }
 
+static __always_inline void close_sock(u64 sock, u32 pid);
+
 static __always_inline void on_close(u32 fd)
 {
 	struct file *f = fd_file(fd);
@@ -649,6 +673,13 @@ static __always_inline void on_close(u32 fd)
 	/* Another reference (a forked child, a dup) keeps the connection open. */
 	if (!last_ref(f))
 		return;
+	close_sock(sock, bpf_get_current_pid_tgid() >> 32);
+}
+
+/* The end of stream `sock` (of process `pid`, 0 if not known): a Close record with its final
+ * offsets, and its state dropped. */
+static __always_inline void close_sock(u64 sock, u32 pid)
+{
 	struct sock_state *st = bpf_map_lookup_elem(&socks, &sock);
 	if (!st)
 		return;
@@ -656,7 +687,7 @@ static __always_inline void on_close(u32 fd)
 		/* The final offsets let user space see a loss at the very end as a gap. */
 		struct hdr h = {};
 		h.kind = DK_CLOSE;
-		h.pid = bpf_get_current_pid_tgid() >> 32;
+		h.pid = pid;
 		h.ts = bpf_ktime_get_ns();
 		h.sock = sock;
 		h.offset = st->off[0];
@@ -757,6 +788,9 @@ static __always_inline void on_connected(u32 fd)
 		st->announced = 1;
 }
 
+static __always_inline int data_call(struct task_struct *task, struct pt_regs *regs, int op,
+				     long ret, u32 pid, u64 sock, u64 sk, u16 tcp);
+
 /* The exit of a traced call `op` (not close) of traced process `pid`, its arguments in `regs`;
  * `task` is the current task (one bpf_get_current_task_btf call per run). */
 static __always_inline int sys_exit(struct task_struct *task, struct pt_regs *regs, int op,
@@ -774,6 +808,17 @@ static __always_inline int sys_exit(struct task_struct *task, struct pt_regs *re
 			on_connected(fd);
 		return 0;
 	}
+	u64 sk = 0;
+	u16 tcp = 0;
+	u64 sock = file_sock(task_fd_file(task, fd), &sk, &tcp);
+	return data_call(task, regs, op, ret, pid, sock, sk, tcp);
+}
+
+/* A traced process's call `op` on socket `sock` (its struct sock `sk`, `tcp` or AF_UNIX; 0: not
+ * a traced socket) moved `ret` bytes (or failed); its arguments are in `regs`. */
+static __always_inline int data_call(struct task_struct *task, struct pt_regs *regs, int op,
+				     long ret, u32 pid, u64 sock, u64 sk, u16 tcp)
+{
 	/* Inside an SSL call (a thread that never made one has no state) the socket is bound to the
 	 * SSL* whatever the call returned, and its bytes are ciphertext, not data. Outside one, a
 	 * call that moved no bytes (EAGAIN before poll) costs no more than this. */
@@ -781,9 +826,6 @@ static __always_inline int sys_exit(struct task_struct *task, struct pt_regs *re
 	int in_ssl = ts && ts->x.depth;
 	if (ret <= 0 && !in_ssl)
 		return 0;
-	u64 sk = 0;
-	u16 tcp = 0;
-	u64 sock = file_sock(task_fd_file(task, fd), &sk, &tcp);
 	if (!sock)
 		return 0;
 	if (in_ssl && inside_ssl(&ts->x, pid, sock, sk))
@@ -880,6 +922,88 @@ int tp_sys_exit(struct sc_exit *ctx)
 	if (!regs)
 		return 0;
 	return sys_exit(task, regs, op, ctx->ret, pid);
+}
+
+/* The current task's user registers, found as user_regs does but without a system call number
+ * to check them by (bpf_task_pt_regs teaches the offset, the same for every task). */
+static __always_inline struct pt_regs *cur_user_regs(struct task_struct *task)
+{
+	u64 off = regs_off;
+	if (off)
+		return KCAST(struct pt_regs, (u64)task->stack + off);
+	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(task);
+	if (!regs)
+		return 0;
+	u64 base = (u64)task->stack;
+	if (base && (u64)regs > base)
+		regs_off = (u64)regs - base;
+	return regs;
+}
+
+/* A receive (`inbound`) or send of `ret` bytes on socket `skp` (sock:sock_recv_length,
+ * sock:sock_send_length): the kernel runs these only for socket receives and sends, and no
+ * system call of any process is put on the tracing slow path, where a syscall tracepoint puts
+ * every call of every process there (a quarter of a microsecond per traced call and about 50 ns
+ * per other call on the test VM). The system call (its number in the user registers, which
+ * also hold its arguments) says where the bytes are; calls that are not traced (sendfile,
+ * recvmmsg, io_uring's workers) and peeks are left out. */
+static __always_inline int sock_data(struct sock *skp, int ret, int flags, int inbound)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	u32 pid = task->tgid;
+	if (!tgid_traced(pid) || (flags & MSG_PEEK))
+		return 0;
+	struct pt_regs *regs = cur_user_regs(task);
+	if (!regs)
+		return 0;
+	int op = op_of(regs->orig_ax);
+	if (inbound ? op != DOP_READ && op != DOP_READV && op != DOP_RECVMSG
+		    : op != DOP_WRITE && op != DOP_WRITEV && op != DOP_SENDMSG)
+		return 0;
+	u64 sk = 0;
+	u16 tcp = 0;
+	u64 sock = sk_sock(skp, &sk, &tcp);
+	return data_call(task, regs, op, ret, pid, sock, sk, tcp);
+}
+
+SEC("tp_btf/sock_recv_length")
+int BPF_PROG(on_sock_recv, struct sock *sk, int ret, int flags)
+{
+	return sock_data(sk, ret, flags, 1);
+}
+
+SEC("tp_btf/sock_send_length")
+int BPF_PROG(on_sock_send, struct sock *sk, int ret, int flags)
+{
+	return sock_data(sk, ret, 0, 0);
+}
+
+#define TCP_ESTABLISHED 1
+#define TCP_FIN_WAIT1 4
+#define TCP_CLOSE 7
+#define TCP_CLOSE_WAIT 8
+#define TCP_LAST_ACK 9
+
+/* With the socket tracepoints no system call is traced, close(2) neither: a TCP stream ends
+ * where its connection leaves ESTABLISHED or CLOSE_WAIT for good (the owner's last close sends
+ * its FIN, or a reset ends it), seen here while the socket still has its inode; the kernel
+ * runs this at TCP state changes only. Unix streams end where user space no longer finds their
+ * socket (tracer.rs, a sock_diag dump every second), and every stream of a process at its exit. */
+SEC("tp_btf/inet_sock_set_state")
+int BPF_PROG(on_tcp_state, const struct sock *skp, const int old, const int new)
+{
+	if ((old != TCP_ESTABLISHED && old != TCP_CLOSE_WAIT) ||
+	    (new != TCP_FIN_WAIT1 && new != TCP_LAST_ACK && new != TCP_CLOSE))
+		return 0;
+	if (skp->sk_protocol != IPPROTO_TCP)
+		return 0;
+	struct socket *sop = skp->sk_socket;
+	if (!sop)
+		return 0;
+	u64 base = (u64)sop - bpf_core_field_offset(struct socket_alloc, socket);
+	u64 sock = KCAST(struct socket_alloc, base)->vfs_inode.i_ino;
+	close_sock(sock, 0);
+	return 0;
 }
 
 SEC("tp_btf/sched_process_fork")
