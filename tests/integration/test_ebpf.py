@@ -84,6 +84,18 @@ def bpf_available():
         unavailable(why)
 
 
+@pytest.fixture(params=["socket", "syscall"])
+def kernel_path(request, monkeypatch):
+    """The tracer's two kernel paths: the socket tracepoints (Linux 6.3+, this kernel's default)
+    and the syscall tracepoints of older kernels (DBTAP_EBPF_SYSCALLS=1 forces them here). The
+    start line names the one in use; start() checks it."""
+    if request.param == "syscall":
+        monkeypatch.setenv("DBTAP_EBPF_SYSCALLS", "1")
+    else:
+        monkeypatch.delenv("DBTAP_EBPF_SYSCALLS", raising=False)
+    return request.param
+
+
 def start(*args) -> eh.Live:
     """dbtap live started and ready; dbtap's own refusal to load BPF skips (or fails), and so
     does `auto` falling back to packets only."""
@@ -103,6 +115,9 @@ def start(*args) -> eh.Live:
     if not line.startswith(want.get(live.source, "dbtap: source ")):
         live.stop()
         pytest.fail(f"dbtap's source line {line!r}, expected {want.get(live.source)!r}: {live.stderr}")
+    if os.environ.get("DBTAP_EBPF_SYSCALLS") == "1" and "; syscall tracepoints)" not in line:
+        live.stop()
+        pytest.fail(f"DBTAP_EBPF_SYSCALLS=1 but the source line says {line!r}")
     return live
 
 
@@ -262,7 +277,7 @@ def redis_window(r: eh.Redis, live_args: list, work, net: eh.NetBytes | None = N
 # -------------------------------------------------------------------------------------------------
 # a. MariaDB over its Unix socket
 
-def test_mariadb_unix_socket_sysbench_and_errors(maria):
+def test_mariadb_unix_socket_sysbench_and_errors(maria, kernel_path):
     """sysbench oltp_read_only with prepared statements over the Unix socket, then a scripted
     client with errors: executes / prepares / closes and Com_<kind> classes == the server's,
     errors by code == what the client got."""
@@ -485,7 +500,7 @@ def test_auto_mariadb_plain_unix_tls_on_one_port_each_counted_once(maria):
     assert cnt["Ssl_accepts"] == 1
 
 
-def test_auto_postgres_plain_unix_tls_each_counted_once(pg):
+def test_auto_postgres_plain_unix_tls_each_counted_once(pg, kernel_path):
     """pgbench -M extended over plain TCP (sslmode=disable), over the Unix socket and with
     sslmode=require at once, dbtap in auto: per statement == pg_stat_statements, and grouped by
     server each path's UPDATE pgbench_accounts == its pgbench's own transactions."""

@@ -31,6 +31,9 @@ pub struct Config {
     pub tcp_plaintext: bool,
     /// Ring buffer size in bytes (rounded up to a power of two, at least 64 KiB); 0: 8 MiB.
     pub ring_bytes: usize,
+    /// Trace the system calls even where the kernel has the socket tracepoints (the path of
+    /// kernels before 6.3: for comparison, tests, and a kernel where the new path misbehaves).
+    pub syscall_tracepoints: bool,
 }
 
 /// An endpoint of a traced socket.

@@ -80,6 +80,12 @@ fn ring_size(bytes: usize) -> u32 {
     u32::try_from(b).unwrap_or(1 << 30)
 }
 
+/// The monotonic clock now, in ns (the clock of the records' timestamps).
+fn mono_now() -> u64 {
+    let now = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    u64::try_from(now.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(now.tv_nsec).unwrap_or(0)
+}
+
 /// realtime - monotonic, in ns, measured now.
 fn mono_to_real() -> i128 {
     use rustix::time::{ClockId, clock_gettime};
@@ -119,11 +125,18 @@ fn load(ring_bytes: u32, sock_tps: bool) -> Result<Object, Error> {
                 .map_err(|e| err("sizing the ring", e))?;
         }
     }
-    if !sock_tps {
-        for mut p in open.progs_mut() {
-            if SOCK_PROGS.iter().any(|n| p.name() == *n) {
-                p.set_autoload(false);
-            }
+    // Only the programs of the chosen path are loaded (verified): the socket tracepoints' or
+    // the syscall tracepoints'.
+    let syscall_progs = || RAW_SYSCALL_PROGS.iter().chain(CLASSIC_SYSCALL_PROGS);
+    for mut p in open.progs_mut() {
+        let name = p.name().to_string_lossy().into_owned();
+        let other_path = if sock_tps {
+            syscall_progs().any(|n| name == *n)
+        } else {
+            SOCK_PROGS.contains(&name.as_str())
+        };
+        if other_path {
+            p.set_autoload(false);
         }
     }
     open.load().map_err(|e| err("loading the BPF programs", e))
@@ -138,6 +151,9 @@ const EXIT_CALLS: &[&str] = &[
 
 /// The raw syscall programs that the classic tracepoints replace where tracefs has them.
 const RAW_SYSCALL_PROGS: &[&str] = &["on_sys_enter", "on_sys_exit"];
+
+/// The programs on the classic syscall tracepoints.
+const CLASSIC_SYSCALL_PROGS: &[&str] = &["tp_enter_close", "tp_sys_exit"];
 
 /// Attaches program `name` to syscalls:`tps`; `None` if it is missing or one attach fails.
 fn attach_syscall_prog(obj: &mut Object, name: &str, tps: &[String]) -> Option<Vec<Link>> {
@@ -261,7 +277,7 @@ impl Tracer {
             return Err(Error("no server process found to trace (none listens on the given ports or sockets; try --pid or --process)".into()));
         }
         let ring_bytes = ring_size(cfg.ring_bytes);
-        let sock_tps = kernel_has_sock_tracepoints();
+        let sock_tps = !cfg.syscall_tracepoints && kernel_has_sock_tracepoints();
         let mut obj = load(ring_bytes, sock_tps)?;
         let mut conf = Vec::with_capacity(16);
         conf.extend_from_slice(&u32::from(cfg.tcp_plaintext).to_le_bytes());
@@ -504,9 +520,7 @@ impl Tracer {
     fn sweep(&mut self, f: &mut dyn FnMut(Event<'_>)) -> usize {
         self.next_sweep = Instant::now() + SWEEP;
         let users = self.core.borrow().socket_users();
-        let now = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
-        let ts = u64::try_from(now.tv_sec).unwrap_or(0) * 1_000_000_000
-            + u64::try_from(now.tv_nsec).unwrap_or(0);
+        let ts = mono_now();
         let mut n = 0;
         for pid in users {
             // A process gone is closed by its exit record.
@@ -574,9 +588,7 @@ impl Tracer {
                 Some((sock, [out, inb]))
             })
             .collect();
-        let now = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
-        let ts = u64::try_from(now.tv_sec).unwrap_or(0) * 1_000_000_000
-            + u64::try_from(now.tv_nsec).unwrap_or(0);
+        let ts = mono_now();
         self.core.borrow_mut().with_out(f, |core, f| {
             let mut n = 0;
             for (sock, ends) in lost {

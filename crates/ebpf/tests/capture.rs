@@ -155,13 +155,25 @@ c.close()
 
 #[test]
 fn unix_socket_stream_is_exact() {
-    unix_socket_stream(false);
+    unix_socket_stream(false, false);
 }
 
 /// The same with the events handed to a sink straight from the ring.
 #[test]
 fn unix_socket_stream_is_exact_through_a_sink() {
-    unix_socket_stream(true);
+    unix_socket_stream(true, false);
+}
+
+/// Both on the syscall tracepoints (the path of kernels without the socket tracepoints).
+#[test]
+fn unix_socket_stream_is_exact_on_syscall_tracepoints() {
+    unix_socket_stream(false, true);
+    unix_socket_stream(true, true);
+}
+
+/// The output directory's suffix of a test on the syscall tracepoints.
+fn mode_suffix(syscalls: bool) -> &'static str {
+    if syscalls { "-syscalls" } else { "" }
 }
 
 fn kernel_has_tracefs() -> bool {
@@ -185,15 +197,20 @@ fn tracefs_mounts() -> Vec<String> {
         .collect()
 }
 
-fn unix_socket_stream(sink: bool) {
+fn unix_socket_stream(sink: bool, syscalls: bool) {
     if !can_run() {
         return;
     }
-    let dir = out_dir(if sink { "unix-sink" } else { "unix" });
+    let dir = out_dir(&format!(
+        "{}{}",
+        if sink { "unix-sink" } else { "unix" },
+        mode_suffix(syscalls)
+    ));
     let path = dir.join("srv.sock");
     let mut server = python(UNIX_SERVER, &[path.to_str().unwrap_or("")]);
     let cfg = Config {
         pids: vec![server.id()],
+        syscall_tracepoints: syscalls,
         ..Config::default()
     };
     let sunk = Rc::new(RefCell::new(Seen::default()));
@@ -208,7 +225,10 @@ fn unix_socket_stream(sink: bool) {
     // The socket tracepoints wherever the kernel has them, else the per-syscall tracepoints
     // wherever it has tracefs, mounted or not; a tracefs mounted for the attach is not left in
     // this thread's mounts.
-    assert_eq!(t.socket_tracepoints(), kernel_has_sock_tracepoints());
+    assert_eq!(
+        t.socket_tracepoints(),
+        !syscalls && kernel_has_sock_tracepoints()
+    );
     assert!(t.per_syscall_tracepoints() || !kernel_has_tracefs());
     assert_eq!(tracefs_mounts(), mounts);
     let mut c = UnixStream::connect(&path).unwrap_or_else(|e| panic!("connect: {e}"));
@@ -289,10 +309,20 @@ t.close()
 
 #[test]
 fn tls_plaintext_without_ciphertext() {
+    tls_plaintext_without_ciphertext_with(false);
+}
+
+/// The same on the syscall tracepoints (the path of kernels without the socket tracepoints).
+#[test]
+fn tls_plaintext_without_ciphertext_on_syscall_tracepoints() {
+    tls_plaintext_without_ciphertext_with(true);
+}
+
+fn tls_plaintext_without_ciphertext_with(syscalls: bool) {
     if !can_run() {
         return;
     }
-    let dir = out_dir("tls");
+    let dir = out_dir(&format!("tls{}", mode_suffix(syscalls)));
     let (key, cert) = (dir.join("key.pem"), dir.join("cert.pem"));
     let ok = Command::new("openssl")
         .args([
@@ -327,6 +357,7 @@ fn tls_plaintext_without_ciphertext() {
     let cfg = Config {
         ports: vec![38310],
         tcp_plaintext: true,
+        syscall_tracepoints: syscalls,
         ..Config::default()
     };
     let mut t = Tracer::start(&cfg).unwrap_or_else(|e| panic!("start: {e}"));
@@ -380,14 +411,25 @@ for _ in range(2):
 /// PostgreSQL's model: the parent accepts, a forked child serves the connection and exits.
 #[test]
 fn forked_children_are_traced_and_their_exit_closes() {
+    forked_children_are_traced_and_their_exit_closes_with(false);
+}
+
+/// The same on the syscall tracepoints (the path of kernels without the socket tracepoints).
+#[test]
+fn forked_children_are_traced_and_their_exit_closes_on_syscall_tracepoints() {
+    forked_children_are_traced_and_their_exit_closes_with(true);
+}
+
+fn forked_children_are_traced_and_their_exit_closes_with(syscalls: bool) {
     if !can_run() {
         return;
     }
-    let dir = out_dir("fork");
+    let dir = out_dir(&format!("fork{}", mode_suffix(syscalls)));
     let path = dir.join("srv.sock");
     let mut server = python(FORKING_SERVER, &[path.to_str().unwrap_or("")]);
     let cfg = Config {
         unix_paths: vec![path.clone()],
+        syscall_tracepoints: syscalls,
         ..Config::default()
     };
     let mut t = Tracer::start(&cfg).unwrap_or_else(|e| panic!("start: {e}"));
@@ -437,10 +479,20 @@ c.close()
 /// A ring far too small for the burst: every lost byte is an exact gap, the stream length exact.
 #[test]
 fn lost_records_are_exact_gaps() {
+    lost_records_are_exact_gaps_with(false);
+}
+
+/// The same on the syscall tracepoints (the path of kernels without the socket tracepoints).
+#[test]
+fn lost_records_are_exact_gaps_on_syscall_tracepoints() {
+    lost_records_are_exact_gaps_with(true);
+}
+
+fn lost_records_are_exact_gaps_with(syscalls: bool) {
     if !can_run() {
         return;
     }
-    let dir = out_dir("loss");
+    let dir = out_dir(&format!("loss{}", mode_suffix(syscalls)));
     let path = dir.join("srv.sock");
     let total = 4 << 20;
     let mut server = python(
@@ -450,6 +502,7 @@ fn lost_records_are_exact_gaps() {
     let cfg = Config {
         pids: vec![server.id()],
         ring_bytes: 64 << 10,
+        syscall_tracepoints: syscalls,
         ..Config::default()
     };
     let mut t = Tracer::start(&cfg).unwrap_or_else(|e| panic!("start: {e}"));
@@ -534,10 +587,20 @@ fn round_trip(s: &mut (impl Read + Write), msg: &[u8]) {
 /// ones opened after from their start.
 #[test]
 fn closes_while_the_server_runs_and_older_connections_mid_stream() {
+    closes_while_the_server_runs_and_older_connections_mid_stream_with(false);
+}
+
+/// The same on the syscall tracepoints (the path of kernels without the socket tracepoints).
+#[test]
+fn closes_while_the_server_runs_and_older_connections_mid_stream_on_syscall_tracepoints() {
+    closes_while_the_server_runs_and_older_connections_mid_stream_with(true);
+}
+
+fn closes_while_the_server_runs_and_older_connections_mid_stream_with(syscalls: bool) {
     if !can_run() {
         return;
     }
-    let dir = out_dir("closes");
+    let dir = out_dir(&format!("closes{}", mode_suffix(syscalls)));
     let path = dir.join("srv.sock");
     let port_file = dir.join("port");
     let mut server = python(
@@ -556,6 +619,7 @@ fn closes_while_the_server_runs_and_older_connections_mid_stream() {
     let cfg = Config {
         pids: vec![server.id()],
         tcp_plaintext: true,
+        syscall_tracepoints: syscalls,
         ..Config::default()
     };
     let mut t = Tracer::start(&cfg).unwrap_or_else(|e| panic!("start: {e}"));
@@ -614,5 +678,8 @@ fn closes_while_the_server_runs_and_older_connections_mid_stream() {
     if t.socket_tracepoints() {
         // The two Unix sockets' closes by the descriptor sweep, TCP's by the kernel.
         assert_eq!(st.swept_closes, 2, "{st:?}");
+    } else {
+        // close(2) is traced.
+        assert_eq!(st.swept_closes, 0, "{st:?}");
     }
 }

@@ -64,6 +64,8 @@ pub(super) fn spawn(
         processes: c.processes.clone(),
         tcp_plaintext,
         ring_bytes: (c.ebpf_ring_mb.max(1) as usize).next_power_of_two() << 20,
+        // The syscall tracepoints even where the kernel has the socket tracepoints.
+        syscall_tracepoints: std::env::var_os("DBTAP_EBPF_SYSCALLS").is_some_and(|v| v == "1"),
     };
     let writer = match &c.write {
         Some(dir) => Some(
@@ -112,8 +114,18 @@ pub(super) fn spawn(
     })
 }
 
-/// What the tracer traces, for the start line: `mariadbd 812, postgres 901 (+3 forked)`.
+/// What the tracer traces, for the start line: `mariadbd 812, postgres 901; socket
+/// tracepoints` (or `syscall tracepoints`: a kernel before 6.3, or `DBTAP_EBPF_SYSCALLS=1`).
 fn summary(t: &ebpf::Tracer) -> String {
+    let how = if t.socket_tracepoints() {
+        "socket tracepoints"
+    } else {
+        "syscall tracepoints"
+    };
+    format!("{}; {how}", traced(t))
+}
+
+fn traced(t: &ebpf::Tracer) -> String {
     let targets = t.targets();
     if targets.is_empty() {
         return "no server process found yet".to_string();

@@ -312,11 +312,11 @@ static __always_inline struct file *fd_file(u32 fd)
 	return task_fd_file(bpf_get_current_task_btf(), fd);
 }
 
+static __always_inline u64 socket_key(struct socket *so, u64 ino, u64 *sk_out, u16 *tcp);
+
 /* A traced stream socket behind `fp` (AF_UNIX with an address, or TCP): returns its inode
  * number (the stream key), 0 if none.
  * `*sk_out` gets the struct sock, `*tcp` whether it is TCP (else AF_UNIX). */
-static __always_inline u64 socket_key(struct socket *so, u64 ino, u64 *sk_out, u16 *tcp);
-
 static __always_inline u64 file_sock(struct file *fp, u64 *sk_out, u16 *tcp)
 {
 	if (!fp)
@@ -331,16 +331,20 @@ static __always_inline u64 file_sock(struct file *fp, u64 *sk_out, u16 *tcp)
 	return socket_key(so, ino->i_ino, sk_out, tcp);
 }
 
-/* The same for the struct sock of a socket tracepoint: its socket's inode (struct socket_alloc
- * holds both) is the key, as the file's inode is above. */
+/* The inode number of socket `sop` (struct socket_alloc holds both): the stream key. */
+static __always_inline u64 socket_ino(struct socket *sop)
+{
+	u64 base = (u64)sop - bpf_core_field_offset(struct socket_alloc, socket);
+	return KCAST(struct socket_alloc, base)->vfs_inode.i_ino;
+}
+
+/* The same as file_sock for the struct sock of a socket tracepoint. */
 static __always_inline u64 sk_sock(struct sock *skp, u64 *sk_out, u16 *tcp)
 {
 	struct socket *sop = skp->sk_socket;
 	if (!sop)
 		return 0;
-	u64 base = (u64)sop - bpf_core_field_offset(struct socket_alloc, socket);
-	u64 ino = KCAST(struct socket_alloc, base)->vfs_inode.i_ino;
-	return socket_key(KCAST(struct socket, sop), ino, sk_out, tcp);
+	return socket_key(KCAST(struct socket, sop), socket_ino(sop), sk_out, tcp);
 }
 
 /* The key (`ino`) of socket `so` if it is a traced stream socket, else 0; see file_sock. */
@@ -943,8 +947,9 @@ static __always_inline struct pt_regs *cur_user_regs(struct task_struct *task)
 /* A receive (`inbound`) or send of `ret` bytes on socket `skp` (sock:sock_recv_length,
  * sock:sock_send_length): the kernel runs these only for socket receives and sends, and no
  * system call of any process is put on the tracing slow path, where a syscall tracepoint puts
- * every call of every process there (a quarter of a microsecond per traced call and about 50 ns
- * per other call on the test VM). The system call (its number in the user registers, which
+ * every call of every process there (bench/ebpf_syscalls.py: a process that is not traced paid
+ * 733 ns per loop of six calls more under the syscall tracepoints, 231 ns under these). The
+ * system call (its number in the user registers, which
  * also hold its arguments) says where the bytes are; calls that are not traced (sendfile,
  * recvmmsg, io_uring's workers) and peeks are left out. */
 static __always_inline int sock_data(struct sock *skp, int ret, int flags, int inbound)
@@ -987,8 +992,9 @@ int BPF_PROG(on_sock_send, struct sock *sk, int ret, int flags)
 /* With the socket tracepoints no system call is traced, close(2) neither: a TCP stream ends
  * where its connection leaves ESTABLISHED or CLOSE_WAIT for good (the owner's last close sends
  * its FIN, or a reset ends it), seen here while the socket still has its inode; the kernel
- * runs this at TCP state changes only. Unix streams end where user space no longer finds their
- * socket (tracer.rs, a sock_diag dump every second), and every stream of a process at its exit. */
+ * runs this at TCP state changes only (a shutdown for writing also ends the stream here; database
+ * servers do not make one). Unix streams end where their process no longer holds their socket
+ * (tracer.rs reads its descriptors every second), and every stream of a process at its exit. */
 SEC("tp_btf/inet_sock_set_state")
 int BPF_PROG(on_tcp_state, const struct sock *skp, const int old, const int new)
 {
@@ -1000,9 +1006,7 @@ int BPF_PROG(on_tcp_state, const struct sock *skp, const int old, const int new)
 	struct socket *sop = skp->sk_socket;
 	if (!sop)
 		return 0;
-	u64 base = (u64)sop - bpf_core_field_offset(struct socket_alloc, socket);
-	u64 sock = KCAST(struct socket_alloc, base)->vfs_inode.i_ino;
-	close_sock(sock, 0);
+	close_sock(socket_ino(sop), 0);
 	return 0;
 }
 
