@@ -3,7 +3,9 @@
 
 A fixed workload (bench/ebpf_percall.c): a server on a Unix socket answers each request of
 REQ bytes with RESP bytes (one read(2), one write(2)), traced by `--pid`; the client's calls
-are sendmmsg/recvmmsg, which the tracer does not attach to. With the kernel's BPF statistics
+are sendmmsg/recvmmsg, which the tracer does not trace (with the socket tracepoints its
+programs run for them up to the process test, counted and subtracted like the background's
+runs below; with the syscall tracepoints they are not attached to). With the kernel's BPF statistics
 on (through a BPF_ENABLE_STATS descriptor held open, not the kernel.bpf_stats_enabled sysctl,
 which another benchmark may toggle meanwhile), each program's run_time_ns and run_cnt
 (/proc/PID/fdinfo of the tracer's program fds) before and after N round trips give ns per run

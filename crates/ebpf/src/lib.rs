@@ -1,5 +1,5 @@
-//! The eBPF source: traces database server processes with syscall tracepoints and OpenSSL
-//! uprobes and hands out their socket streams (Unix sockets, TLS plaintext, optionally plain TCP)
+//! The eBPF source: traces database server processes with the kernel's socket tracepoints
+//! (syscall tracepoints on kernels before 6.3) and OpenSSL uprobes and hands out their socket streams (Unix sockets, TLS plaintext, optionally plain TCP)
 //! as `Event`s: opens, data with exact per-direction stream offsets, closes.
 #![forbid(unsafe_code)]
 

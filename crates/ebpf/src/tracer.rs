@@ -177,8 +177,9 @@ fn attach_syscall_tracepoints(obj: &mut Object) -> Option<Vec<Link>> {
     Some(links)
 }
 
-/// Attaches the kernel-side programs: the syscall ones (classic tracepoints, else the raw
-/// sys_enter/sys_exit ones) and the process fork/exit ones; whether the classic ones are used.
+/// Attaches the kernel-side programs: the socket tracepoints' (`sock_tps`) or else the syscall
+/// ones (classic tracepoints, else the raw sys_enter/sys_exit ones), and the process fork/exit
+/// ones; whether the classic syscall tracepoints are used.
 fn attach_tracepoints(obj: &mut Object, sock_tps: bool) -> Result<(Vec<Link>, bool), Error> {
     // With the socket tracepoints no system call is traced (each syscall tracepoint puts every
     // call of every process on the kernel's tracing slow path), so tracefs is not needed either.
