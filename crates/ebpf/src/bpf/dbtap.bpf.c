@@ -958,6 +958,10 @@ static __always_inline int sock_data(struct sock *skp, int ret, int flags, int i
 	u32 pid = task->tgid;
 	if (!tgid_traced(pid) || (flags & MSG_PEEK))
 		return 0;
+	/* A call that moved no bytes (EAGAIN before poll: one per query of MariaDB) matters only
+	 * inside an SSL call (data_call), and no thread is in one before any entered one. */
+	if (ret <= 0 && !ssl_entered)
+		return 0;
 	struct pt_regs *regs = cur_user_regs(task);
 	if (!regs)
 		return 0;
