@@ -1,6 +1,7 @@
 //! The eBPF source: traces database server processes with the kernel's socket tracepoints
-//! (syscall tracepoints on kernels before 6.3) and OpenSSL uprobes and hands out their socket streams (Unix sockets, TLS plaintext, optionally plain TCP)
-//! as `Event`s: opens, data with exact per-direction stream offsets, closes.
+//! (syscall tracepoints on kernels before 6.3) and OpenSSL uprobes and hands out their socket
+//! streams (Unix sockets, TLS plaintext, optionally plain TCP) as `Event`s: opens, data with
+//! exact per-direction stream offsets, closes.
 #![forbid(unsafe_code)]
 
 mod dispatch;

@@ -125,6 +125,7 @@ fn summary(t: &ebpf::Tracer) -> String {
     format!("{}; {how}", traced(t))
 }
 
+/// The traced processes, for `summary`.
 fn traced(t: &ebpf::Tracer) -> String {
     let targets = t.targets();
     if targets.is_empty() {
