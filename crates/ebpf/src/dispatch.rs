@@ -314,19 +314,20 @@ impl Core {
         v
     }
 
-    /// A sweep of the descriptors of process `pid` (its socket inodes: `held`): a socket it used
-    /// last that it no longer holds in two sweeps in a row is closed (the first miss may be a
-    /// socket whose last records are still on their way through the ring).
+    /// A sweep of the traced processes' descriptors (`held`: the socket inodes of each process
+    /// that used an open socket last, from `socket_users`; a process missing holds nothing): a
+    /// socket its process no longer holds in two sweeps in a row is closed (the first miss may be
+    /// a socket whose last records are still on their way through the ring). One pass over the
+    /// sockets.
     pub(crate) fn sweep(
         &mut self,
-        pid: u32,
-        held: &HashSet<u64>,
+        held: &HashMap<u32, HashSet<u64>>,
         ts: u64,
         f: &mut dyn FnMut(Event<'_>),
     ) -> usize {
         let mut gone = Vec::new();
-        for (&k, s) in self.socks.iter_mut().filter(|(_, s)| s.pid == pid) {
-            if held.contains(&k) {
+        for (&k, s) in self.socks.iter_mut() {
+            if held.get(&s.pid).is_some_and(|h| h.contains(&k)) {
                 s.missing = false;
             } else if s.missing {
                 gone.push(k);

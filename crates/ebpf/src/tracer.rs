@@ -2,7 +2,7 @@
 //! memory), attaching it to the discovered processes, and turning ring records into `Event`s.
 
 use std::cell::RefCell;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
@@ -521,18 +521,16 @@ impl Tracer {
     fn sweep(&mut self, f: &mut dyn FnMut(Event<'_>)) -> usize {
         self.next_sweep = Instant::now() + SWEEP;
         let users = self.core.borrow().socket_users();
+        // A process gone holds nothing: its exit record closes its streams, and if the ring had
+        // no room for that record, the sweeps do.
+        let held: HashMap<u32, HashSet<u64>> = users
+            .into_iter()
+            .map(|pid| (pid, procfs::socket_inodes(pid).unwrap_or_default()))
+            .collect();
         let ts = mono_now();
-        let mut n = 0;
-        for pid in users {
-            // A process gone holds nothing: its exit record closes its streams, and if the ring
-            // had no room for that record, the sweeps do.
-            let held = procfs::socket_inodes(pid).unwrap_or_default();
-            n += self
-                .core
-                .borrow_mut()
-                .with_out(f, |core, f| core.sweep(pid, &held, ts, f));
-        }
-        n
+        self.core
+            .borrow_mut()
+            .with_out(f, |core, f| core.sweep(&held, ts, f))
     }
 
     /// The records copied out of the ring, to `f`.

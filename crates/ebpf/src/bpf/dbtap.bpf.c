@@ -895,6 +895,8 @@ u64 regs_off = 0;
 /* The user registers of `task` (the current one) at the exit of system call `nr`: found from the
  * stack base and regs_off by direct loads, a helper call per run less; checked by the syscall
  * number they hold (orig_ax), and asked of bpf_task_pt_regs when that does not match. */
+static __always_inline struct pt_regs *asked_regs(struct task_struct *task);
+
 static __always_inline struct pt_regs *user_regs(struct task_struct *task, long nr)
 {
 	u64 off = regs_off;
@@ -903,11 +905,17 @@ static __always_inline struct pt_regs *user_regs(struct task_struct *task, long 
 		if (r->orig_ax == nr)
 			return r;
 	}
+	return asked_regs(task);
+}
+
+/* The user registers of `task` as bpf_task_pt_regs gives them, and regs_off learnt from them. */
+static __always_inline struct pt_regs *asked_regs(struct task_struct *task)
+{
 	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(task);
 	if (!regs)
 		return 0;
 	u64 base = (u64)task->stack;
-	if (base && (u64)regs > base && regs->orig_ax == nr)
+	if (base && (u64)regs > base)
 		regs_off = (u64)regs - base;
 	return regs;
 }
@@ -935,13 +943,7 @@ static __always_inline struct pt_regs *cur_user_regs(struct task_struct *task)
 	u64 off = regs_off;
 	if (off)
 		return KCAST(struct pt_regs, (u64)task->stack + off);
-	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(task);
-	if (!regs)
-		return 0;
-	u64 base = (u64)task->stack;
-	if (base && (u64)regs > base)
-		regs_off = (u64)regs - base;
-	return regs;
+	return asked_regs(task);
 }
 
 /* A receive (`inbound`) or send of `ret` bytes on socket `skp` (sock:sock_recv_length,
