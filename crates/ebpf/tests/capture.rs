@@ -53,6 +53,14 @@ fn python(script: &str, args: &[&str]) -> Child {
     c
 }
 
+/// The port a test server wrote to `file` (servers bind port 0: tests run at once).
+fn read_port(file: &std::path::Path) -> u16 {
+    std::fs::read_to_string(file)
+        .ok()
+        .and_then(|p| p.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no port in {}", file.display()))
+}
+
 #[derive(Debug, Default)]
 struct Seen {
     opens: Vec<(u64, Addr, Addr, Option<u32>, bool)>,
@@ -282,7 +290,8 @@ import socket, ssl, sys
 ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
 ctx.load_cert_chain(sys.argv[2], sys.argv[3])
 s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen(1)
+s.bind(("127.0.0.1", 0)); s.listen(1)
+open(sys.argv[1], "w").write(str(s.getsockname()[1]))
 print("ready", flush=True)
 c, _ = s.accept()
 t = ctx.wrap_socket(c, server_side=True)
@@ -344,18 +353,20 @@ fn tls_plaintext_without_ciphertext_with(syscalls: bool) {
         .status()
         .unwrap_or_else(|e| panic!("openssl: {e}"));
     assert!(ok.success(), "openssl req failed");
-    let port = "38310";
+    // An ephemeral port: both paths' tests run at once.
+    let port_file = dir.join("port");
     let mut server = python(
         TLS_SERVER,
         &[
-            port,
+            port_file.to_str().unwrap_or(""),
             cert.to_str().unwrap_or(""),
             key.to_str().unwrap_or(""),
         ],
     );
+    let port = read_port(&port_file);
     // Plain TCP tracing on too: the ciphertext must still not show up as data.
     let cfg = Config {
-        ports: vec![38310],
+        ports: vec![port],
         tcp_plaintext: true,
         syscall_tracepoints: syscalls,
         ..Config::default()
@@ -369,7 +380,7 @@ fn tls_plaintext_without_ciphertext_with(syscalls: bool) {
     let client = Command::new("python3")
         .arg("-c")
         .arg(TLS_CLIENT)
-        .arg(port)
+        .arg(port.to_string())
         .status();
     assert!(client.is_ok_and(|s| s.success()), "TLS client failed");
     let _ = server.wait();
@@ -379,7 +390,7 @@ fn tls_plaintext_without_ciphertext_with(syscalls: bool) {
     let (sock, local, _, _, accepted) = seen.opens[0].clone();
     assert_eq!(
         local,
-        Addr::Ip("127.0.0.1:38310".parse().unwrap_or_else(|e| panic!("{e}")))
+        Addr::Ip(std::net::SocketAddr::from(([127, 0, 0, 1], port)))
     );
     assert!(accepted);
     assert!(
@@ -610,10 +621,7 @@ fn closes_while_the_server_runs_and_older_connections_mid_stream_with(syscalls: 
             port_file.to_str().unwrap_or(""),
         ],
     );
-    let port: u16 = std::fs::read_to_string(&port_file)
-        .ok()
-        .and_then(|p| p.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no port in {}", port_file.display()));
+    let port = read_port(&port_file);
     let mut older = UnixStream::connect(&path).unwrap_or_else(|e| panic!("connect: {e}"));
     round_trip(&mut older, b"hello");
     let cfg = Config {
