@@ -177,7 +177,10 @@ def bench_mysql() -> list[tuple]:
 
 # -- PostgreSQL ------------------------------------------------------------------------------
 
-PG_WORKLOADS = (("extended", ["-S"]), ("extended", []))
+# REPLAY_BENCH_PG_MODES: pgbench's -M for the two workloads, comma-separated (extended; also
+# prepared: named statements, Bind/Execute without a Parse after each connection's first).
+PG_MODES = os.environ.get("REPLAY_BENCH_PG_MODES", "extended").split(",")
+PG_WORKLOADS = tuple((m, x) for m in PG_MODES for x in (["-S"], []))
 # pgbench's threads (-j): 4, one per client, unless REPLAY_BENCH_PG_JOBS says otherwise
 # (pgbench's own default is 1: one thread multiplexing the 4 connections).
 PG_JOBS = os.environ.get("REPLAY_BENCH_PG_JOBS", "4")

@@ -1,14 +1,19 @@
 //! The light reply reader of a PostgreSQL replay (issue 14). Most replayed batches are one
-//! extended-protocol execution of an unnamed statement (Parse "" / Bind "" "" / Describe
-//! portal / Execute / Sync) answered without surprise (ParseComplete, BindComplete,
-//! RowDescription or NoData, DataRows, CommandComplete, ReadyForQuery). Their two target
-//! events (a count-only `prepare`, an `execute`) differ between executions of the same Parse
-//! only in their times, byte counts, rows and transaction state, which this module reads from
-//! the reply; everything else comes from the events the full PostgreSQL session made of the
-//! same Parse earlier on the connection (a template, kept only after this module computed
-//! exactly those events from that batch). Any other batch, or a reply that is not exactly that
-//! shape, goes to the full session, which is first given the last batch answered here so its
-//! state is what it would have been (see `run/pg.rs`).
+//! extended-protocol execution, either of an unnamed statement (Parse "" / Bind "" "" /
+//! Describe portal / Execute / Sync: libpq's PQexecParams, pgbench `-M extended`) or of a
+//! named statement prepared earlier (Bind "" "S" / Describe portal / Execute / Sync:
+//! PQexecPrepared, pgbench `-M prepared`, JDBC after its threshold), answered without surprise
+//! ([ParseComplete,] BindComplete, RowDescription or NoData, DataRows, CommandComplete,
+//! ReadyForQuery). Their target events (a count-only `prepare` for the Parse, an `execute`)
+//! differ between executions of the same Parse, or of the same named statement, only in their
+//! times, byte counts, rows and transaction state, which this module reads from the reply;
+//! everything else comes from the events the full PostgreSQL session made of the same batch
+//! shape earlier on the connection (a template, kept only after this module computed exactly
+//! those events from that batch). Any other batch, or a reply that is not exactly that shape,
+//! goes to the full session, which is first given the last batch answered here so its state is
+//! what it would have been (see `run/pg.rs`). A named statement's templates are dropped by any
+//! other batch: only those can define, close or deallocate a statement (Parse, Close,
+//! `PREPARE`, `DEALLOCATE`, `DISCARD`).
 
 use proto::postgres::TxStatus;
 use proto::postgres::message::{CommandTag, backend_len_ok};
@@ -24,8 +29,12 @@ const MAX_PARSE_BODY: usize = 4096;
 /// (see [`Light::spill`]).
 const MAX_LOG: usize = 256 << 10;
 
-/// Templates kept per connection at most (one per distinct Parse).
+/// Templates kept per connection at most, of each kind (one per distinct Parse, one per named
+/// statement).
 const MAX_TEMPLATES: usize = 64;
+
+/// Longest statement name answered here (PostgreSQL's own limit is 63 bytes).
+const MAX_NAME: usize = 64;
 
 /// What was sent and received during one batch, in order, with the times the session would
 /// have been given: fed to the full session when the light reader does not answer the batch.
@@ -63,32 +72,52 @@ impl Log {
     }
 }
 
-/// A batch the light reader may answer: its Parse message (the template's key) and the wire
-/// bytes of the Parse and of the rest (Bind, Describe, Execute, Sync).
+/// A batch the light reader may answer: the template's key and the wire bytes of the Parse
+/// (none for a named statement) and of the rest (Bind, Describe, Execute, Sync).
 struct Shape<'a> {
-    parse: &'a [u8],
+    /// The Parse message (an unnamed statement's batch) or the statement's name (a named
+    /// one's).
+    key: &'a [u8],
+    /// The batch begins with a Parse (its events: `prepare`, `execute`); else it executes a
+    /// named statement (`execute` only).
+    parse: bool,
     rest: u64,
 }
 
-/// The batch `out` when it is exactly Parse (unnamed, body within [`MAX_PARSE_BODY`]), Bind
-/// (unnamed portal and statement), Describe of the unnamed portal, Execute of it with no row
-/// limit, Sync.
+/// The batch `out` when it is exactly [Parse (unnamed, body within [`MAX_PARSE_BODY`]),] Bind
+/// (unnamed portal; the unnamed statement after that Parse, else a named one), Describe of
+/// the unnamed portal, Execute of it with no row limit, Sync.
 fn shape(out: &[u8]) -> Option<Shape<'_>> {
     let (t, body, p) = server_message(out)?;
-    if t != b'P' || body.first() != Some(&0) || body.len() > MAX_PARSE_BODY {
-        return None;
-    }
-    let rest = out.get(p..)?;
+    let (parse, rest) = match t {
+        b'P' if body.first() == Some(&0) && body.len() <= MAX_PARSE_BODY => (true, out.get(p..)?),
+        b'B' => (false, out),
+        _ => return None,
+    };
     let (t, body, b) = server_message(rest)?;
-    if t != b'B' || body.get(..2) != Some(&[0, 0][..]) {
+    if t != b'B' || body.first() != Some(&0) {
         return None;
     }
+    let key = if parse {
+        if body.get(1) != Some(&0) {
+            return None;
+        }
+        out.get(..p)?
+    } else {
+        let name = body.get(1..)?;
+        let end = name.iter().take(MAX_NAME + 1).position(|&c| c == 0)?;
+        if end == 0 {
+            return None;
+        }
+        name.get(..end)?
+    };
     const TAIL: &[u8] = b"D\0\0\0\x06P\0E\0\0\0\x09\0\0\0\0\0S\0\0\0\x04";
     if rest.get(b..)? != TAIL {
         return None;
     }
     Some(Shape {
-        parse: out.get(..p)?,
+        key,
+        parse,
         rest: rest.len() as u64,
     })
 }
@@ -108,9 +137,9 @@ struct Reply {
 }
 
 /// Reads the reply of a [`Shape`] batch in `log` (the batch sent first, then only reads):
-/// `None` unless it is exactly ParseComplete, BindComplete, RowDescription or NoData,
-/// DataRows, a CommandComplete (not COPY's), ReadyForQuery, with nothing after.
-fn reply(log: &Log) -> Option<Reply> {
+/// `None` unless it is exactly ParseComplete (when `parse`), BindComplete, RowDescription or
+/// NoData, DataRows, a CommandComplete (not COPY's), ReadyForQuery, with nothing after.
+fn reply(log: &Log, parse: bool) -> Option<Reply> {
     let (&(true, _, sent), reads) = log.parts.split_first()? else {
         return None;
     };
@@ -121,7 +150,9 @@ fn reply(log: &Log) -> Option<Reply> {
     // The time of the read holding byte `off` of the reply.
     let at = |off: usize| reads.iter().find(|p| p.2 > sent + off).map_or(0, |p| p.1);
     let mut pos = 0;
-    let mut step = 0;
+    // The ParseComplete's bytes are the `prepare`'s, not the `execute`'s.
+    let parse_len = if parse { 5 } else { 0 };
+    let mut step = if parse { 0 } else { 1 };
     let (mut parse, mut first_exec, mut rows) = ((0, 0), 0, 0u64);
     while let Some((t, body, len)) = server_message(data.get(pos..)?) {
         let (start, end) = (pos, pos + len);
@@ -156,7 +187,7 @@ fn reply(log: &Log) -> Option<Reply> {
                 return Some(Reply {
                     parse,
                     exec: (first_exec, at(end - 1)),
-                    bytes_out: (data.len() - 5) as u64,
+                    bytes_out: data.len().saturating_sub(parse_len) as u64,
                     rows_sent: sent_rows,
                     rows_affected: affected,
                     status,
@@ -169,21 +200,32 @@ fn reply(log: &Log) -> Option<Reply> {
     None
 }
 
-/// The two events of a [`Shape`] batch sent at `sent` and answered by `r`, from the
-/// templates of its Parse.
-fn events(tpl: &(QueryEvent, QueryEvent), s: &Shape<'_>, sent: u64, r: &Reply) -> [QueryEvent; 2] {
-    let mut p = tpl.0.clone();
+/// A batch's events as the session made them: the Parse's `prepare` (none for a named
+/// statement's batch) and the `execute`.
+type Template = (Option<QueryEvent>, QueryEvent);
+
+/// The `prepare` of a [`Shape`] batch with a Parse, sent at `sent` and answered by `r`, from
+/// its template `p`. (Built in place and handed on: an event is a few hundred bytes, and each
+/// move of it is a copy.)
+fn prepare_event(p: &QueryEvent, s: &Shape<'_>, sent: u64, r: &Reply) -> QueryEvent {
+    let mut p = p.clone();
     p.start_ns = sent;
     p.first_response_ns = Some(r.parse.0);
     p.end_ns = Some(r.parse.1);
-    p.bytes_in = s.parse.len() as u64;
+    p.bytes_in = s.key.len() as u64;
     p.bytes_out = 5;
     p.rows_sent = 0;
     p.rows_affected = 0;
     // Answered before its batch's ReadyForQuery: it carries the state only inside a
     // transaction (`postgres/session/batch.rs`).
     p.txn = Some(r.status).filter(|s| s.in_transaction());
-    let mut e = tpl.1.clone();
+    p
+}
+
+/// The `execute` of a [`Shape`] batch sent at `sent` and answered by `r`, from its template
+/// `e`.
+fn execute_event(e: &QueryEvent, s: &Shape<'_>, sent: u64, r: &Reply) -> QueryEvent {
+    let mut e = e.clone();
     e.start_ns = sent;
     e.first_response_ns = Some(r.exec.0);
     e.end_ns = Some(r.exec.1);
@@ -192,10 +234,10 @@ fn events(tpl: &(QueryEvent, QueryEvent), s: &Shape<'_>, sent: u64, r: &Reply) -
     e.rows_sent = r.rows_sent;
     e.rows_affected = r.rows_affected;
     e.txn = Some(r.status);
-    [p, e]
+    e
 }
 
-/// The fields [`events`] sets, and those a template must have, compared.
+/// The fields [`prepare_event`] and [`execute_event`] set, and those a template must have, compared.
 fn same(a: &QueryEvent, b: &QueryEvent) -> bool {
     (
         a.start_ns,
@@ -217,50 +259,86 @@ fn same(a: &QueryEvent, b: &QueryEvent) -> bool {
         && a.params.is_none()
 }
 
-/// A connection's templates, by Parse message.
+/// A connection's templates: by Parse message, and by statement name.
 #[derive(Default)]
 struct Templates {
-    by_parse: Vec<(Vec<u8>, (QueryEvent, QueryEvent))>,
+    by_parse: Vec<(Vec<u8>, Template)>,
+    /// Valid while only light-shaped batches were sent since they were made (see
+    /// [`Light::begin`]).
+    by_name: Vec<(Vec<u8>, Template)>,
 }
 
 impl Templates {
-    fn get(&self, parse: &[u8]) -> Option<&(QueryEvent, QueryEvent)> {
-        self.by_parse
+    fn kind(&self, s: &Shape<'_>) -> &Vec<(Vec<u8>, Template)> {
+        if s.parse {
+            &self.by_parse
+        } else {
+            &self.by_name
+        }
+    }
+
+    fn get(&self, s: &Shape<'_>) -> Option<&Template> {
+        self.kind(s)
             .iter()
-            .find(|(k, _)| k.as_slice() == parse)
+            .find(|(k, _)| k.as_slice() == s.key)
             .map(|(_, t)| t)
     }
 
-    /// The events of batch `s` logged in `log` (sent first, at its first part's time), when
-    /// a template of its Parse is known and the reply is the expected one.
-    fn answer(&self, s: &Shape<'_>, log: &Log) -> Option<[QueryEvent; 2]> {
-        let tpl = self.get(s.parse)?;
-        let r = reply(log)?;
-        Some(events(tpl, s, log.parts.first()?.1, &r))
+    /// Gives `sink` the events of batch `s` logged in `log` (sent first, at its first part's
+    /// time) when a template of its key is known and the reply is the expected one; false
+    /// (nothing given) otherwise.
+    fn answer(&self, s: &Shape<'_>, log: &Log, sink: &mut dyn Sink) -> bool {
+        let (Some(tpl), Some(&(_, sent, _))) = (self.get(s), log.parts.first()) else {
+            return false;
+        };
+        let Some(r) = reply(log, s.parse) else {
+            return false;
+        };
+        if let Some(p) = &tpl.0 {
+            sink.event(prepare_event(p, s, sent, &r));
+        }
+        sink.event(execute_event(&tpl.1, s, sent, &r));
+        true
     }
 
     /// The full session made `got` of batch `s` logged in `log`: kept as the template of its
-    /// Parse when they are a `prepare` and an `execute` that [`events`] computes exactly from
-    /// them and the log.
+    /// key when they are a `prepare` (with a Parse only) and an `execute` that
+    /// [`prepare_event`] and [`execute_event`] compute exactly from them and the log, and the text is one the session keeps whole
+    /// every time.
     fn learn(&mut self, s: &Shape<'_>, log: &Log, got: &[QueryEvent]) {
-        if self.by_parse.len() >= MAX_TEMPLATES || self.get(s.parse).is_some() {
+        if self.kind(s).len() >= MAX_TEMPLATES || self.get(s).is_some() {
             return;
         }
-        let ([p, e], Some(r), Some(&(_, sent, _))) = (got, reply(log), log.parts.first()) else {
+        let (Some(r), Some(&(_, sent, _))) = (reply(log, s.parse), log.parts.first()) else {
             return;
         };
-        let tpl = (p.clone(), e.clone());
-        let [p2, e2] = events(&tpl, s, sent, &r);
-        let ok = p.command == "prepare"
+        let tpl = match (s.parse, got) {
+            (true, [p, e]) => (Some(p.clone()), e.clone()),
+            (false, [e]) => (None, e.clone()),
+            _ => return,
+        };
+        let prepare_ok = tpl.0.as_ref().is_none_or(|p| {
+            p.command == "prepare"
+                && p.outcome == Outcome::Ok
+                && !p.timed
+                && same(p, &prepare_event(p, s, sent, &r))
+        });
+        let e = &tpl.1;
+        let ok = prepare_ok
             && e.command == "execute"
-            && p.outcome == Outcome::Ok
             && e.outcome == Outcome::Ok
-            && !p.timed
             && e.timed
-            && same(p, &p2)
-            && same(e, &e2);
+            && !e.text_truncated
+            && !e.text_partial
+            && e.text.as_ref().is_some_and(|t| t.len() <= MAX_PARSE_BODY)
+            && same(e, &execute_event(e, s, sent, &r));
         if ok {
-            self.by_parse.push((s.parse.to_vec(), tpl));
+            let key = s.key.to_vec();
+            if s.parse {
+                self.by_parse.push((key, tpl));
+            } else {
+                self.by_name.push((key, tpl));
+            }
         }
     }
 }
@@ -312,8 +390,14 @@ impl Light {
     }
 
     /// A batch `out` is about to be sent: its traffic is logged when it may be answered here.
+    /// Any other batch may define, close or deallocate a named statement, so the named
+    /// statements' templates go.
     pub(super) fn begin(&mut self, out: &[u8]) {
-        self.logging = self.quiet && shape(out).is_some();
+        let shaped = shape(out).is_some();
+        if !shaped {
+            self.templates.by_name.clear();
+        }
+        self.logging = self.quiet && shaped;
         self.log.clear();
     }
 
@@ -347,11 +431,7 @@ impl Light {
         let Some(s) = logged.then(|| shape(out)).flatten() else {
             return;
         };
-        if let Some(evs) = clean
-            .then(|| self.templates.answer(&s, &self.log))
-            .flatten()
-        {
-            evs.into_iter().for_each(|ev| sink.event(ev));
+        if clean && self.templates.answer(&s, &self.log, sink) {
             std::mem::swap(&mut self.last, &mut self.log);
             self.stale = true;
             self.answered += 1;

@@ -53,14 +53,54 @@ struct Batch {
     reply: Vec<u8>,
 }
 
+/// Statement names of the named batches.
+const NAMES: [&str; 3] = [
+    "P_0",
+    "P_1",
+    "a_much_longer_statement_name_of_sixty_three_bytes_exactly_here",
+];
+
 fn pg_batch(sql: usize, rows: u8, status: u8, kind: u8) -> Batch {
     let text = SQL[sql % SQL.len()];
+    let mut b = exec_batch("", sql, rows, status, kind);
     let mut out = message(b'P', format!("\0{text}\0\0\0").as_bytes());
-    out.extend(message(b'B', b"\0\0\0\0\0\x01\0\0\0\x015\0\0"));
+    out.append(&mut b.out);
+    let mut reply = message(b'1', b"");
+    reply.append(&mut b.reply);
+    Batch { out, reply }
+}
+
+/// Parse of the named statement `name` (after a Close of it when `close`), then Sync.
+fn prepare_batch(name: usize, sql: usize, close: bool) -> Batch {
+    let (name, text) = (NAMES[name % NAMES.len()], SQL[sql % SQL.len()]);
+    let mut out = Vec::new();
+    let mut reply = Vec::new();
+    if close {
+        out.extend(message(b'C', format!("S{name}\0").as_bytes()));
+        reply.extend(message(b'3', b""));
+    }
+    out.extend(message(b'P', format!("{name}\0{text}\0\0\0").as_bytes()));
+    out.extend(message(b'S', b""));
+    reply.extend(message(b'1', b""));
+    reply.extend(message(b'Z', b"I"));
+    Batch { out, reply }
+}
+
+/// Bind of the named statement `name`, Describe, Execute, Sync (`sql`: the statement the
+/// reply is made for).
+fn named_batch(name: usize, sql: usize, rows: u8, status: u8, kind: u8) -> Batch {
+    exec_batch(NAMES[name % NAMES.len()], sql, rows, status, kind)
+}
+
+/// Bind of statement `name` ("": the unnamed one), Describe, Execute, Sync and their reply.
+fn exec_batch(name: &str, sql: usize, rows: u8, status: u8, kind: u8) -> Batch {
+    let mut bind = format!("\0{name}\0").into_bytes();
+    bind.extend(b"\0\0\0\x01\0\0\0\x015\0\0");
+    let mut out = message(b'B', &bind);
     out.extend(message(b'D', b"P\0"));
     out.extend(message(b'E', b"\0\0\0\0\0"));
     out.extend(message(b'S', b""));
-    let mut reply = message(b'1', b"");
+    let mut reply = Vec::new();
     let error = message(b'E', b"SERROR\0C42P01\0Mno such table\0\0");
     match kind % 8 {
         // An error at the Bind: the rest is skipped up to the Sync.
@@ -217,6 +257,65 @@ fn pgbench_batches_are_answered_as_the_session_would() {
     assert_eq!(answered, 35);
 }
 
+/// pgbench `-M prepared`: each statement is parsed once under its name, then only bound and
+/// executed.
+#[test]
+fn prepared_batches_are_answered_as_the_session_would() {
+    let mut batches: Vec<_> = (0..3)
+        .map(|n| (prepare_batch(n, n, false), vec![2]))
+        .collect();
+    batches.extend((0..40).map(|i| {
+        let n = i % 3;
+        let status = if n == 2 { 1 } else { 0 };
+        (named_batch(n, n, (i % 4) as u8, status, 3), vec![5 + i])
+    }));
+    let (full, lite, answered) = run(&batches);
+    assert_eq!(full.len(), 3 + 40);
+    assert_eq!(full, lite);
+    // The first execution of each of the three names teaches the light reader.
+    assert_eq!(answered, 37);
+}
+
+/// A name closed and parsed again with another statement, or deallocated by a simple query
+/// and prepared again, is not answered from the old statement's template: the first execution
+/// after it goes to the session (which knows the new text), then teaches again.
+#[test]
+fn a_statement_redefined_is_not_answered_from_its_old_template() {
+    let exec = |sql| (named_batch(0, sql, 1, 0, 3), vec![3]);
+    let dealloc = Batch {
+        out: message(b'Q', format!("DEALLOCATE {}\0", NAMES[0]).as_bytes()),
+        reply: [message(b'C', b"DEALLOCATE\0"), message(b'Z', b"I")].concat(),
+    };
+    let batches = [
+        (prepare_batch(0, 0, false), vec![]),
+        exec(0),
+        exec(0),
+        (prepare_batch(0, 1, true), vec![]),
+        exec(1),
+        exec(1),
+        (dealloc, vec![]),
+        (prepare_batch(0, 2, false), vec![]),
+        exec(2),
+        exec(2),
+    ];
+    let (full, lite, answered) = run(&batches);
+    assert_eq!(full, lite);
+    // Each execution names the statement's text of its time.
+    let execs: Vec<_> = full
+        .iter()
+        .filter(|e| e.contains("command: \"execute\""))
+        .collect();
+    assert_eq!(execs.len(), 6, "{full:#?}");
+    for (e, sql) in execs.iter().zip([0, 0, 1, 1, 2, 2]) {
+        assert!(
+            e.contains(&format!("{:?}", SQL[sql])),
+            "{e} lacks {}",
+            SQL[sql]
+        );
+    }
+    assert_eq!(answered, 3);
+}
+
 #[test]
 fn a_reply_past_the_log_bound_goes_to_the_session_as_it_comes() {
     let mut big = pg_batch(0, 3, 0, 3);
@@ -254,27 +353,43 @@ fn shape_is_exactly_the_unnamed_execution() {
     named[5] = b's';
     assert!(shape(&named).is_none());
     assert!(shape(&simple_batch(1).out).is_none());
+    let n = named_batch(0, 0, 1, 0, 3);
+    let s = shape(&n.out).map(|s| (s.key, s.parse, s.rest));
+    assert_eq!(s, Some((&b"P_0"[..], false, n.out.len() as u64)));
+    for cut in 1..n.out.len() {
+        assert!(shape(&n.out[..cut]).is_none(), "cut at {cut}");
+    }
+    // Not answered here: a Parse before a named statement's Bind, a named portal, a name past
+    // PostgreSQL's length.
+    assert!(shape(&prepare_batch(0, 0, false).out).is_none());
+    let mut portal = n.out.clone();
+    portal[5] = b'p';
+    assert!(shape(&portal).is_none());
+    assert!(shape(&exec_batch(&"x".repeat(65), 0, 1, 0, 3).out).is_none());
+    assert!(shape(&exec_batch(&"x".repeat(63), 0, 1, 0, 3).out).is_some());
 }
 
 proptest! {
     #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
-    /// Any mix of unnamed executions (rows, tags, transaction states, errors, notices) and
-    /// simple queries, their replies read in any pieces: the same events as the session.
+    /// Any mix of unnamed executions, named statements parsed (closed first or not) and
+    /// executed (rows, tags, transaction states, errors, notices) and simple queries, their
+    /// replies read in any pieces: the same events as the session.
     #[test]
     fn light_reader_matches_session(
         spec in proptest::collection::vec(
-            (0usize..6, 0u8..4, 0u8..3, 0u8..16, any::<bool>(),
+            (0usize..6, 0u8..4, 0u8..3, 0u8..16, 0u8..8, 0usize..3,
              proptest::collection::vec(0usize..400, 0..4)),
             1..40)
     ) {
         let batches: Vec<_> = spec
             .into_iter()
-            .map(|(sql, rows, status, kind, simple, mut cuts)| {
+            .map(|(sql, rows, status, kind, how, name, mut cuts)| {
                 cuts.sort_unstable();
-                let b = if simple && kind < 3 {
-                    simple_batch(rows)
-                } else {
-                    pg_batch(sql, rows, status, kind)
+                let b = match how {
+                    0 if kind < 3 => simple_batch(rows),
+                    1 => prepare_batch(name, sql, kind % 2 == 0),
+                    2..=4 => named_batch(name, sql, rows, status, kind),
+                    _ => pg_batch(sql, rows, status, kind),
                 };
                 (b, cuts)
             })
