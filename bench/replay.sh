@@ -28,9 +28,10 @@
 # their medians with a 90 % distribution-free confidence interval (order statistics,
 # bench/ebpf_overhead.py's median_ci) and, with REPLAY_BENCH_AB, the median of the per-round
 # differences. REPLAY_BENCH_ROUNDS=0 gives the single run of REPLAY_BENCH_SECONDS.
-# REPLAY_BENCH_PG_JOBS sets pgbench's -j (4; pgbench's own default is 1), REPLAY_BENCH_PG_MODES its
-# -M for both workloads (extended; e.g. extended,prepared). Rates are in the
-# capture's events: an extended-protocol query is two (prepare and execute).
+# REPLAY_BENCH_PG_JOBS sets pgbench's -j (4; pgbench's own default is 1),
+# REPLAY_BENCH_PG_MODES its -M for both workloads (extended; e.g. extended,prepared). Rates are
+# in the capture's events: an extended-protocol query is two (prepare and execute), a
+# prepared one one (execute).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 exec /usr/bin/python3 bench/replay_bench.py "$@"

@@ -237,7 +237,8 @@ fn execute_event(e: &QueryEvent, s: &Shape<'_>, sent: u64, r: &Reply) -> QueryEv
     e
 }
 
-/// The fields [`prepare_event`] and [`execute_event`] set, and those a template must have, compared.
+/// The fields [`prepare_event`] and [`execute_event`] set, and those a template must have,
+/// compared.
 fn same(a: &QueryEvent, b: &QueryEvent) -> bool {
     (
         a.start_ns,
@@ -303,8 +304,8 @@ impl Templates {
 
     /// The full session made `got` of batch `s` logged in `log`: kept as the template of its
     /// key when they are a `prepare` (with a Parse only) and an `execute` that
-    /// [`prepare_event`] and [`execute_event`] compute exactly from them and the log, and the text is one the session keeps whole
-    /// every time.
+    /// [`prepare_event`] and [`execute_event`] compute exactly from them and the log, and the
+    /// text is one the session keeps whole every time.
     fn learn(&mut self, s: &Shape<'_>, log: &Log, got: &[QueryEvent]) {
         if self.kind(s).len() >= MAX_TEMPLATES || self.get(s).is_some() {
             return;

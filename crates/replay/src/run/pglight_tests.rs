@@ -57,7 +57,7 @@ struct Batch {
 const NAMES: [&str; 3] = [
     "P_0",
     "P_1",
-    "a_much_longer_statement_name_of_sixty_three_bytes_exactly_here",
+    "a_statement_name_of_sixty_three_bytes_as_long_as_postgres_allow",
 ];
 
 fn pg_batch(sql: usize, rows: u8, status: u8, kind: u8) -> Batch {
