@@ -273,6 +273,30 @@ def test_scale_2_doubles(cap):
     assert rep["fidelity"]["requests_sent"] == 2 * rep["fidelity"]["requests_framed"]
 
 
+# The workload's commands that write: `--read-only` leaves them out.
+MONGO_WRITES = ("insert", "update", "delete", "findAndModify")
+
+
+def _command(key: str) -> str:
+    """The command a counter key names ("getMore#docs" and "find!error" name getMore, find)."""
+    return key.split("#", 1)[0].split("!", 1)[0]
+
+
+def test_read_only_leaves_writes_at_zero(cap):
+    """--read-only: B runs A's reads (the finds with their getMore chains, the aggregate, the
+    killCursors of the cursor closed early) exactly, and none of its writes; the writes left
+    out are counted as skipped."""
+    got, rep = replay(cap, "--max", "--read-only")
+    writes = {k: v for k, v in cap.a.items() if _command(k) in MONGO_WRITES}
+    assert writes.get("update", 0) >= 1 and writes.get("insert", 0) >= 1, cap.a
+    reads = {k: v for k, v in cap.a.items() if _command(k) not in MONGO_WRITES}
+    assert got == reads, (got, reads)
+    f = rep["fidelity"]
+    n_writes = sum(v for k, v in writes.items() if k == _command(k))
+    assert f["skipped_requests"].get("read_only") == n_writes, f
+    assert open_cursors(PORT_B) == 0
+
+
 def test_cursor_before_capture_and_captured_auth(cap):
     """A connection begun before the capture whose cursor was opened before it: its getMores
     are skipped (the target never had that cursor), its later finds replayed. A captured
