@@ -118,6 +118,51 @@ def test_scale_two_doubles_counts(servers, workload):
     assert rep["fidelity"]["target_connections"] == 2 * rep["fidelity"]["sessions_captured"]
 
 
+def test_max_connections_caps_open_target_connections(servers, workload):
+    """--max-connections 1: the captured sessions (up to 4 at once on A) run one at a time on B,
+    every request still sent. B's own CLIENT LIST, polled over its Unix socket during the
+    replay, never shows two TCP connections at once; the same replay uncapped shows several
+    (so the polling sees them)."""
+    _, b = servers
+    pcap, want, _ = workload
+
+    def peak(*args):
+        stop, seen = threading.Event(), [0]
+
+        def poll():
+            c = rh.RawConn(unix=str(b.sock))
+            try:
+                while not stop.is_set():
+                    c.send("CLIENT", "LIST")
+                    lines = c.read()[1].decode().splitlines()
+                    seen[0] = max(seen[0], sum(" addr=127.0.0.1:" in f" {ln}" for ln in lines))
+            finally:
+                c.close()
+
+        t = threading.Thread(target=poll)
+        t.start()
+        try:
+            time.sleep(0.05)
+            got, rep, _ = replay(pcap, b, "--max", *args)
+        finally:
+            stop.set()
+            t.join()
+        # B's `client` calls include the polling's own CLIENT LIST: left out of the counts.
+        return no_client(counts(got)), rep, seen[0]
+
+    def no_client(c):
+        return {k: v for k, v in c.items() if k != "client"}
+
+    free_got, _, free_peak = peak()
+    got, rep, capped_peak = peak("--max-connections", "1")
+    assert free_peak >= 2, free_peak
+    assert capped_peak == 1, capped_peak
+    assert got == free_got == no_client(counts(want))
+    f = rep["fidelity"]
+    assert f["requests_sent"] == f["requests_planned"] == sum(counts(want).values())
+    assert f["skipped_requests"] == {}
+
+
 # The paced capture's length: 4 s here (the test's data stays small); the issue's 20 s is shown
 # by DBTAP_TIMING_SECONDS=20 (README, "Replay").
 TIMING_SECONDS = float(os.environ.get("DBTAP_TIMING_SECONDS", "4"))
@@ -592,3 +637,59 @@ def test_postgres_error_statement_same_error_on_target(pgs, pg_capture):
     assert len(g) == 1, [g["fingerprint"] for g in rep["groups"].values()]
     assert (g[0]["capture"]["errors"], g[0]["target"]["errors"]) == (1, 1), g[0]
     assert not g[0].get("new_errors"), g[0]
+
+
+def test_postgres_rows_that_differ_are_flagged(pgs):
+    """B holds other rows than A: the report gives both sides' rows returned and affected per
+    group, as each server answered its client (A's to psycopg2 during the capture, B's to
+    psycopg2 after the replay), and flags the groups where they differ, not the others."""
+    import pg_harness as ph
+    import psycopg2
+    a, b = pgs
+    for srv, rows in ((a, range(1, 11)), (b, (1, 2, 3, 6, 7, 8, 9))):
+        c = psycopg2.connect(srv.dsn())
+        c.autocommit = True
+        with c.cursor() as cur:
+            cur.execute("DROP TABLE IF EXISTS t_rows")
+            cur.execute("CREATE TABLE t_rows (i int)")
+            cur.executemany("INSERT INTO t_rows VALUES (%s)", [(i,) for i in rows])
+        c.close()
+
+    def work(srv):
+        c = psycopg2.connect(srv.dsn())
+        c.autocommit = True
+        with c.cursor() as cur:
+            cur.execute("SELECT i FROM t_rows")
+            sel = len(cur.fetchall())
+            cur.execute("UPDATE t_rows SET i = i WHERE i <= 5")
+            upd = cur.rowcount
+            cur.execute("SELECT bid FROM pgbench_branches")
+            same = len(cur.fetchall())
+        c.close()
+        return sel, upd, same
+
+    cap = ph.Tcpdump(OUT / "pg-rows.pcap", PG_A)
+    try:
+        cap.start()
+        on_a = work(a)
+        a.wait_idle()
+    finally:
+        stats = cap.stop()
+    ph.check_dropped(stats)
+    _, rep = pg_replay(cap.out, b, "--max")
+    on_b = work(b)
+    assert on_a[:2] != on_b[:2] and on_a[2] == on_b[2], (on_a, on_b)
+    groups = list(rep["groups"].values())
+
+    def group(*words):
+        g = [g for g in groups if all(w in g["fingerprint"].lower() for w in words)]
+        assert len(g) == 1, [g["fingerprint"] for g in groups]
+        return g[0]
+
+    sel, upd, same = (group("select", "t_rows"), group("update", "t_rows"),
+                      group("pgbench_branches"))
+    assert (sel["capture"]["rows_sent"], sel["target"]["rows_sent"]) == (on_a[0], on_b[0]), sel
+    assert (upd["capture"]["rows_affected"], upd["target"]["rows_affected"]) == \
+        (on_a[1], on_b[1]), upd
+    assert (same["capture"]["rows_sent"], same["target"]["rows_sent"]) == (on_a[2], on_b[2])
+    assert sel["rows_mismatch"] and upd["rows_mismatch"] and not same["rows_mismatch"]
