@@ -693,3 +693,52 @@ def test_postgres_rows_that_differ_are_flagged(pgs):
         (on_a[1], on_b[1]), upd
     assert (same["capture"]["rows_sent"], same["target"]["rows_sent"]) == (on_a[2], on_b[2])
     assert sel["rows_mismatch"] and upd["rows_mismatch"] and not same["rows_mismatch"]
+
+
+def test_postgres_slower_target_is_the_regression_ranked_first(pgs):
+    """B lacks the index A has: by pg_stat_statements' own execution times the lookup costs B
+    many times what it cost A, and the replay report's comparison (the `dbtap diff` engine)
+    calls that group regressed, with a regressed latency metric, and ranks it first."""
+    import pg_harness as ph
+    import psycopg2
+    a, b = pgs
+    for srv, index in ((a, True), (b, False)):
+        c = psycopg2.connect(srv.dsn())
+        c.autocommit = True
+        with c.cursor() as cur:
+            cur.execute("DROP TABLE IF EXISTS t_slow")
+            cur.execute("CREATE TABLE t_slow AS SELECT g AS k, md5(g::text) AS v "
+                        "FROM generate_series(1, 50000) g")
+            if index:
+                cur.execute("CREATE INDEX ON t_slow (k)")
+            cur.execute("ANALYZE t_slow")
+        c.close()
+    a.pgss_reset()
+    cap = ph.Tcpdump(OUT / "pg-slow.pcap", PG_A)
+    try:
+        cap.start()
+        c = psycopg2.connect(a.dsn())
+        c.autocommit = True
+        with c.cursor() as cur:
+            for i in range(150):
+                cur.execute("SELECT v FROM t_slow WHERE k = %s", (i * 7 + 1,))
+                cur.execute("SELECT bid FROM pgbench_branches WHERE bid = %s", (i % 2 + 1,))
+        c.close()
+        a.wait_idle()
+    finally:
+        stats = cap.stop()
+    ph.check_dropped(stats)
+    a_ms = a.pgss_exec_ms()
+    _, rep = pg_replay(cap.out, b, "--max")
+    b_ms = b.pgss_exec_ms()
+
+    def lookup(ms):
+        return sum(v for q, v in ms.items() if "t_slow" in q)
+
+    assert lookup(b_ms) > 5 * lookup(a_ms), (a_ms, b_ms)
+    d = rep["diff"]
+    slow = [g for g in d["groups"] if "t_slow" in g["fingerprint"]]
+    assert len(slow) == 1, [g["fingerprint"] for g in d["groups"]]
+    assert (slow[0]["status"], slow[0]["rank"]) == ("regressed", 1), slow[0]
+    assert any(m["verdict"] == "regressed" for m in slow[0]["metrics"]), slow[0]["metrics"]
+    assert d["summary"]["regressed"] >= 1, d["summary"]
