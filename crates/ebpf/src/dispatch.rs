@@ -71,6 +71,16 @@ impl Core {
     }
 
     /// More server ports for telling a TCP connection's direction.
+    /// Counts the sockets processes `pids` hold now as open before tracing began (seen
+    /// mid-stream); only on the socket tracepoints, where `preexisting` is set.
+    pub(crate) fn add_preexisting(&mut self, pids: impl Iterator<Item = u32>) {
+        if let Some(pre) = self.preexisting.as_mut() {
+            for pid in pids {
+                pre.extend(crate::procfs::socket_inodes(pid).unwrap_or_default());
+            }
+        }
+    }
+
     pub(crate) fn add_ports(&mut self, ports: Vec<u16>) {
         self.ports.extend(ports);
         self.ports.sort_unstable();

@@ -182,12 +182,10 @@ pub fn socket_inodes(pid: u32) -> Option<std::collections::HashSet<u64>> {
     )
 }
 
-/// The ports of this network namespace's listening TCP sockets.
+/// The ports of this network namespace's listening TCP sockets (unsorted, repeats kept: the
+/// dispatcher's `add_ports` sorts and dedups them with the configured ones).
 pub fn listening_ports() -> Vec<u16> {
-    let mut v: Vec<u16> = all_tcp_listeners().into_iter().map(|(p, _)| p).collect();
-    v.sort_unstable();
-    v.dedup();
-    v
+    all_tcp_listeners().into_iter().map(|(p, _)| p).collect()
 }
 
 /// The processes to trace: holders of a listening socket on a configured port or Unix path,

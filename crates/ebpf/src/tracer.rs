@@ -112,6 +112,17 @@ fn kernel_has_sock_tracepoints() -> bool {
     })
 }
 
+/// Whether program `name` belongs to the path not chosen: the syscall tracepoints' with the
+/// socket tracepoints (`sock_tps`), else the socket tracepoints'. It is neither loaded nor
+/// attached.
+fn on_other_path(name: &str, sock_tps: bool) -> bool {
+    if sock_tps {
+        RAW_SYSCALL_PROGS.contains(&name) || CLASSIC_SYSCALL_PROGS.contains(&name)
+    } else {
+        SOCK_PROGS.contains(&name)
+    }
+}
+
 /// Loads the object; `sock_tps`: with the socket tracepoints' programs (else they are left out).
 fn load(ring_bytes: u32, sock_tps: bool) -> Result<Object, Error> {
     // libbpf would print its logs (verifier output) on stderr; errors come back as one line.
@@ -127,15 +138,8 @@ fn load(ring_bytes: u32, sock_tps: bool) -> Result<Object, Error> {
     }
     // Only the programs of the chosen path are loaded (verified): the socket tracepoints' or
     // the syscall tracepoints'.
-    let syscall_progs = || RAW_SYSCALL_PROGS.iter().chain(CLASSIC_SYSCALL_PROGS);
     for mut p in open.progs_mut() {
-        let name = p.name().to_string_lossy().into_owned();
-        let other_path = if sock_tps {
-            syscall_progs().any(|n| name == *n)
-        } else {
-            SOCK_PROGS.contains(&name.as_str())
-        };
-        if other_path {
+        if on_other_path(&p.name().to_string_lossy(), sock_tps) {
             p.set_autoload(false);
         }
     }
@@ -196,8 +200,8 @@ fn attach_tracepoints(obj: &mut Object, sock_tps: bool) -> Result<(Vec<Link>, bo
             .to_str()
             .is_some_and(|s| s.starts_with("tp_btf/"));
         if !tp_btf
-            || ((classic || sock_tps) && RAW_SYSCALL_PROGS.contains(&name.as_str()))
-            || (!sock_tps && SOCK_PROGS.contains(&name.as_str()))
+            || on_other_path(&name, sock_tps)
+            || (classic && RAW_SYSCALL_PROGS.contains(&name.as_str()))
         {
             continue;
         }
@@ -324,12 +328,9 @@ impl Tracer {
         if sock_tps {
             // Attached first, then read: a socket opened in between counts as one that was
             // there before (seen mid-stream), never the other way round.
-            let mut held = HashSet::new();
-            for t in &targets {
-                held.extend(procfs::socket_inodes(t.pid).unwrap_or_default());
-            }
             let mut c = core.borrow_mut();
-            c.preexisting = Some(held);
+            c.preexisting = Some(HashSet::new());
+            c.add_preexisting(targets.iter().map(|t| t.pid));
             c.add_ports(procfs::listening_ports());
         }
         let mut t = Tracer {
@@ -463,12 +464,9 @@ impl Tracer {
                 crate::Why::Child(ppid) => new_pids.contains(&ppid),
                 _ => true,
             };
-            let mut core = self.core.borrow_mut();
-            if let Some(pre) = core.preexisting.as_mut() {
-                for t in fresh.iter().filter(untraced_before) {
-                    pre.extend(procfs::socket_inodes(t.pid).unwrap_or_default());
-                }
-            }
+            self.core
+                .borrow_mut()
+                .add_preexisting(fresh.iter().filter(untraced_before).map(|t| t.pid));
         }
         let n = fresh.len();
         self.targets.extend(fresh);

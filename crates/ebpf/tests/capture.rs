@@ -180,8 +180,32 @@ fn unix_socket_stream_is_exact_on_syscall_tracepoints() {
 }
 
 /// The output directory's suffix of a test on the syscall tracepoints.
-fn mode_suffix(syscalls: bool) -> &'static str {
-    if syscalls { "-syscalls" } else { "" }
+/// A test on both kernel paths: the first name runs `$body(false)` on the socket tracepoints
+/// (this kernel's default), the second `$body(true)` on the syscall tracepoints (the path of
+/// kernels without them).
+macro_rules! on_both_paths {
+    ($(#[$doc:meta])* $sock:ident, $sys:ident, $body:ident) => {
+        $(#[$doc])*
+        #[test]
+        fn $sock() {
+            $body(false);
+        }
+
+        $(#[$doc])*
+        ///
+        /// On the syscall tracepoints.
+        #[test]
+        fn $sys() {
+            $body(true);
+        }
+    };
+}
+
+/// The output directory of test `name` on the path `syscalls` chooses, once `can_run()`; `None`
+/// (the test returns) when eBPF cannot run here.
+fn test_dir(name: &str, syscalls: bool) -> Option<PathBuf> {
+    let suffix = if syscalls { "-syscalls" } else { "" };
+    can_run().then(|| out_dir(&format!("{name}{suffix}")))
 }
 
 fn kernel_has_tracefs() -> bool {
@@ -206,14 +230,9 @@ fn tracefs_mounts() -> Vec<String> {
 }
 
 fn unix_socket_stream(sink: bool, syscalls: bool) {
-    if !can_run() {
+    let Some(dir) = test_dir(if sink { "unix-sink" } else { "unix" }, syscalls) else {
         return;
-    }
-    let dir = out_dir(&format!(
-        "{}{}",
-        if sink { "unix-sink" } else { "unix" },
-        mode_suffix(syscalls)
-    ));
+    };
     let path = dir.join("srv.sock");
     let mut server = python(UNIX_SERVER, &[path.to_str().unwrap_or("")]);
     let cfg = Config {
@@ -316,22 +335,16 @@ t.sendall(b"x")
 t.close()
 "#;
 
-#[test]
-fn tls_plaintext_without_ciphertext() {
-    tls_plaintext_without_ciphertext_with(false);
-}
-
-/// The same on the syscall tracepoints (the path of kernels without the socket tracepoints).
-#[test]
-fn tls_plaintext_without_ciphertext_on_syscall_tracepoints() {
-    tls_plaintext_without_ciphertext_with(true);
-}
+on_both_paths!(
+    tls_plaintext_without_ciphertext,
+    tls_plaintext_without_ciphertext_on_syscall_tracepoints,
+    tls_plaintext_without_ciphertext_with
+);
 
 fn tls_plaintext_without_ciphertext_with(syscalls: bool) {
-    if !can_run() {
+    let Some(dir) = test_dir("tls", syscalls) else {
         return;
-    }
-    let dir = out_dir(&format!("tls{}", mode_suffix(syscalls)));
+    };
     let (key, cert) = (dir.join("key.pem"), dir.join("cert.pem"));
     let ok = Command::new("openssl")
         .args([
@@ -419,23 +432,17 @@ for _ in range(2):
     os.wait()
 "#;
 
-/// PostgreSQL's model: the parent accepts, a forked child serves the connection and exits.
-#[test]
-fn forked_children_are_traced_and_their_exit_closes() {
-    forked_children_are_traced_and_their_exit_closes_with(false);
-}
-
-/// The same on the syscall tracepoints (the path of kernels without the socket tracepoints).
-#[test]
-fn forked_children_are_traced_and_their_exit_closes_on_syscall_tracepoints() {
-    forked_children_are_traced_and_their_exit_closes_with(true);
-}
+on_both_paths!(
+    /// PostgreSQL's model: the parent accepts, a forked child serves the connection and exits.
+    forked_children_are_traced_and_their_exit_closes,
+    forked_children_are_traced_and_their_exit_closes_on_syscall_tracepoints,
+    forked_children_are_traced_and_their_exit_closes_with
+);
 
 fn forked_children_are_traced_and_their_exit_closes_with(syscalls: bool) {
-    if !can_run() {
+    let Some(dir) = test_dir("fork", syscalls) else {
         return;
-    }
-    let dir = out_dir(&format!("fork{}", mode_suffix(syscalls)));
+    };
     let path = dir.join("srv.sock");
     let mut server = python(FORKING_SERVER, &[path.to_str().unwrap_or("")]);
     let cfg = Config {
@@ -487,23 +494,18 @@ c.sendall(b"done")
 c.close()
 "#;
 
-/// A ring far too small for the burst: every lost byte is an exact gap, the stream length exact.
-#[test]
-fn lost_records_are_exact_gaps() {
-    lost_records_are_exact_gaps_with(false);
-}
-
-/// The same on the syscall tracepoints (the path of kernels without the socket tracepoints).
-#[test]
-fn lost_records_are_exact_gaps_on_syscall_tracepoints() {
-    lost_records_are_exact_gaps_with(true);
-}
+on_both_paths!(
+    /// A ring far too small for the burst: every lost byte is an exact gap, the stream length
+    /// exact.
+    lost_records_are_exact_gaps,
+    lost_records_are_exact_gaps_on_syscall_tracepoints,
+    lost_records_are_exact_gaps_with
+);
 
 fn lost_records_are_exact_gaps_with(syscalls: bool) {
-    if !can_run() {
+    let Some(dir) = test_dir("loss", syscalls) else {
         return;
-    }
-    let dir = out_dir(&format!("loss{}", mode_suffix(syscalls)));
+    };
     let path = dir.join("srv.sock");
     let total = 4 << 20;
     let mut server = python(
@@ -593,25 +595,19 @@ fn round_trip(s: &mut (impl Read + Write), msg: &[u8]) {
     assert_eq!(&back[3..], msg);
 }
 
-/// Closes come while the server runs on: one the server makes, one its client makes (Unix
-/// sockets), and a TCP one; a connection open before tracing began is seen mid-stream, the
-/// ones opened after from their start.
-#[test]
-fn closes_while_the_server_runs_and_older_connections_mid_stream() {
-    closes_while_the_server_runs_and_older_connections_mid_stream_with(false);
-}
-
-/// The same on the syscall tracepoints (the path of kernels without the socket tracepoints).
-#[test]
-fn closes_while_the_server_runs_and_older_connections_mid_stream_on_syscall_tracepoints() {
-    closes_while_the_server_runs_and_older_connections_mid_stream_with(true);
-}
+on_both_paths!(
+    /// Closes come while the server runs on: one the server makes, one its client makes (Unix
+    /// sockets), and a TCP one; a connection open before tracing began is seen mid-stream, the
+    /// ones opened after from their start.
+    closes_while_the_server_runs_and_older_connections_mid_stream,
+    closes_while_the_server_runs_and_older_connections_mid_stream_on_syscall_tracepoints,
+    closes_while_the_server_runs_and_older_connections_mid_stream_with
+);
 
 fn closes_while_the_server_runs_and_older_connections_mid_stream_with(syscalls: bool) {
-    if !can_run() {
+    let Some(dir) = test_dir("closes", syscalls) else {
         return;
-    }
-    let dir = out_dir(&format!("closes{}", mode_suffix(syscalls)));
+    };
     let path = dir.join("srv.sock");
     let port_file = dir.join("port");
     let mut server = python(
