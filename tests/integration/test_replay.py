@@ -642,7 +642,8 @@ def test_postgres_error_statement_same_error_on_target(pgs, pg_capture):
 def test_postgres_rows_that_differ_are_flagged(pgs):
     """B holds other rows than A: the report gives both sides' rows returned and affected per
     group, as each server answered its client (A's to psycopg2 during the capture, B's to
-    psycopg2 after the replay), and flags the groups where they differ, not the others."""
+    psycopg2 after the replay), and flags the groups where they differ, not the others; under
+    `--scale 2` too, where B's totals are twice its answers (rows are compared per request)."""
     import pg_harness as ph
     import psycopg2
     a, b = pgs
@@ -679,20 +680,30 @@ def test_postgres_rows_that_differ_are_flagged(pgs):
     _, rep = pg_replay(cap.out, b, "--max")
     on_b = work(b)
     assert on_a[:2] != on_b[:2] and on_a[2] == on_b[2], (on_a, on_b)
-    groups = list(rep["groups"].values())
 
-    def group(*words):
-        g = [g for g in groups if all(w in g["fingerprint"].lower() for w in words)]
-        assert len(g) == 1, [g["fingerprint"] for g in groups]
-        return g[0]
+    def groups_of(rep):
+        groups = list(rep["groups"].values())
 
-    sel, upd, same = (group("select", "t_rows"), group("update", "t_rows"),
-                      group("pgbench_branches"))
-    assert (sel["capture"]["rows_sent"], sel["target"]["rows_sent"]) == (on_a[0], on_b[0]), sel
-    assert (upd["capture"]["rows_affected"], upd["target"]["rows_affected"]) == \
-        (on_a[1], on_b[1]), upd
-    assert (same["capture"]["rows_sent"], same["target"]["rows_sent"]) == (on_a[2], on_b[2])
-    assert sel["rows_mismatch"] and upd["rows_mismatch"] and not same["rows_mismatch"]
+        def group(*words):
+            g = [g for g in groups if all(w in g["fingerprint"].lower() for w in words)]
+            assert len(g) == 1, [g["fingerprint"] for g in groups]
+            return g[0]
+
+        return (group("select", "t_rows"), group("update", "t_rows"),
+                group("pgbench_branches"))
+
+    # --scale 2: B runs each request twice, so its totals double; the flags stay (rows are
+    # compared per request).
+    scaled = pg_replay(cap.out, b, "--max", "--scale", "2")[1]
+    for scale, r in ((1, rep), (2, scaled)):
+        sel, upd, same = groups_of(r)
+        assert (sel["capture"]["rows_sent"], sel["target"]["rows_sent"]) == \
+            (on_a[0], scale * on_b[0]), sel
+        assert (upd["capture"]["rows_affected"], upd["target"]["rows_affected"]) == \
+            (on_a[1], scale * on_b[1]), upd
+        assert (same["capture"]["rows_sent"], same["target"]["rows_sent"]) == \
+            (on_a[2], scale * on_b[2])
+        assert sel["rows_mismatch"] and upd["rows_mismatch"] and not same["rows_mismatch"], scale
 
 
 def test_postgres_slower_target_is_the_regression_ranked_first(pgs):

@@ -27,7 +27,7 @@ pub struct GroupRow {
     pub fingerprint: String,
     pub capture: SideRow,
     pub target: SideRow,
-    /// Rows returned or affected differ between the sides.
+    /// Rows returned or affected per request differ between the sides ([`rows_differ`]).
     pub rows_mismatch: bool,
     /// Error messages the target gave that the capture's group never had.
     pub new_errors: Vec<String>,
@@ -81,10 +81,22 @@ pub fn group_rows(capture: &Aggregator, target: &Aggregator) -> BTreeMap<String,
             .collect();
     }
     for r in rows.values_mut() {
-        r.rows_mismatch = r.capture.rows_sent != r.target.rows_sent
-            || r.capture.rows_affected != r.target.rows_affected;
+        r.rows_mismatch = rows_differ(&r.capture, &r.target);
     }
     rows
+}
+
+/// Whether the sides' rows returned or affected per request differ. Per request, not in
+/// total: `--scale`, `--sessions` and the filters change how many requests the target runs,
+/// not what each answers. A group one side never ran has nothing to compare.
+fn rows_differ(c: &SideRow, t: &SideRow) -> bool {
+    if c.count == 0 || t.count == 0 {
+        return false;
+    }
+    // a / c.count != b / t.count, without division
+    let differ =
+        |a: u64, b: u64| u128::from(a) * u128::from(t.count) != u128::from(b) * u128::from(c.count);
+    differ(c.rows_sent, t.rows_sent) || differ(c.rows_affected, t.rows_affected)
 }
 
 /// The fidelity section.
@@ -163,4 +175,35 @@ pub fn groups_text(rows: &BTreeMap<String, GroupRow>, w: &mut impl Write) -> io:
         }
     }
     writeln!(w)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn side(count: u64, rows_sent: u64, rows_affected: u64) -> SideRow {
+        SideRow {
+            count,
+            rows_sent,
+            rows_affected,
+            ..SideRow::default()
+        }
+    }
+
+    #[test]
+    fn rows_are_compared_per_request() {
+        // the same answers, each request run twice (--scale 2) or half of them (--sessions)
+        assert!(!rows_differ(&side(10, 40, 5), &side(20, 80, 10)));
+        assert!(!rows_differ(&side(10, 40, 0), &side(5, 20, 0)));
+        // other answers: returned, affected
+        assert!(rows_differ(&side(10, 40, 0), &side(10, 39, 0)));
+        assert!(rows_differ(&side(10, 40, 5), &side(20, 80, 11)));
+        // a group one side never ran (--read-only's writes)
+        assert!(!rows_differ(&side(3, 0, 3), &side(0, 0, 0)));
+        // no overflow at the extremes
+        assert!(rows_differ(
+            &side(u64::MAX, u64::MAX, 0),
+            &side(u64::MAX, u64::MAX - 1, 0)
+        ));
+    }
 }
