@@ -52,6 +52,9 @@ class RedisServer:
         self.log = self.workdir / "redis.log"
         self._admin = None
         self.extra: list[str] = []  # more redis-server arguments (ebpf_harness: --tls-port ...)
+        # a command the server is started through (test_ebpf: `ip netns exec NS`, a network
+        # namespace of its own)
+        self.launcher: list[str] = []
         # commands sent over the UNIX socket besides the snapshots: they are in the server's
         # statistics but not on the wire
         self.socket_calls: collections.Counter = collections.Counter()
@@ -89,7 +92,8 @@ class RedisServer:
         self.workdir.mkdir(parents=True)
         harness.wait_port_free(self.port)
         r = subprocess.run(
-            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+            [*self.launcher, "redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
+             "--save", "",
              "--appendonly", "no", "--unixsocket", str(self.sock), "--unixsocketperm", "700",
              "--daemonize", "yes", "--pidfile", str(self.pidfile), "--logfile", str(self.log),
              "--dir", str(self.workdir), "--proto-max-bulk-len", "64mb",

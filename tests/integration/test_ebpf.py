@@ -767,6 +767,61 @@ def test_traced_client_process_connects_out_unix_tcp_tls(redis):
 
 
 # -------------------------------------------------------------------------------------------------
+# A server in a network namespace of its own (as in a container)
+
+NETNS = "dbtap-ebpf-ns"
+NETNS_REDIS_PORT = 38225
+
+
+@pytest.fixture(scope="module")
+def netns_redis():
+    """A redis-server in a network namespace of its own: its TCP listener is only in that
+    namespace's table, not in this one's; its Unix socket (the snapshots') is a file, reachable
+    from here."""
+    def ns(*a: str) -> None:
+        subprocess.run(["ip", "netns", *a], check=True, capture_output=True, text=True)
+
+    subprocess.run(["ip", "netns", "del", NETNS], capture_output=True)
+    srv = rh.RedisServer(NETNS_REDIS_PORT, eh.OUT / "redis-netns")
+    srv.launcher = ["ip", "netns", "exec", NETNS]
+    try:
+        ns("add", NETNS)
+        ns("exec", NETNS, "ip", "link", "set", "lo", "up")
+        srv.start()
+        yield srv
+    finally:
+        srv.stop()
+        subprocess.run(["ip", "netns", "del", NETNS], capture_output=True)
+
+
+@pytest.mark.parametrize("found_by", ["port", "pid"])
+def test_server_in_another_network_namespace(netns_redis, found_by):
+    """Traced by its port (found in its namespace's listeners: stop 35's binary found no process),
+    or named by --pid with no port (the direction of its connections comes from its namespace's
+    listeners: stop 35's binary took them for outgoing and paired nothing): redis-benchmark and
+    redis-cli inside the namespace, per command == INFO commandstats."""
+    r = netns_redis
+    inside = ["ip", "netns", "exec", NETNS]
+
+    def work():
+        subprocess.run([*inside, "redis-benchmark", "-h", "127.0.0.1", "-p", str(r.port), "-n",
+                        "3000", "-c", "2", "-P", "4", "-t", "set,get,incr", "-q"],
+                       check=True, capture_output=True)
+        out = subprocess.run([*inside, "redis-cli", "-p", str(r.port), "INCR", "ns:n"],
+                             check=True, capture_output=True, text=True).stdout
+        assert out.strip().isdigit(), out
+
+    how = ["--port", r.port] if found_by == "port" else ["--pid", r._pid()]
+    live, truth, _ = redis_window(r, args("ebpf", *how), work)
+    d = live.json()
+    got = redis_got(d)
+    print(f"\nnetns redis by {found_by}: dbtap {got}\n  commandstats {truth}")
+    assert truth["set"] == (3000, 0) and truth["incr"] == (3001, 0), truth
+    assert got == truth
+    no_loss(d)
+
+
+# -------------------------------------------------------------------------------------------------
 # without the privilege: one line naming what is missing (and the tests' skip recognizes it)
 
 def test_without_privilege_one_line_error_that_skips():

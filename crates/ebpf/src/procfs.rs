@@ -1,8 +1,9 @@
 //! Finding the database server processes in /proc: pure parsers of /proc/net/{tcp,tcp6,unix},
 //! /proc/PID/{maps,stat} and fd links, and the scan that applies them (`discover`; listeners
-//! come from sock_diag where the kernel has it, see `sockdiag`).
+//! come from sock_diag where the kernel has it, see `sockdiag`, and for servers in other network
+//! namespaces, containers, from those namespaces' own /proc/PID/net/tcp{,6}).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use crate::{Config, Target, Why};
@@ -118,7 +119,8 @@ fn procs() -> BTreeMap<u32, Proc> {
     out
 }
 
-/// Listening TCP sockets: from sock_diag (the listening table only), else /proc/net/tcp{,6}.
+/// Listening TCP sockets of this network namespace: from sock_diag (the listening table only),
+/// else /proc/net/tcp{,6}.
 fn all_tcp_listeners() -> Vec<(u16, u64)> {
     crate::sockdiag::tcp_listeners().unwrap_or_else(|_| {
         let mut v = tcp_listeners(&read("/proc/net/tcp"));
@@ -127,10 +129,41 @@ fn all_tcp_listeners() -> Vec<(u16, u64)> {
     })
 }
 
-fn listen_inodes(cfg: &Config) -> HashMap<u64, Why> {
+/// The network namespace of `/proc/{pid}` (`pid` may be `self`): the inode its `ns/net` link
+/// names ("net:[4026531840]").
+fn netns_of(pid: &str) -> Option<u64> {
+    let link = std::fs::read_link(format!("/proc/{pid}/ns/net")).ok()?;
+    link.to_str()?
+        .strip_prefix("net:[")?
+        .strip_suffix(']')?
+        .parse()
+        .ok()
+}
+
+/// Listening TCP sockets of the network namespaces of `pids` other than this process's (a
+/// server in a container): sock_diag and /proc/net answer for this namespace only, and
+/// /proc/PID/net/tcp{,6} is PID's namespace's table. One process is read per namespace.
+fn foreign_tcp_listeners(pids: impl Iterator<Item = u32>) -> Vec<(u16, u64)> {
+    let Some(own) = netns_of("self") else {
+        return Vec::new();
+    };
+    let mut seen = HashSet::from([own]);
+    let mut out = Vec::new();
+    for pid in pids {
+        if netns_of(&pid.to_string()).is_some_and(|ns| seen.insert(ns)) {
+            out.extend(tcp_listeners(&read(format!("/proc/{pid}/net/tcp"))));
+            out.extend(tcp_listeners(&read(format!("/proc/{pid}/net/tcp6"))));
+        }
+    }
+    out
+}
+
+fn listen_inodes(cfg: &Config, pids: impl Iterator<Item = u32>) -> HashMap<u64, Why> {
     let mut want = HashMap::new();
     if !cfg.ports.is_empty() {
-        for (port, ino) in all_tcp_listeners() {
+        let mut all = all_tcp_listeners();
+        all.extend(foreign_tcp_listeners(pids));
+        for (port, ino) in all {
             if cfg.ports.contains(&port) {
                 want.insert(ino, Why::Port(port));
             }
@@ -182,17 +215,20 @@ pub fn socket_inodes(pid: u32) -> Option<std::collections::HashSet<u64>> {
     )
 }
 
-/// The ports of this network namespace's listening TCP sockets (unsorted, repeats kept: the
-/// dispatcher's `add_ports` sorts and dedups them with the configured ones).
-pub fn listening_ports() -> Vec<u16> {
-    all_tcp_listeners().into_iter().map(|(p, _)| p).collect()
+/// The ports of the listening TCP sockets of this network namespace and of the namespaces of
+/// the traced processes `pids` (unsorted, repeats kept: the dispatcher's `add_ports` sorts and
+/// dedups them with the configured ones).
+pub fn listening_ports(pids: impl Iterator<Item = u32>) -> Vec<u16> {
+    let mut all = all_tcp_listeners();
+    all.extend(foreign_tcp_listeners(pids));
+    all.into_iter().map(|(p, _)| p).collect()
 }
 
 /// The processes to trace: holders of a listening socket on a configured port or Unix path,
 /// `--pid`s, `--process` names, and children with their parent's command (PostgreSQL backends).
 pub fn discover(cfg: &Config) -> Vec<Target> {
     let all = procs();
-    let want = listen_inodes(cfg);
+    let want = listen_inodes(cfg, all.keys().copied());
     let mut found: BTreeMap<u32, Why> = BTreeMap::new();
     for (&pid, p) in &all {
         if cfg.pids.contains(&pid) {
@@ -287,5 +323,14 @@ mod tests {
         assert_eq!(socket_inode("socket:[4242]"), Some(4242));
         assert_eq!(socket_inode("pipe:[4242]"), None);
         assert_eq!(socket_inode("socket:[x]"), None);
+    }
+
+    #[test]
+    fn own_network_namespace_is_not_read_again() {
+        let own = netns_of("self").expect("/proc/self/ns/net");
+        assert_eq!(netns_of(&std::process::id().to_string()), Some(own));
+        assert_eq!(netns_of("no-such-process"), None);
+        // This process's namespace is the one sock_diag answers for: nothing more to read.
+        assert!(foreign_tcp_listeners([std::process::id()].into_iter()).is_empty());
     }
 }

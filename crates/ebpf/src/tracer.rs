@@ -331,7 +331,7 @@ impl Tracer {
             let mut c = core.borrow_mut();
             c.preexisting = Some(HashSet::new());
             c.add_preexisting(targets.iter().map(|t| t.pid));
-            c.add_ports(procfs::listening_ports());
+            c.add_ports(procfs::listening_ports(targets.iter().map(|t| t.pid)));
         }
         let mut t = Tracer {
             ring,
@@ -434,10 +434,6 @@ impl Tracer {
     /// probes the libssl files they map; `poll` calls it every 10 s. Returns how many were added.
     pub fn rescan(&mut self) -> Result<usize, Error> {
         self.next_scan = Instant::now() + RESCAN;
-        if self.sock_tps {
-            // Listeners opened since: the direction of TCP connections (see dispatch.rs).
-            self.core.borrow_mut().add_ports(procfs::listening_ports());
-        }
         self.targets
             .retain(|t| std::path::Path::new(&format!("/proc/{}", t.pid)).exists());
         let fresh: Vec<Target> = procfs::discover(&self.cfg)
@@ -449,13 +445,10 @@ impl Tracer {
                     .any(|o| o.pid == t.pid && o.comm == t.comm)
             })
             .collect();
-        if fresh.is_empty() {
-            return Ok(0);
-        }
         for t in &fresh {
             set_traced(&mut self.obj, t.pid)?;
         }
-        if self.sock_tps {
+        if self.sock_tps && !fresh.is_empty() {
             // A server found now (a restart, a new `--process`) and its children: their
             // connections began before they were traced. Children of processes traced before
             // were traced from their fork.
@@ -470,7 +463,16 @@ impl Tracer {
         }
         let n = fresh.len();
         self.targets.extend(fresh);
-        self.attach_ssl()?;
+        if self.sock_tps {
+            // Listeners opened since, here and in the namespaces of the traced processes (those
+            // found now included): the direction of TCP connections (see dispatch.rs).
+            self.core
+                .borrow_mut()
+                .add_ports(procfs::listening_ports(self.targets.iter().map(|t| t.pid)));
+        }
+        if n > 0 {
+            self.attach_ssl()?;
+        }
         Ok(n)
     }
 
