@@ -24,6 +24,9 @@
 # old accounting (utime+stime of the whole mysqld and of dbtap, clock ticks) is printed beside
 # it. The A/A check is a second baseline ("aa", in every round) paired with the first the same
 # way: an unbiased method gives about 0, and the spread of its rounds is the method's noise.
+# The same paired differences divided by the round's baseline are printed too (the extra as a
+# share of mysqld's own CPU): the host's speed moves the baseline and the extra together, so that
+# share compares across days and hosts, where the absolute figure (the goal's unit) does not.
 # Paced runs serve a fixed number of transactions (rate x seconds) in each run; each round's
 # order of the conditions is shuffled (seeded; --seed repeats it, --order rotate rotates).
 #
