@@ -794,24 +794,28 @@ def netns_redis():
         subprocess.run(["ip", "netns", "del", NETNS], capture_output=True)
 
 
-@pytest.mark.parametrize("found_by", ["port", "pid"])
+@pytest.mark.parametrize("found_by", ["port", "pid", "socket"])
 def test_server_in_another_network_namespace(netns_redis, found_by):
     """Traced by its port (found in its namespace's listeners: stop 35's binary found no process),
-    or named by --pid with no port (the direction of its connections comes from its namespace's
-    listeners: stop 35's binary took them for outgoing and paired nothing): redis-benchmark and
-    redis-cli inside the namespace, per command == INFO commandstats."""
+    named by --pid with no port (the direction of its connections comes from its namespace's
+    listeners: stop 35's binary took them for outgoing and paired nothing), or by its --socket
+    (its namespace's Unix listener, matched by file identity through the process's root: stop
+    35's binary found no process): redis-benchmark and redis-cli inside the namespace over TCP,
+    or from here over the Unix socket, per command == INFO commandstats."""
     r = netns_redis
     inside = ["ip", "netns", "exec", NETNS]
+    via = ["-s", str(r.sock)] if found_by == "socket" else ["-h", "127.0.0.1", "-p", str(r.port)]
+    run = [] if found_by == "socket" else inside
 
     def work():
-        subprocess.run([*inside, "redis-benchmark", "-h", "127.0.0.1", "-p", str(r.port), "-n",
-                        "3000", "-c", "2", "-P", "4", "-t", "set,get,incr", "-q"],
-                       check=True, capture_output=True)
-        out = subprocess.run([*inside, "redis-cli", "-p", str(r.port), "INCR", "ns:n"],
+        subprocess.run([*run, "redis-benchmark", *via, "-n", "3000", "-c", "2", "-P", "4", "-t",
+                        "set,get,incr", "-q"], check=True, capture_output=True)
+        out = subprocess.run([*run, "redis-cli", *via, "INCR", "ns:n"],
                              check=True, capture_output=True, text=True).stdout
         assert out.strip().isdigit(), out
 
-    how = ["--port", r.port] if found_by == "port" else ["--pid", r._pid()]
+    how = {"port": ["--port", r.port], "pid": ["--pid", r._pid()],
+           "socket": ["--socket", r.sock]}[found_by]
     live, truth, _ = redis_window(r, args("ebpf", *how), work)
     d = live.json()
     got = redis_got(d)

@@ -140,29 +140,45 @@ fn netns_of(pid: &str) -> Option<u64> {
         .ok()
 }
 
-/// Listening TCP sockets of the network namespaces of `pids` other than this process's (a
-/// server in a container): sock_diag and /proc/net answer for this namespace only, and
-/// /proc/PID/net/tcp{,6} is PID's namespace's table. One process is read per namespace.
-fn foreign_tcp_listeners(pids: impl Iterator<Item = u32>) -> Vec<(u16, u64)> {
+/// One process of each network namespace of `pids` other than this process's (a server in a
+/// container): sock_diag and /proc/net answer for this namespace only, and /proc/PID/net/* is
+/// PID's namespace's table.
+fn foreign_netns_pids(pids: impl Iterator<Item = u32>) -> Vec<u32> {
     let Some(own) = netns_of("self") else {
         return Vec::new();
     };
     let mut seen = HashSet::from([own]);
+    pids.filter(|pid| netns_of(&pid.to_string()).is_some_and(|ns| seen.insert(ns)))
+        .collect()
+}
+
+/// Listening TCP sockets of the network namespaces of `pids` other than this process's.
+fn foreign_tcp_listeners(pids: impl Iterator<Item = u32>) -> Vec<(u16, u64)> {
     let mut out = Vec::new();
-    for pid in pids {
-        if netns_of(&pid.to_string()).is_some_and(|ns| seen.insert(ns)) {
-            out.extend(tcp_listeners(&read(format!("/proc/{pid}/net/tcp"))));
-            out.extend(tcp_listeners(&read(format!("/proc/{pid}/net/tcp6"))));
-        }
+    for pid in foreign_netns_pids(pids) {
+        out.extend(tcp_listeners(&read(format!("/proc/{pid}/net/tcp"))));
+        out.extend(tcp_listeners(&read(format!("/proc/{pid}/net/tcp6"))));
     }
     out
 }
 
+/// The identity of the file at `p` (device, inode): a socket file seen from outside a
+/// container (a bind-mounted directory) has another path than inside it, but the same file.
+fn file_id(p: impl AsRef<Path>) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(p).ok()?;
+    Some((m.dev(), m.ino()))
+}
+
 fn listen_inodes(cfg: &Config, pids: impl Iterator<Item = u32>) -> HashMap<u64, Why> {
     let mut want = HashMap::new();
+    if cfg.ports.is_empty() && cfg.unix_paths.is_empty() {
+        return want;
+    }
+    let foreign = foreign_netns_pids(pids);
     if !cfg.ports.is_empty() {
         let mut all = all_tcp_listeners();
-        all.extend(foreign_tcp_listeners(pids));
+        all.extend(foreign_tcp_listeners(foreign.iter().copied()));
         for (port, ino) in all {
             if cfg.ports.contains(&port) {
                 want.insert(ino, Why::Port(port));
@@ -188,6 +204,24 @@ fn listen_inodes(cfg: &Config, pids: impl Iterator<Item = u32>) -> HashMap<u64, 
     for (path, ino) in unix {
         if let Some((_, p)) = paths.iter().find(|(s, _)| *s == path) {
             want.insert(ino, Why::Socket((*p).clone()));
+        }
+    }
+    // Other namespaces' listeners: their files are matched by identity, through the root of a
+    // process of that namespace (the path inside a container is not the one given here).
+    let ids: Vec<((u64, u64), &PathBuf)> = cfg
+        .unix_paths
+        .iter()
+        .filter_map(|p| Some((file_id(p)?, p)))
+        .collect();
+    for pid in foreign.iter().filter(|_| !ids.is_empty()) {
+        for (path, ino) in unix_listeners(&read(format!("/proc/{pid}/net/unix"))) {
+            let Some(inside) = path.strip_prefix('/') else {
+                continue; // an abstract name: no file
+            };
+            let id = file_id(format!("/proc/{pid}/root/{inside}"));
+            if let Some((_, p)) = ids.iter().find(|(i, _)| Some(*i) == id) {
+                want.insert(ino, Why::Socket((*p).clone()));
+            }
         }
     }
     want
@@ -332,5 +366,23 @@ mod tests {
         assert_eq!(netns_of("no-such-process"), None);
         // This process's namespace is the one sock_diag answers for: nothing more to read.
         assert!(foreign_tcp_listeners([std::process::id()].into_iter()).is_empty());
+        assert!(foreign_netns_pids([std::process::id()].into_iter()).is_empty());
+    }
+
+    #[test]
+    fn a_file_is_the_same_by_any_path() {
+        let dir = std::env::temp_dir().join(format!("dbtap-file-id-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("mysqld.sock");
+        std::fs::write(&f, b"").unwrap();
+        let other = dir.join("other");
+        std::fs::write(&other, b"").unwrap();
+        let via_root = format!("/proc/self/root{}", f.display());
+        let id = file_id(&f);
+        assert!(id.is_some());
+        assert_eq!(file_id(&via_root), id);
+        assert_ne!(file_id(&other), id);
+        assert_eq!(file_id(dir.join("absent")), None);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
