@@ -93,9 +93,9 @@ class RedisServer:
         harness.wait_port_free(self.port)
         r = subprocess.run(
             [*self.launcher, "redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
-             "--save", "",
-             "--appendonly", "no", "--unixsocket", str(self.sock), "--unixsocketperm", "700",
-             "--daemonize", "yes", "--pidfile", str(self.pidfile), "--logfile", str(self.log),
+             "--save", "", "--appendonly", "no", "--unixsocket", str(self.sock),
+             "--unixsocketperm", "700", "--daemonize", "yes", "--pidfile", str(self.pidfile),
+             "--logfile", str(self.log),
              "--dir", str(self.workdir), "--proto-max-bulk-len", "64mb",
              "--client-output-buffer-limit", "pubsub 0 0 0", *self.extra],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL)
