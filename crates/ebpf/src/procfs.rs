@@ -172,10 +172,18 @@ fn file_id(p: impl AsRef<Path>) -> Option<(u64, u64)> {
 
 fn listen_inodes(cfg: &Config, pids: impl Iterator<Item = u32>) -> HashMap<u64, Why> {
     let mut want = HashMap::new();
-    if cfg.ports.is_empty() && cfg.unix_paths.is_empty() {
-        return want;
-    }
-    let foreign = foreign_netns_pids(pids);
+    // The `--socket` files, for other namespaces' listeners (matched by identity, below).
+    let ids: Vec<((u64, u64), &PathBuf)> = cfg
+        .unix_paths
+        .iter()
+        .filter_map(|p| Some((file_id(p)?, p)))
+        .collect();
+    // Other namespaces are looked at only when something may be found there.
+    let foreign = if cfg.ports.is_empty() && ids.is_empty() {
+        Vec::new()
+    } else {
+        foreign_netns_pids(pids)
+    };
     if !cfg.ports.is_empty() {
         let mut all = all_tcp_listeners();
         all.extend(foreign_tcp_listeners(foreign.iter().copied()));
@@ -208,11 +216,6 @@ fn listen_inodes(cfg: &Config, pids: impl Iterator<Item = u32>) -> HashMap<u64, 
     }
     // Other namespaces' listeners: their files are matched by identity, through the root of a
     // process of that namespace (the path inside a container is not the one given here).
-    let ids: Vec<((u64, u64), &PathBuf)> = cfg
-        .unix_paths
-        .iter()
-        .filter_map(|p| Some((file_id(p)?, p)))
-        .collect();
     for pid in foreign.iter().filter(|_| !ids.is_empty()) {
         for (path, ino) in unix_listeners(&read(format!("/proc/{pid}/net/unix"))) {
             let Some(inside) = path.strip_prefix('/') else {
