@@ -222,6 +222,76 @@ struct Normalizer {
     /// statement re-parsed from a connection's recent texts), found by address before any hash
     /// of the bytes ([`Normalizer::shared_slot`]).
     shared: Vec<Option<Shared>>,
+    /// Redis without key patterns: the fingerprints of command names ([`NameFingerprints`]).
+    names: NameFingerprints,
+}
+
+/// The fingerprint and hash of each Redis command name seen, for grouping without key
+/// patterns, where a command's fingerprint is its name alone
+/// ([`fingerprint::redis::command_name`]). Redis texts carry their key, so they rarely repeat
+/// byte for byte and the text cache would miss and fill with every key; names repeat.
+#[derive(Default)]
+struct NameFingerprints {
+    /// Each name's slot in `entries`, by [`text_key`].
+    index: HashMap<u64, usize, foldhash::fast::RandomState>,
+    entries: Vec<NameFingerprint>,
+    /// The slot of the last name found: pipelines send runs of one command.
+    last: usize,
+}
+
+struct NameFingerprint {
+    name: Box<str>,
+    hash: u64,
+    fingerprint: Box<str>,
+}
+
+/// Names remembered at most (unknown commands can take any name); past it, a new name's
+/// fingerprint is computed each time.
+const NAMES_MAX: usize = 1024;
+/// Longest name remembered (the table's longest is 20 bytes).
+const NAME_MAX_LEN: usize = 64;
+
+impl NameFingerprints {
+    /// The slot of the command name of `text`, remembered now if new and there is room;
+    /// `None` for a container command (its fingerprint is not its name alone).
+    fn slot(&mut self, text: &str, buf: &mut String) -> Option<usize> {
+        if self
+            .entries
+            .get(self.last)
+            .is_some_and(|e| fingerprint::redis::named(text, &e.name))
+        {
+            return Some(self.last);
+        }
+        let name = fingerprint::redis::command_name(text);
+        let key = text_key(name);
+        let found = self
+            .index
+            .get(&key)
+            .copied()
+            .filter(|&i| self.entries.get(i).is_some_and(|e| *e.name == *name));
+        let slot = match found {
+            Some(i) => i,
+            None => {
+                if self.entries.len() >= NAMES_MAX
+                    || name.len() > NAME_MAX_LEN
+                    || self.index.contains_key(&key)
+                    || fingerprint::redis::is_container(name)
+                {
+                    return None;
+                }
+                fingerprint::redis::fingerprint(name, false, buf);
+                self.index.insert(key, self.entries.len());
+                self.entries.push(NameFingerprint {
+                    name: name.into(),
+                    hash: fingerprint::hash64(buf),
+                    fingerprint: buf.as_str().into(),
+                });
+                self.entries.len() - 1
+            }
+        };
+        self.last = slot;
+        Some(slot)
+    }
 }
 
 /// A text known by its allocation: the `Arc` is held here, so no other text can take its
@@ -277,6 +347,7 @@ impl Normalizer {
             entries: Vec::new(),
             last: None,
             shared: Vec::new(),
+            names: NameFingerprints::default(),
         }
     }
 
@@ -326,6 +397,12 @@ impl Normalizer {
                 };
             }
         };
+        if ev.protocol == Protocol::Redis
+            && !self.key_patterns
+            && let Some(i) = self.names.slot(text, &mut self.buf)
+        {
+            return self.name_group(i, command);
+        }
         if ev.command == "query" {
             // Plain text queries rarely repeat byte for byte (literals differ): no cache.
             let hash = self.normalize(ev.protocol, ev.command, text);
@@ -386,6 +463,19 @@ impl Normalizer {
         self.last = Some((slot, cmd));
         self.share(text, cmd, slot);
         self.cached_group(slot, command)
+    }
+
+    /// The group of remembered Redis command name `slot`.
+    #[inline]
+    fn name_group(&mut self, slot: usize, command: &'static str) -> Group<'_> {
+        match self.names.entries.get(slot) {
+            Some(e) => Group {
+                hash: e.hash,
+                text: &e.fingerprint,
+                command,
+            },
+            None => unreachable_group(&mut self.buf),
+        }
     }
 
     /// The group of cache entry `slot`.
@@ -577,6 +667,56 @@ mod tests {
             check(&ev("execute", &t));
         }
         assert!(n.shared.iter().flatten().count() > 2);
+    }
+
+    /// Redis groups found by their command name are the text's own fingerprint, with or
+    /// without key patterns (which bypass the names), for containers, texts that need
+    /// trimming, and past the bound on remembered names.
+    #[test]
+    fn redis_names_answer_as_the_text() {
+        for key_patterns in [false, true] {
+            let mut n = Normalizer::new(FingerprintMode::Dbtap, key_patterns, false);
+            let mut texts: Vec<String> = [
+                "GET user:1",
+                "GET user:2",
+                "SET user:1",
+                "get x",
+                " GET y",
+                "\u{b}GET z",
+                "CONFIG GET",
+                "CONFIG SET",
+                "config",
+                "GET",
+                "PING",
+                "\u{85}PING",
+                "",
+            ]
+            .iter()
+            .map(|t| t.to_string())
+            .collect();
+            texts.push(format!("{} k", "X".repeat(NAME_MAX_LEN + 1)));
+            texts.extend((0..NAMES_MAX + 10).map(|i| format!("CMD{i} key:{i}")));
+            texts.extend(["GET user:3".to_string(), "CMD1 key:9".to_string()]);
+            for t in &texts {
+                let text: Arc<str> = Arc::from(t.as_str());
+                let e = QueryEvent {
+                    text: Some(Arc::clone(&text)),
+                    ..proto::testing::event(Protocol::Redis, "get", 0, Some(1))
+                };
+                let mut want = String::new();
+                fingerprint::redis::fingerprint(t, key_patterns, &mut want);
+                let g = n.group(&e);
+                assert_eq!(
+                    (g.text, g.hash),
+                    (want.as_str(), fingerprint::hash64(&want))
+                );
+            }
+            let names = &n.names.entries;
+            assert_eq!(names.len(), if key_patterns { 0 } else { NAMES_MAX });
+            assert!(names.iter().all(|e| {
+                !fingerprint::redis::is_container(&e.name) && e.name.len() <= NAME_MAX_LEN
+            }));
+        }
     }
 
     /// MySQL in pt mode fingerprints a Prepare and an Execute of one text differently: the

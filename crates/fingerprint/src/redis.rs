@@ -41,8 +41,7 @@ pub fn fingerprint(text: &str, key_patterns: bool, out: &mut String) {
     let text = text.trim_start();
     let (name, rest) = split_word(text);
     push_upper(out, name);
-    let container = CONTAINERS.iter().any(|c| c.eq_ignore_ascii_case(name));
-    let rest = if container && !rest.is_empty() {
+    let rest = if is_container(name) && !rest.is_empty() {
         let (sub, after) = split_word(rest);
         out.push(' ');
         push_upper(out, sub);
@@ -54,6 +53,40 @@ pub fn fingerprint(text: &str, key_patterns: bool, out: &mut String) {
         out.push(' ');
         key_pattern(rest, out);
     }
+}
+
+/// The command name of a Redis event text: its first word. Unless [`is_container`], the
+/// fingerprint without key patterns is this name alone, upper-cased: keys differ from one
+/// request to the next while names repeat, so a caller may remember a name's fingerprint (and
+/// its hash) instead of computing it per request.
+pub fn command_name(text: &str) -> &str {
+    // Per request on the hot path: a text starting with a byte that is neither whitespace
+    // nor part of a multi-byte character (always, from the session) needs no trimming.
+    let text = match text.as_bytes().first() {
+        Some(&b) if b > b' ' && b.is_ascii() => text,
+        _ => text.trim_start(),
+    };
+    match text.bytes().position(|b| b == b' ') {
+        Some(i) => text.get(..i).unwrap_or(text),
+        None => text,
+    }
+}
+
+/// Whether [`command_name`] of `text` is `name` (a name [`command_name`] gave): checked in
+/// place, without looking for the end of the text's first word.
+pub fn named(text: &str, name: &str) -> bool {
+    let t = text.as_bytes();
+    let n = name.len();
+    t.first().is_some_and(|&b| b > b' ' && b.is_ascii())
+        && t.get(n).map_or(t.len() == n, |&b| b == b' ')
+        // Names are short: a loop, not a call to `memcmp`.
+        && t.get(..n)
+            .is_some_and(|p| p.iter().zip(name.as_bytes()).all(|(a, b)| a == b))
+}
+
+/// Whether `name` is a container command, whose fingerprint takes the subcommand too.
+pub fn is_container(name: &str) -> bool {
+    CONTAINERS.iter().any(|c| c.eq_ignore_ascii_case(name))
 }
 
 /// The first word and what follows the single space after it.
@@ -256,6 +289,21 @@ mod tests {
         assert_eq!(fp("", true), "");
     }
 
+    #[test]
+    fn command_names() {
+        assert_eq!(command_name("GET user:1"), "GET");
+        assert_eq!(command_name("  set k"), "set");
+        assert_eq!(command_name("PING"), "PING");
+        assert_eq!(command_name(""), "");
+        assert_eq!(command_name("\u{b}\u{85}GET k"), "GET");
+        assert_eq!(command_name("CONFIG GET"), "CONFIG");
+        assert!(named("GET k", "GET") && named("GET", "GET") && named("get k", "get"));
+        assert!(!named("GETX k", "GET") && !named("GE", "GET") && !named(" GET k", "GET"));
+        assert!(!named("get k", "GET") && !named("", "") && !named(" ", ""));
+        assert!(is_container("config") && is_container("XInfo"));
+        assert!(!is_container("GET") && !is_container("") && !is_container("CONFIGX"));
+    }
+
     /// Vectors from shared/reference/fingerprint-vectors.md §6.5.
     #[test]
     fn reference_vectors() {
@@ -345,6 +393,25 @@ mod tests {
             let mut s = String::new();
             fingerprint(&format!("{name} {key}"), true, &mut s);
             prop_assert!(s.starts_with(name.split(' ').next().unwrap()));
+        }
+
+        /// A caller that remembers a plain name's fingerprint gets the text's own.
+        #[test]
+        fn a_plain_name_has_the_text_fingerprint(
+            text in "[ \t\x0b\x0c\u{85}\u{a0}\u{2003}]{0,2}(\\PC{0,8}|(?i)(config|client|get|xinfo|set)) {0,2}\\PC{0,30}",
+        ) {
+            let name = command_name(&text);
+            prop_assert_eq!(name, text.trim_start().split(' ').next().unwrap_or(""));
+            // `named` may say no to the text's own name (the caller then looks for it), but
+            // only when the text starts with what needs trimming; it never says yes to another.
+            let plain = text.as_bytes().first().is_some_and(|&b| b > b' ' && b.is_ascii());
+            prop_assert_eq!(named(&text, name), plain);
+            for other in ["GET", "get", "CONFIG", "", "G", "GETX"] {
+                prop_assert!(!named(&text, other) || other == name, "{:?} {:?}", text, other);
+            }
+            if !is_container(name) {
+                prop_assert_eq!(fp(name, false), fp(&text, false));
+            }
         }
 
         #[test]
