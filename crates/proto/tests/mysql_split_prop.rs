@@ -3,7 +3,7 @@
 //! `;` come back exactly as they were joined.
 
 use proptest::prelude::*;
-use proto::mysql::split::{MAX_STATEMENTS, pieces, statements};
+use proto::mysql::split::{MAX_STATEMENTS, may_split, pieces, statements};
 
 /// Text rich in the bytes the splitter looks at, and some multi-byte characters.
 fn tricky_text() -> impl Strategy<Value = String> {
@@ -112,6 +112,8 @@ proptest! {
     #[test]
     fn statements_are_trimmed_runs_of_pieces(sql in tricky_text()) {
         let s = statements(&sql);
+        // The session splits only a text that may split.
+        prop_assert!(may_split(&sql) || (s.len() <= 1 && pieces(&sql).len() == 1));
         prop_assert!(s.len() <= MAX_STATEMENTS);
         let p = pieces(&sql);
         let mut last_end = 0;

@@ -56,6 +56,13 @@ pub fn pieces(sql: &str) -> Vec<Piece> {
     out
 }
 
+/// Whether `sql` may hold more than one statement: only a `;` separates, so a text without one
+/// is a single piece (checked with `memchr` before the full walk of [`statements`], which costs
+/// more than the statement's fingerprint).
+pub fn may_split(sql: &str) -> bool {
+    sql.as_bytes().contains(&b';')
+}
+
 /// The statements of `sql`: the pieces that hold code, trimmed of surrounding whitespace, at
 /// most [`MAX_STATEMENTS`]. A text with one statement (`SELECT 1;`, `SELECT 1; -- done`) gives
 /// one range; an empty or comment-only text gives none.

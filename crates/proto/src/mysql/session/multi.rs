@@ -77,7 +77,7 @@ pub(super) fn set_text(p: &mut Pending, text: Arc<str>, truncated: bool) {
 /// A COM_QUERY's text: split into statements when the server would, the request then being
 /// its first statement's; one statement (or none) keeps the whole text, as sent.
 pub(super) fn query_text(p: &mut Pending, text: Arc<str>, truncated: bool, split_on: bool) {
-    let stmts = if split_on {
+    let stmts = if split_on && split::may_split(&text) {
         split::statements(&text)
     } else {
         Vec::new()
