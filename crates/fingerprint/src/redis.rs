@@ -103,11 +103,25 @@ fn push_upper(out: &mut String, s: &str) {
     }
 }
 
+/// The ASCII separators (see the module documentation: the punctuation, and the ASCII
+/// characters `char::is_whitespace` takes), one bit per character.
+const ASCII_SEPARATORS: u128 = {
+    let mut mask = 0u128;
+    let seps = b":./-_{}[]|#=,;@ \t\n\x0b\x0c\r";
+    let mut i = 0;
+    while i < seps.len() {
+        mask |= 1 << seps[i];
+        i += 1;
+    }
+    mask
+};
+
 fn is_separator(c: char) -> bool {
-    matches!(
-        c,
-        ':' | '.' | '/' | '-' | '_' | '{' | '}' | '[' | ']' | '|' | '#' | '=' | ',' | ';' | '@'
-    ) || c.is_whitespace()
+    // Per character of every key: one bit for ASCII.
+    match u8::try_from(c) {
+        Ok(b) if b.is_ascii() => ASCII_SEPARATORS >> b & 1 == 1,
+        _ => c.is_whitespace(),
+    }
 }
 
 /// Length of a UUID at the start of `b`, if one is there (and does not run on into more hex).
@@ -165,6 +179,10 @@ fn push_segment(seg: &str, out: &mut String) {
         out.push('?');
         return;
     }
+    if runs == 0 {
+        out.push_str(seg);
+        return;
+    }
     let mut in_digits = false;
     for c in seg.chars() {
         if c.is_ascii_digit() {
@@ -195,8 +213,12 @@ pub fn key_pattern(key: &str, out: &mut String) {
             seg_start = i;
             continue;
         }
-        let Some(c) = key[i..].chars().next() else {
-            break;
+        let c = match b.get(i) {
+            Some(&x) if x.is_ascii() => char::from(x),
+            _ => match key.get(i..).and_then(|r| r.chars().next()) {
+                Some(c) => c,
+                None => break,
+            },
         };
         if is_separator(c) {
             push_segment(&key[seg_start..i], out);
@@ -213,6 +235,20 @@ pub fn key_pattern(key: &str, out: &mut String) {
 
 /// Merges `?` segments joined by `-` or `.` (`?-?-?` -> `?`), from byte `start` of `out` on.
 fn merge_placeholders(out: &mut String, start: usize) {
+    // Only a `?`, a `-` or `.` and a `?` in a row can merge: without them the tail stays as it
+    // is (most keys), and is not copied out and back.
+    let joined = |w: &[u8]| w[0] == b'?' && matches!(w[1], b'-' | b'.') && w[2] == b'?';
+    if out
+        .as_bytes()
+        .get(start..)
+        .is_some_and(|t| t.windows(3).any(joined))
+    {
+        merge_joined(out, start);
+    }
+}
+
+/// [`merge_placeholders`] once joined `?` segments may be there.
+fn merge_joined(out: &mut String, start: usize) {
     let tail = out.split_off(start);
     // `out` ends with a whole `?` segment; a `-` or `.` written after it is held back until
     // we know whether another whole `?` follows.
@@ -287,6 +323,15 @@ mod tests {
         assert_eq!(fp("get foo", true), "GET foo");
         assert_eq!(fp("config", true), "CONFIG");
         assert_eq!(fp("", true), "");
+    }
+
+    /// Every character is a separator exactly as the documented rule says.
+    #[test]
+    fn separators() {
+        let rule = |c: char| ":./-_{}[]|#=,;@".contains(c) || c.is_whitespace();
+        for c in (0..0x3100).filter_map(char::from_u32) {
+            assert_eq!(is_separator(c), rule(c), "{c:?}");
+        }
     }
 
     #[test]
@@ -412,6 +457,15 @@ mod tests {
             if !is_container(name) {
                 prop_assert_eq!(fp(name, false), fp(&text, false));
             }
+        }
+
+        /// What `merge_placeholders` skips the merge would not change.
+        #[test]
+        fn only_joined_placeholders_merge(tail in "[?a1:.-]{0,12}", head in "[a:]{0,3}") {
+            let mut out = format!("{head}{tail}");
+            merge_joined(&mut out, head.len());
+            let joined = ["?-?", "?.?"].iter().any(|j| tail.contains(j));
+            prop_assert!(joined || out == format!("{head}{tail}"), "{:?} -> {:?}", tail, out);
         }
 
         #[test]
