@@ -195,7 +195,8 @@ const SPECIAL_NAMES: &[&str] = &[
     "sunsubscribe",
 ];
 
-/// The inputs of the last text built for a command without a subcommand, and the result.
+/// The inputs of the last text built for a command without a subcommand, and whether it was
+/// cut; the text is `Builder::last_text` (one reference count to keep per command, not two).
 #[derive(Debug)]
 struct Memo {
     info: &'static CommandInfo,
@@ -204,8 +205,6 @@ struct Memo {
     key_truncated: bool,
     max_text: usize,
     truncated: bool,
-    /// Always the same allocation as `Builder::last_text`.
-    text: Arc<str>,
 }
 
 /// The commands [`Builder`] treats apart, from the table entry.
@@ -497,9 +496,10 @@ impl Builder {
             && (!keyed
                 || (key.is_some_and(|k| k.len() > KEY_KEEP) == m.key_truncated
                     && kept == Some(self.memo_key.as_slice())));
+        let text = self.last_text.as_ref()?;
         same.then(|| Request {
             command: info.name,
-            text: Arc::clone(&m.text),
+            text: Arc::clone(text),
             text_truncated: m.truncated,
             special: Special::None,
             argc: self.argc,
@@ -635,7 +635,7 @@ impl Builder {
         if text.capacity() <= 4 * KEY_KEEP {
             self.text = text;
         }
-        self.remember(max_text, truncated, &shared);
+        self.remember(max_text, truncated);
         Request {
             command: self.info.map_or("unknown", |c| c.name),
             text: shared,
@@ -663,18 +663,19 @@ impl Builder {
             && m.max_text == max_text
             && m.keyed == keyed
             && (!keyed || (self.key_truncated == m.key_truncated && self.key == self.memo_key));
+        let text = self.last_text.as_ref()?;
         same.then(|| Request {
             command: info.name,
-            text: Arc::clone(&m.text),
+            text: Arc::clone(text),
             text_truncated: m.truncated,
             special: self.special(),
             argc: self.argc,
         })
     }
 
-    /// Remembers what the text just built (`text`, now `last_text`) was built from, for
+    /// Remembers what the text just built (now `last_text`) was built from, for
     /// [`Self::repeat`]; only commands of the table without a subcommand are remembered.
-    fn remember(&mut self, max_text: usize, truncated: bool, text: &Arc<str>) {
+    fn remember(&mut self, max_text: usize, truncated: bool) {
         let Some(info) = self.info.filter(|_| !self.has_sub) else {
             self.memo = None;
             return;
@@ -690,7 +691,6 @@ impl Builder {
             key_truncated: self.key_truncated,
             max_text,
             truncated,
-            text: Arc::clone(text),
         });
     }
 }
