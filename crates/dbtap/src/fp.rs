@@ -253,7 +253,8 @@ const NAME_MAX_LEN: usize = 64;
 
 impl NameFingerprints {
     /// The slot of the command name of `text`, remembered now if new and there is room;
-    /// `None` for a container command (its fingerprint is not its name alone).
+    /// `None` for a container command (its fingerprint is not its name alone) and for a new
+    /// name past the bounds: the caller then fingerprints the text as before.
     fn slot(&mut self, text: &str, buf: &mut String) -> Option<usize> {
         if self
             .entries
