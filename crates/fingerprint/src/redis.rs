@@ -38,8 +38,7 @@ pub const CONTAINERS: [&str; 15] = [
 /// Writes the fingerprint of a Redis event text into `out` (cleared first).
 pub fn fingerprint(text: &str, key_patterns: bool, out: &mut String) {
     out.clear();
-    let text = text.trim_start();
-    let (name, rest) = split_word(text);
+    let (name, rest) = split_word(trimmed(text));
     push_upper(out, name);
     let rest = if is_container(name) && !rest.is_empty() {
         let (sub, after) = split_word(rest);
@@ -60,15 +59,21 @@ pub fn fingerprint(text: &str, key_patterns: bool, out: &mut String) {
 /// request to the next while names repeat, so a caller may remember a name's fingerprint (and
 /// its hash) instead of computing it per request.
 pub fn command_name(text: &str) -> &str {
-    // Per request on the hot path: a text starting with a byte that is neither whitespace
-    // nor part of a multi-byte character (always, from the session) needs no trimming.
-    let text = match text.as_bytes().first() {
-        Some(&b) if b > b' ' && b.is_ascii() => text,
+    split_word(trimmed(text)).0
+}
+
+/// Whether a text starting with `b` needs no trimming: neither whitespace nor part of a
+/// multi-byte character (always so for the session's texts).
+fn plain_start(b: u8) -> bool {
+    b > b' ' && b.is_ascii()
+}
+
+/// `text` without leading whitespace; per request on the hot path, so a plain first byte is
+/// checked before `trim_start`'s Unicode walk.
+fn trimmed(text: &str) -> &str {
+    match text.as_bytes().first() {
+        Some(&b) if plain_start(b) => text,
         _ => text.trim_start(),
-    };
-    match text.bytes().position(|b| b == b' ') {
-        Some(i) => text.get(..i).unwrap_or(text),
-        None => text,
     }
 }
 
@@ -77,7 +82,7 @@ pub fn command_name(text: &str) -> &str {
 pub fn named(text: &str, name: &str) -> bool {
     let t = text.as_bytes();
     let n = name.len();
-    t.first().is_some_and(|&b| b > b' ' && b.is_ascii())
+    t.first().is_some_and(|&b| plain_start(b))
         && t.get(n).map_or(t.len() == n, |&b| b == b' ')
         // Names are short: a loop, not a call to `memcmp`.
         && t.get(..n)
